@@ -1,0 +1,58 @@
+"""Backend selection: the one place that decides which driver implementation runs.
+
+``GPUARRAY_BACKEND=cuda`` (default) selects the cuda.bindings backend,
+``GPUARRAY_BACKEND=sim`` the CPU simulator.  Nothing falls back silently: with
+``cuda`` and no driver, the first CUDA use raises ``CudaUnavailableError``.
+Selecting a backend imports it but does not initialise CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from ._base import Backend
+
+__all__ = ["get_backend", "set_backend", "backend_name"]
+
+_lock = threading.Lock()
+_backend: Backend | None = None
+
+
+def backend_name() -> str:
+    """The backend name the environment selects (``cuda`` or ``sim``)."""
+    name = os.environ.get("GPUARRAY_BACKEND", "cuda").strip().lower() or "cuda"
+    if name not in ("cuda", "sim"):
+        raise ValueError(
+            f"GPUARRAY_BACKEND={name!r} is not a backend: use 'cuda' (default) or 'sim'"
+        )
+    return name
+
+
+def get_backend() -> Backend:
+    """The process-wide driver backend, created on first use."""
+    global _backend
+    b = _backend
+    if b is not None:
+        return b
+    with _lock:
+        if _backend is None:
+            _backend = _make(backend_name())
+        return _backend
+
+
+def set_backend(backend: Backend | None) -> None:
+    """Replace the process-wide backend (tests; ``None`` re-reads the environment)."""
+    global _backend
+    with _lock:
+        _backend = backend
+
+
+def _make(name: str) -> Backend:
+    if name == "sim":
+        from .sim import SimBackend
+
+        return SimBackend.from_environment()
+    from .cuda import CudaBackend
+
+    return CudaBackend()

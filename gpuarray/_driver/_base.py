@@ -1,0 +1,340 @@
+"""The driver interface: the only door to CUDA.
+
+Everything gpuarray asks of CUDA goes through one :class:`Backend` object.  Two
+implementations exist: ``cuda`` (cuda.bindings driver API + NVRTC, in
+``gpuarray/_driver/cuda.py``) and ``sim`` (a CPU simulator in
+``gpuarray/_driver/sim/``).  Upper layers never import cuda.bindings.
+
+Conventions shared by both implementations
+------------------------------------------
+- Handles (contexts, streams, events, modules, functions) and pointers are
+  plain Python ``int``.  Device pointers are ``CUdeviceptr`` values; host
+  pointers are process addresses (``ndarray.ctypes.data``).
+- Stream handle ``0`` and ``1`` (``CU_STREAM_LEGACY``) both mean the legacy
+  default stream of the *current* context; ``2`` (``CU_STREAM_PER_THREAD``)
+  means the calling thread's per-thread default stream of the current context.
+- Every failure raises :class:`gpuarray.errors.CudaError` (out-of-memory:
+  :class:`gpuarray.errors.CudaOutOfMemoryError`) whose ``call`` is the CUDA
+  driver function's name, e.g. ``"cuMemAlloc"``.  Errors of asynchronous work
+  may surface at a later call, as on a GPU.
+- Nothing initialises CUDA at import.  :meth:`Backend.init` is idempotent and
+  is called by the device layer on first use.
+- Calls that act "on the current context" need one to be current on the
+  calling thread (:meth:`Backend.ctx_set_current`); otherwise
+  ``CUDA_ERROR_INVALID_CONTEXT``.
+- Kernel parameters are a sequence of ctypes objects (``ctypes.c_uint64`` for
+  device pointers, ``ctypes.c_int64``/``c_int32``/``c_double``..., or a
+  ``ctypes.Structure`` passed by value).  The real backend passes their
+  addresses to ``cuLaunchKernel``; the simulator hands the same objects to the
+  kernel's reference implementation (:class:`SimKernel`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Protocol, Sequence
+
+# CAI / driver stream handle encodings.
+STREAM_LEGACY = 1
+STREAM_PER_THREAD = 2
+
+# CUmemorytype values.
+MEMORYTYPE_HOST = 1
+MEMORYTYPE_DEVICE = 2
+MEMORYTYPE_ARRAY = 3
+MEMORYTYPE_UNIFIED = 4
+
+#: Device attribute names accepted by :meth:`Backend.device_attribute`
+#: (mapped to ``CU_DEVICE_ATTRIBUTE_*`` by the real backend).
+DEVICE_ATTRIBUTES = (
+    "compute_capability_major",
+    "compute_capability_minor",
+    "multiprocessor_count",
+    "max_threads_per_block",
+    "max_shared_memory_per_block",
+    "warp_size",
+    "l2_cache_size",
+    "unified_addressing",
+    "can_map_host_memory",
+    "memory_pools_supported",
+    "pci_bus_id",
+    "pci_device_id",
+    "max_grid_dim_x",
+    "max_grid_dim_y",
+    "max_grid_dim_z",
+    "concurrent_managed_access",
+    "integrated",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PointerInfo:
+    """What the driver knows of an address (``cuPointerGetAttributes``).
+
+    Attributes
+    ----------
+    memory_type : int
+        ``MEMORYTYPE_HOST`` (pinned/registered/mapped host memory),
+        ``MEMORYTYPE_DEVICE``, or ``0`` when the driver does not know the
+        address (ordinary pageable host memory).
+    device_ordinal : int
+        The device the memory belongs to (``-1`` when unknown).
+    base : int
+        Start of the allocation containing the address (0 when unknown).
+    size : int
+        Size of that allocation in bytes (0 when unknown).
+    is_managed : bool
+        True for managed (unified) memory.
+    """
+
+    memory_type: int
+    device_ordinal: int
+    base: int
+    size: int
+    is_managed: bool = False
+
+
+class SimMemoryAccess(Protocol):
+    """What a simulator kernel reference implementation may do to memory.
+
+    Every access is bounds-checked against its allocation; an access outside
+    any live allocation raises ``CudaError(CUDA_ERROR_ILLEGAL_ADDRESS)``.
+    Addresses may be device pointers of the launching device (or of a peer
+    with peer access enabled) or device pointers of mapped host memory.
+    """
+
+    def read(self, address: int, nbytes: int) -> Any:
+        """Return a *copy* of ``nbytes`` bytes at ``address`` as a 1-D ``numpy.uint8`` array."""
+
+    def write(self, address: int, data: Any) -> None:
+        """Write the bytes of ``data`` (a 1-D ``numpy.uint8`` array or bytes-like) at ``address``."""
+
+
+class SimKernel(Protocol):
+    """A kernel's reference implementation, run by the simulator on launch.
+
+    Register one per kernel symbol name with
+    :func:`gpuarray._driver.sim_kernels.register`; the simulator's
+    ``module_get_function(module, name)`` finds it by that name.
+    """
+
+    def accesses(self, params: Sequence[Any]) -> list[tuple[int, int, bool]]:
+        """Byte ranges the launch will touch: ``[(start_address, nbytes, is_write), ...]``.
+
+        Used at enqueue time by the race detector; ranges may be conservative
+        (the extent of a strided access).
+        """
+
+    def run(self, mem: SimMemoryAccess, grid: tuple[int, int, int], block: tuple[int, int, int],
+            shared_mem: int, params: Sequence[Any]) -> None:
+        """Perform the kernel's effect on memory (called when the stream runs it)."""
+
+
+class Backend(abc.ABC):
+    """Abstract driver backend.  See the module docstring for conventions."""
+
+    #: ``"cuda"`` or ``"sim"``.
+    name: str = ""
+
+    # ---------------------------------------------------------------- init
+    @abc.abstractmethod
+    def init(self) -> None:
+        """Initialise the driver (``cuInit``); idempotent.
+
+        Raises ``CudaUnavailableError`` when there is no driver or no device.
+        """
+
+    @abc.abstractmethod
+    def driver_version(self) -> int:
+        """``cuDriverGetVersion``, e.g. ``12080``."""
+
+    # -------------------------------------------------------------- devices
+    @abc.abstractmethod
+    def device_count(self) -> int: ...
+
+    @abc.abstractmethod
+    def device_name(self, ordinal: int) -> str: ...
+
+    @abc.abstractmethod
+    def device_attribute(self, attr: str, ordinal: int) -> int:
+        """One of :data:`DEVICE_ATTRIBUTES`; ``ValueError`` for another name."""
+
+    @abc.abstractmethod
+    def device_total_memory(self, ordinal: int) -> int: ...
+
+    @abc.abstractmethod
+    def device_uuid(self, ordinal: int) -> bytes:
+        """16 bytes."""
+
+    @abc.abstractmethod
+    def device_can_access_peer(self, ordinal: int, peer: int) -> bool: ...
+
+    # ------------------------------------------------------------- contexts
+    @abc.abstractmethod
+    def primary_ctx_retain(self, ordinal: int) -> int:
+        """Retain the device's primary context and return its handle."""
+
+    @abc.abstractmethod
+    def primary_ctx_release(self, ordinal: int) -> None: ...
+
+    @abc.abstractmethod
+    def ctx_set_current(self, ctx: int) -> None:
+        """Make ``ctx`` current on the calling thread (0: none)."""
+
+    @abc.abstractmethod
+    def ctx_get_current(self) -> int:
+        """The calling thread's current context handle, 0 when none."""
+
+    @abc.abstractmethod
+    def ctx_get_device(self) -> int:
+        """Ordinal of the current context's device."""
+
+    @abc.abstractmethod
+    def ctx_synchronize(self) -> None:
+        """Wait for all work of the current context."""
+
+    @abc.abstractmethod
+    def ctx_enable_peer_access(self, peer_ctx: int) -> None:
+        """Let the current context's kernels access ``peer_ctx``'s memory."""
+
+    # --------------------------------------------------------------- memory
+    @abc.abstractmethod
+    def mem_alloc(self, nbytes: int) -> int:
+        """``cuMemAlloc`` on the current context; ``nbytes`` > 0."""
+
+    @abc.abstractmethod
+    def mem_free(self, ptr: int) -> None:
+        """``cuMemFree`` (implicitly waits for the device's pending work)."""
+
+    @abc.abstractmethod
+    def mem_alloc_async(self, nbytes: int, stream: int) -> int:
+        """``cuMemAllocAsync`` from the device's default memory pool."""
+
+    @abc.abstractmethod
+    def mem_free_async(self, ptr: int, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def mempool_set_release_threshold(self, ordinal: int, nbytes: int) -> None:
+        """Set the device default pool's ``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``."""
+
+    @abc.abstractmethod
+    def mem_get_info(self) -> tuple[int, int]:
+        """``(free, total)`` bytes of the current context's device."""
+
+    @abc.abstractmethod
+    def mem_host_alloc(self, nbytes: int, mapped: bool = False, portable: bool = False,
+                       write_combined: bool = False) -> int:
+        """Page-locked host memory (``cuMemHostAlloc``); returns a host address."""
+
+    @abc.abstractmethod
+    def mem_free_host(self, ptr: int) -> None: ...
+
+    @abc.abstractmethod
+    def mem_host_register(self, ptr: int, nbytes: int, mapped: bool = False,
+                          portable: bool = False) -> None:
+        """Page-lock existing host memory (``cuMemHostRegister``)."""
+
+    @abc.abstractmethod
+    def mem_host_unregister(self, ptr: int) -> None: ...
+
+    @abc.abstractmethod
+    def mem_host_get_device_pointer(self, host_ptr: int) -> int:
+        """Device address of mapped host memory."""
+
+    @abc.abstractmethod
+    def pointer_info(self, ptr: int) -> PointerInfo:
+        """Attributes of ``ptr``; unknown (pageable) host memory gives memory_type 0."""
+
+    # ----------------------------------------------------- copies and sets
+    @abc.abstractmethod
+    def memcpy_htod_async(self, dst: int, src_host: int, nbytes: int, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def memcpy_dtoh_async(self, dst_host: int, src: int, nbytes: int, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def memcpy_2d_async(self, dst: int, dst_pitch: int, dst_is_device: bool,
+                        src: int, src_pitch: int, src_is_device: bool,
+                        width_bytes: int, height: int, stream: int) -> None:
+        """``cuMemcpy2DAsync``: ``height`` rows of ``width_bytes`` bytes each."""
+
+    @abc.abstractmethod
+    def memset_d8_async(self, dst: int, value: int, count: int, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def memset_d16_async(self, dst: int, value: int, count: int, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def memset_d32_async(self, dst: int, value: int, count: int, stream: int) -> None: ...
+
+    # -------------------------------------------------------------- streams
+    @abc.abstractmethod
+    def stream_create(self, non_blocking: bool = False, priority: int = 0) -> int: ...
+
+    @abc.abstractmethod
+    def stream_destroy(self, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def stream_query(self, stream: int) -> bool:
+        """True when all work on the stream has completed."""
+
+    @abc.abstractmethod
+    def stream_synchronize(self, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def stream_wait_event(self, stream: int, event: int) -> None: ...
+
+    @abc.abstractmethod
+    def stream_get_ctx(self, stream: int) -> int:
+        """The context a stream belongs to."""
+
+    # --------------------------------------------------------------- events
+    @abc.abstractmethod
+    def event_create(self, timing: bool = True, interprocess: bool = False) -> int: ...
+
+    @abc.abstractmethod
+    def event_destroy(self, event: int) -> None: ...
+
+    @abc.abstractmethod
+    def event_record(self, event: int, stream: int) -> None: ...
+
+    @abc.abstractmethod
+    def event_query(self, event: int) -> bool: ...
+
+    @abc.abstractmethod
+    def event_synchronize(self, event: int) -> None: ...
+
+    @abc.abstractmethod
+    def event_elapsed_time(self, start: int, end: int) -> float:
+        """Milliseconds between two completed timing events."""
+
+    # -------------------------------------------------- modules and launches
+    @abc.abstractmethod
+    def module_load_data(self, image: bytes) -> int:
+        """Load a CUBIN or NUL-terminated PTX image into the current context."""
+
+    @abc.abstractmethod
+    def module_unload(self, module: int) -> None: ...
+
+    @abc.abstractmethod
+    def module_get_function(self, module: int, name: str) -> int: ...
+
+    @abc.abstractmethod
+    def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+                      shared_mem: int, stream: int, params: Sequence[Any]) -> None: ...
+
+    # ------------------------------------------------------------------ IPC
+    @abc.abstractmethod
+    def ipc_get_mem_handle(self, ptr: int) -> bytes:
+        """64 opaque bytes naming the allocation that starts at ``ptr``."""
+
+    @abc.abstractmethod
+    def ipc_open_mem_handle(self, handle: bytes) -> int:
+        """Map another process's allocation into the current context."""
+
+    @abc.abstractmethod
+    def ipc_close_mem_handle(self, ptr: int) -> None: ...

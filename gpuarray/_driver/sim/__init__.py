@@ -1,0 +1,12 @@
+"""The CPU simulator of the driver interface (``GPUARRAY_BACKEND=sim``).
+
+It lets every test and the command line run without a GPU while still
+catching what makes CUDA code wrong: device addresses that host code cannot
+dereference, bounds and use-after-free checks, asynchronous per-stream queues,
+CUDA's legacy / per-thread / blocking / non-blocking stream rules, events, and
+a race detector for unordered cross-stream access.
+"""
+
+from ._backend import SimBackend
+
+__all__ = ["SimBackend"]

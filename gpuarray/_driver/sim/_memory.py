@@ -1,0 +1,240 @@
+"""Simulated memory: device allocations, page-locked host memory, checked access.
+
+Device addresses are tagged values in a non-canonical x86-64 range, so host
+code cannot dereference them (they fault instead of reading host memory), and
+they are never reused, so a use after free is always detected.  Every access
+goes through :meth:`AddressSpace.resolve`, which checks that the whole byte
+range lies inside one live allocation.
+
+Page-locked host memory (``mem_host_alloc`` or ``mem_host_register``) is real
+host memory; it is tracked here so copies know they are asynchronous and so
+mapped memory can be read by simulated kernels through its device address
+(which equals its host address, as with unified addressing).
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import dataclasses
+
+import numpy as np
+
+from ...errors import CudaError, CudaOutOfMemoryError
+
+#: Start of simulated device addresses (non-canonical: bit 52 set).
+DEVICE_BASE = 0x0010_0000_0000_0000
+#: Address space reserved per simulated device.
+DEVICE_SPAN = 1 << 44
+#: Allocation granularity and alignment (cuMemAlloc aligns to at least 256).
+ALIGN = 512
+#: Fresh allocations up to this size are filled with 0xFF (NaN / -1) so that
+#: reading memory nobody wrote shows up as wrong data, as on a GPU.
+POISON_LIMIT = 64 << 20
+
+ILLEGAL_ADDRESS = 700
+INVALID_VALUE = 1
+
+
+class DeviceFault(Exception):
+    """An error found while simulated device work ran; reported at a sync point."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+@dataclasses.dataclass(eq=False)
+class Allocation:
+    """One simulated allocation (device memory or page-locked host memory)."""
+
+    base: int
+    size: int
+    device: int  # owning device ordinal (-1: host memory usable by any device)
+    kind: str  # "device", "pool", "pinned", "registered", "ipc"
+    store: np.ndarray | None = None  # device bytes; None for host kinds
+    mapped: bool = False
+    alive: bool = True
+    freed_by: str = ""
+    races: list = dataclasses.field(default_factory=list)  # race-detector records
+
+    @property
+    def is_host(self) -> bool:
+        return self.kind in ("pinned", "registered")
+
+    def describe(self) -> str:
+        where = f"device {self.device}" if not self.is_host else "host"
+        return f"{self.kind} allocation 0x{self.base:x}+{self.size} ({where})"
+
+
+class AddressSpace:
+    """All simulated allocations of the process, device and host alike."""
+
+    def __init__(self, capacities: list[int]) -> None:
+        self.capacities = list(capacities)
+        self.used = [0] * len(capacities)
+        self._next = [DEVICE_BASE + d * DEVICE_SPAN for d in range(len(capacities))]
+        self._starts: list[int] = []  # sorted bases of every allocation ever made
+        self._allocs: list[Allocation] = []  # parallel to _starts
+        self._host_buffers: dict[int, np.ndarray] = {}  # base -> numpy buffer (mem_host_alloc)
+
+    # ------------------------------------------------------------ bookkeeping
+    def _insert(self, a: Allocation) -> None:
+        i = bisect.bisect_left(self._starts, a.base)
+        self._starts.insert(i, a.base)
+        self._allocs.insert(i, a)
+
+    def _remove(self, a: Allocation) -> None:
+        i = bisect.bisect_left(self._starts, a.base)
+        while i < len(self._allocs) and self._starts[i] == a.base:
+            if self._allocs[i] is a:
+                del self._starts[i]
+                del self._allocs[i]
+                return
+            i += 1
+
+    def find(self, address: int) -> Allocation | None:
+        """The allocation (live, or freed device memory) containing ``address``.
+
+        Entries never overlap: device addresses are never reused, and host
+        ranges leave the table when freed or unregistered.
+        """
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            a = self._allocs[i]
+            if address < a.base + a.size:
+                return a
+        return None
+
+    @staticmethod
+    def is_device_address(address: int) -> bool:
+        return address >= DEVICE_BASE
+
+    # ----------------------------------------------------------- device side
+    def alloc_device(self, device: int, nbytes: int, kind: str = "device",
+                     call: str = "cuMemAlloc") -> Allocation:
+        if nbytes <= 0:
+            raise CudaError(INVALID_VALUE, call, f"size {nbytes} is not positive")
+        if self.used[device] + nbytes > self.capacities[device]:
+            raise CudaOutOfMemoryError(
+                2, call,
+                f"while allocating {nbytes} bytes on simulated device {device} "
+                f"({self.capacities[device] - self.used[device]} of "
+                f"{self.capacities[device]} bytes free)")
+        base = self._next[device]
+        self._next[device] += -(-nbytes // ALIGN) * ALIGN
+        if nbytes <= POISON_LIMIT:
+            store = np.full(nbytes, 0xFF, dtype=np.uint8)
+        else:
+            store = np.zeros(nbytes, dtype=np.uint8)  # lazily committed pages
+        a = Allocation(base, nbytes, device, kind, store)
+        self.used[device] += nbytes
+        self._insert(a)
+        return a
+
+    def free_device(self, ptr: int, call: str) -> Allocation:
+        a = self.find(ptr)
+        if a is None or a.is_host or a.base != ptr:
+            raise CudaError(INVALID_VALUE, call, f"0x{ptr:x} is not the start of a device allocation")
+        if not a.alive:
+            raise CudaError(INVALID_VALUE, call, f"0x{ptr:x} was already freed ({a.freed_by})")
+        a.alive = False
+        a.freed_by = call
+        a.store = None
+        a.races.clear()
+        if a.kind != "ipc":
+            self.used[a.device] -= a.size
+        return a
+
+    # ------------------------------------------------------------- host side
+    def alloc_host(self, nbytes: int, mapped: bool) -> Allocation:
+        if nbytes <= 0:
+            raise CudaError(INVALID_VALUE, "cuMemHostAlloc", f"size {nbytes} is not positive")
+        buf = np.zeros(nbytes + 4096, dtype=np.uint8)
+        base = (buf.ctypes.data + 4095) & ~4095
+        a = Allocation(base, nbytes, -1, "pinned", None, mapped=mapped)
+        self._host_buffers[base] = buf
+        self._insert(a)
+        return a
+
+    def free_host(self, ptr: int) -> None:
+        a = self.find(ptr)
+        if a is None or a.kind != "pinned" or a.base != ptr or not a.alive:
+            raise CudaError(INVALID_VALUE, "cuMemFreeHost", f"0x{ptr:x} is not page-locked host memory from cuMemHostAlloc")
+        a.alive = False
+        a.freed_by = "cuMemFreeHost"
+        self._remove(a)
+        del self._host_buffers[ptr]
+
+    def register_host(self, ptr: int, nbytes: int, mapped: bool) -> Allocation:
+        if ptr == 0 or nbytes <= 0 or self.is_device_address(ptr):
+            raise CudaError(INVALID_VALUE, "cuMemHostRegister", f"cannot register 0x{ptr:x}+{nbytes}")
+        for probe in (ptr, ptr + nbytes - 1):
+            a = self.find(probe)
+            if a is not None and a.alive and a.is_host:
+                raise CudaError(712, "cuMemHostRegister", f"0x{ptr:x}+{nbytes} overlaps {a.describe()}")
+        a = Allocation(ptr, nbytes, -1, "registered", None, mapped=mapped)
+        self._insert(a)
+        return a
+
+    def unregister_host(self, ptr: int) -> None:
+        a = self.find(ptr)
+        if a is None or a.kind != "registered" or a.base != ptr or not a.alive:
+            raise CudaError(713, "cuMemHostUnregister", f"0x{ptr:x} is not registered")
+        a.alive = False
+        self._remove(a)
+
+    def host_kind(self, address: int, nbytes: int) -> Allocation | None:
+        """The page-locked allocation holding ``[address, address+nbytes)``, else None (pageable)."""
+        a = self.find(address)
+        if a is not None and a.alive and a.is_host and address + nbytes <= a.base + a.size:
+            return a
+        return None
+
+    # --------------------------------------------------------------- access
+    def resolve(self, address: int, nbytes: int, what: str) -> tuple[Allocation, int]:
+        """Check that ``[address, address+nbytes)`` is inside one live device
+        (or mapped host) allocation; return it and the offset.
+
+        Raises :class:`DeviceFault` with ``CUDA_ERROR_ILLEGAL_ADDRESS`` otherwise.
+        """
+        a = self.find(address)
+        if a is None:
+            raise DeviceFault(ILLEGAL_ADDRESS, f"{what}: address 0x{address:x} is not in any allocation")
+        if not a.alive:
+            raise DeviceFault(ILLEGAL_ADDRESS, f"{what}: address 0x{address:x} is in {a.describe()} "
+                                               f"which was freed ({a.freed_by}): use after free")
+        if address + nbytes > a.base + a.size:
+            raise DeviceFault(ILLEGAL_ADDRESS, f"{what}: bytes 0x{address:x}+{nbytes} run past the end "
+                                               f"of {a.describe()} by {address + nbytes - a.base - a.size} bytes")
+        return a, address - a.base
+
+    def read(self, a: Allocation, offset: int, nbytes: int) -> np.ndarray:
+        if a.store is not None:
+            return a.store[offset:offset + nbytes].copy()
+        out = np.empty(nbytes, dtype=np.uint8)
+        if nbytes:
+            ctypes.memmove(out.ctypes.data, a.base + offset, nbytes)
+        return out
+
+    def write(self, a: Allocation, offset: int, data) -> None:
+        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        if a.store is not None:
+            a.store[offset:offset + src.size] = src
+        elif src.size:
+            ctypes.memmove(a.base + offset, src.ctypes.data, src.size)
+
+
+def read_host(address: int, nbytes: int) -> np.ndarray:
+    """Copy ``nbytes`` of real host memory at ``address``."""
+    out = np.empty(nbytes, dtype=np.uint8)
+    if nbytes:
+        ctypes.memmove(out.ctypes.data, address, nbytes)
+    return out
+
+
+def write_host(address: int, data: np.ndarray) -> None:
+    """Write bytes to real host memory at ``address``."""
+    if data.size:
+        ctypes.memmove(address, data.ctypes.data, data.size)

@@ -1,0 +1,295 @@
+"""Simulated streams, events and the work scheduler, with a race detector.
+
+Work is queued per stream as :class:`Op` objects and runs *later*: when the
+host synchronises (stream/event/context synchronise, queries, pageable
+device-to-host copies, ``cuMemFree``) or when too much work is queued.  Each op
+depends on its stream predecessor and on explicit dependencies:
+
+- ``cuStreamWaitEvent``: on the op the event last recorded;
+- the legacy default stream: an op on it waits for the tails of every
+  blocking stream of its context (per-thread default streams included), and
+  an op on a blocking stream waits for the legacy stream's tail;
+- non-blocking streams have no implicit dependencies.
+
+Happens-before is tracked with vector clocks (one component per stream): an
+op's clock joins its dependencies' clocks and the host's clock (everything the
+host has seen complete happens before what it enqueues next).  The race
+detector records, per allocation, which byte ranges each op reads and writes;
+two accesses to overlapping bytes from different streams, one a write,
+neither ordered before the other, are a race (:class:`StreamOrderError`).
+Races are judged on the clocks at enqueue time, so they are found whatever
+order the work happens to run in.
+
+With a seed (``GPUARRAY_SIM_SEED``) the scheduler runs ready work from all
+streams in a random order, so order-dependent bugs differ across seeds.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import warnings
+from typing import Callable
+
+from ...errors import StreamOrderError
+from ._memory import AddressSpace, Allocation
+
+
+class Op:
+    """One unit of queued work."""
+
+    __slots__ = ("seq", "stream", "fn", "deps", "done", "desc", "vc", "t_done", "error")
+
+    def __init__(self, seq: int, stream: "SimStream", fn: Callable[[], None] | None,
+                 deps: list["Op"], desc: str, vc: dict[int, int]) -> None:
+        self.seq = seq
+        self.stream = stream
+        self.fn = fn
+        self.deps = deps
+        self.done = False
+        self.desc = desc
+        self.vc = vc
+        self.t_done = 0.0
+        self.error: BaseException | None = None
+
+
+class SimStream:
+    """A simulated stream.  ``kind``: legacy, per_thread, blocking, non_blocking."""
+
+    def __init__(self, sid: int, handle: int, ctx: "object", kind: str) -> None:
+        self.id = sid
+        self.handle = handle
+        self.ctx = ctx
+        self.kind = kind
+        self.tail: Op | None = None
+        self.vc: dict[int, int] = {}
+        self.clock = 0
+        self.destroyed = False
+
+    @property
+    def blocking(self) -> bool:
+        return self.kind in ("blocking", "per_thread")
+
+    def describe(self) -> str:
+        if self.kind == "legacy":
+            return f"legacy default stream of device {self.ctx.device}"
+        if self.kind == "per_thread":
+            return f"per-thread default stream of device {self.ctx.device}"
+        return f"stream 0x{self.handle:x} ({self.kind.replace('_', '-')}, device {self.ctx.device})"
+
+
+class SimEvent:
+    def __init__(self, handle: int, timing: bool) -> None:
+        self.handle = handle
+        self.timing = timing
+        self.op: Op | None = None
+        self.vc: dict[int, int] = {}
+        self.destroyed = False
+
+
+def _join(into: dict[int, int], other: dict[int, int]) -> None:
+    for k, v in other.items():
+        if into.get(k, 0) < v:
+            into[k] = v
+
+
+class _Access:
+    __slots__ = ("lo", "hi", "write", "stream", "clock", "desc")
+
+    def __init__(self, lo: int, hi: int, write: bool, stream: SimStream, clock: int, desc: str) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.write = write
+        self.stream = stream
+        self.clock = clock
+        self.desc = desc
+
+
+class Scheduler:
+    """Queues, dependencies, execution and race detection for the simulator."""
+
+    #: Race-record cap per allocation (oldest records dropped beyond it).
+    MAX_RECORDS = 2048
+
+    def __init__(self, memory: AddressSpace, *, racecheck: str = "error", seed: int | None = None,
+                 max_queue: int = 64) -> None:
+        self.lock = threading.RLock()
+        self.memory = memory
+        self.racecheck = racecheck
+        self.rng = random.Random(seed) if seed is not None else None
+        self.max_queue = max_queue
+        self.pending: dict[int, Op] = {}  # seq -> op, insertion ordered
+        self.host_vc: dict[int, int] = {}
+        self._seq = 0
+        self._sid = 0
+        self.streams_by_ctx: dict[int, list[SimStream]] = {}
+
+    # ------------------------------------------------------------- streams
+    def new_stream(self, handle: int, ctx, kind: str) -> SimStream:
+        self._sid += 1
+        s = SimStream(self._sid, handle, ctx, kind)
+        self.streams_by_ctx.setdefault(id(ctx), []).append(s)
+        return s
+
+    def forget_stream(self, s: SimStream) -> None:
+        """Mark ``s`` destroyed; its queued work still runs and still orders."""
+        s.destroyed = True
+        self.prune_streams(s.ctx)
+
+    def prune_streams(self, ctx) -> None:
+        """Drop destroyed streams whose work the host has seen complete."""
+        lst = self.streams_by_ctx.get(id(ctx))
+        if lst:
+            lst[:] = [s for s in lst
+                      if not (s.destroyed and s.clock <= self.host_vc.get(s.id, 0))]
+
+    # ------------------------------------------------------------- enqueue
+    def enqueue(self, stream: SimStream, fn: Callable[[], None] | None, desc: str,
+                accesses: list[tuple[int, int, bool]] = (), extra_deps: list[Op] = (),
+                extra_vc: dict[int, int] | None = None) -> Op:
+        """Queue ``fn`` on ``stream``; ``accesses`` are ``(address, nbytes, is_write)``."""
+        deps: list[Op] = []
+        if stream.tail is not None and not stream.tail.done:
+            deps.append(stream.tail)
+        vc = dict(stream.vc)
+        _join(vc, self.host_vc)
+        implicit: list[Op] = []
+        if stream.kind == "legacy":
+            for other in self.streams_by_ctx.get(id(stream.ctx), ()):
+                if other is not stream and other.blocking and other.tail is not None:
+                    implicit.append(other.tail)
+        elif stream.blocking:
+            legacy = stream.ctx.legacy
+            if legacy.tail is not None:
+                implicit.append(legacy.tail)
+        for d in (*implicit, *extra_deps):
+            _join(vc, d.vc)
+            if not d.done:
+                deps.append(d)
+        if extra_vc:
+            _join(vc, extra_vc)
+        stream.clock += 1
+        vc[stream.id] = stream.clock
+        self._seq += 1
+        op = Op(self._seq, stream, fn, deps, desc, vc)
+        if accesses and self.racecheck != "0":
+            self._check_races(op, accesses)
+        stream.tail = op
+        stream.vc = vc
+        self.pending[op.seq] = op
+        if len(self.pending) > self.max_queue:
+            self._drain_some()
+        return op
+
+    # ------------------------------------------------------------- execute
+    def _execute(self, op: Op) -> None:
+        op.deps = []
+        del self.pending[op.seq]
+        try:
+            if op.fn is not None:
+                op.fn()
+        except BaseException as e:  # kept on the op; the sync point reports it
+            op.error = e
+        finally:
+            op.fn = None
+            op.done = True
+            op.t_done = time.perf_counter()
+        if op.error is not None:
+            err, op.error = op.error, None
+            raise err
+
+    def _runnable(self, op: Op) -> bool:
+        return all(d.done for d in op.deps)
+
+    def complete(self, target: Op | None) -> None:
+        """Run work until ``target`` (and so everything it depends on) is done."""
+        if target is None or target.done:
+            return
+        if self.rng is not None:
+            while not target.done:
+                ready = [op for op in self.pending.values() if self._runnable(op)]
+                self._execute(self.rng.choice(ready))
+            return
+        stack = [target]
+        while stack:
+            op = stack[-1]
+            if op.done:
+                stack.pop()
+                continue
+            waiting = sorted((d for d in op.deps if not d.done), key=lambda o: -o.seq)
+            if waiting:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            self._execute(op)
+
+    def _drain_some(self) -> None:
+        """Run the oldest work until the queue is half its limit (GPU progress)."""
+        while len(self.pending) > self.max_queue // 2:
+            oldest = next(iter(self.pending.values()))
+            self.complete(oldest)
+
+    def complete_all(self, ctx=None) -> None:
+        for op in list(self.pending.values()):
+            if ctx is None or op.stream.ctx is ctx:
+                self.complete(op)
+
+    # --------------------------------------------------------- host syncs
+    def host_observes(self, vc: dict[int, int]) -> None:
+        """The host saw work with clock ``vc`` complete."""
+        _join(self.host_vc, vc)
+
+    # ------------------------------------------------------- race detector
+    def _check_races(self, op: Op, accesses) -> None:
+        for address, nbytes, write in accesses:
+            if nbytes <= 0:
+                continue
+            self._check_range(op, address, nbytes, write)
+
+    def _check_range(self, op: Op, address: int, nbytes: int, write: bool) -> None:
+        mem = self.memory
+        end = address + nbytes
+        while address < end:
+            a = mem.find(address)
+            if a is None or not a.alive:
+                return  # bounds and use-after-free are reported by the access itself
+            hi = min(end, a.base + a.size)
+            self._check_alloc(op, a, address, hi, write)
+            address = hi
+
+    def _check_alloc(self, op: Op, a: Allocation, lo: int, hi: int, write: bool) -> None:
+        records: list[_Access] = a.races
+        host = self.host_vc
+        keep: list[_Access] = []
+        for r in records:
+            if r.clock <= host.get(r.stream.id, 0):
+                continue  # the host has seen it complete: ordered before all new work
+            if r.stream is op.stream and write and lo <= r.lo and r.hi <= hi:
+                continue  # superseded by a later write on the same stream
+            keep.append(r)
+            if r.stream is op.stream or not (write or r.write):
+                continue
+            if r.hi <= lo or hi <= r.lo:
+                continue
+            if r.clock <= op.vc.get(r.stream.id, 0):
+                continue
+            self._report(op, a, r, lo, hi, write)
+        keep.append(_Access(lo, hi, write, op.stream, op.vc[op.stream.id], op.desc))
+        if len(keep) > self.MAX_RECORDS:
+            del keep[: len(keep) - self.MAX_RECORDS]
+        a.races = keep
+
+    def _report(self, op: Op, a: Allocation, r: _Access, lo: int, hi: int, write: bool) -> None:
+        olo, ohi = max(lo, r.lo), min(hi, r.hi)
+        msg = (
+            f"unordered access to {a.describe()}: {op.desc} "
+            f"({'writes' if write else 'reads'} bytes [0x{lo:x}, 0x{hi:x}) on {op.stream.describe()}) "
+            f"races with {r.desc} ({'writes' if r.write else 'reads'} bytes [0x{r.lo:x}, 0x{r.hi:x}) "
+            f"on {r.stream.describe()}); overlapping bytes [0x{olo:x}, 0x{ohi:x}). "
+            "Order them with an event (record on one stream, wait on the other) or a host synchronize."
+        )
+        if self.racecheck == "warn":
+            warnings.warn(msg, RuntimeWarning, stacklevel=6)
+        else:
+            raise StreamOrderError(msg)

@@ -1,0 +1,216 @@
+"""Exceptions raised by gpuarray.
+
+Every driver failure becomes a :class:`CudaError` that carries the numeric
+result code, its symbolic name and the driver call that failed, so callers can
+test the type (or ``code``) rather than parse text.  All exceptions here are
+picklable, so they cross process boundaries (IPC tests, multiprocessing).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CudaError",
+    "CudaOutOfMemoryError",
+    "CudaUnavailableError",
+    "NvrtcError",
+    "StreamOrderError",
+    "CUDA_ERROR_NAMES",
+]
+
+#: Result codes of the CUDA driver API that gpuarray names itself (the real
+#: backend takes names from cuda.bindings; the simulator uses this table).
+CUDA_ERROR_NAMES: dict[int, str] = {
+    0: "CUDA_SUCCESS",
+    1: "CUDA_ERROR_INVALID_VALUE",
+    2: "CUDA_ERROR_OUT_OF_MEMORY",
+    3: "CUDA_ERROR_NOT_INITIALIZED",
+    4: "CUDA_ERROR_DEINITIALIZED",
+    100: "CUDA_ERROR_NO_DEVICE",
+    101: "CUDA_ERROR_INVALID_DEVICE",
+    200: "CUDA_ERROR_INVALID_IMAGE",
+    201: "CUDA_ERROR_INVALID_CONTEXT",
+    208: "CUDA_ERROR_ALREADY_MAPPED",
+    209: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+    217: "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+    400: "CUDA_ERROR_INVALID_HANDLE",
+    500: "CUDA_ERROR_NOT_FOUND",
+    600: "CUDA_ERROR_NOT_READY",
+    700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+    704: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+    705: "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+    712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+    713: "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+    719: "CUDA_ERROR_LAUNCH_FAILED",
+    801: "CUDA_ERROR_NOT_SUPPORTED",
+    999: "CUDA_ERROR_UNKNOWN",
+}
+
+_DESCRIPTIONS: dict[str, str] = {
+    "CUDA_ERROR_INVALID_VALUE": "invalid argument",
+    "CUDA_ERROR_OUT_OF_MEMORY": "out of memory",
+    "CUDA_ERROR_NOT_INITIALIZED": "initialization error",
+    "CUDA_ERROR_NO_DEVICE": "no CUDA-capable device is detected",
+    "CUDA_ERROR_INVALID_DEVICE": "invalid device ordinal",
+    "CUDA_ERROR_INVALID_IMAGE": "device kernel image is invalid",
+    "CUDA_ERROR_INVALID_CONTEXT": "invalid device context",
+    "CUDA_ERROR_ALREADY_MAPPED": "resource already mapped",
+    "CUDA_ERROR_INVALID_HANDLE": "invalid resource handle",
+    "CUDA_ERROR_NOT_FOUND": "named symbol not found",
+    "CUDA_ERROR_NOT_READY": "device not ready",
+    "CUDA_ERROR_ILLEGAL_ADDRESS": "an illegal memory access was encountered",
+    "CUDA_ERROR_LAUNCH_FAILED": "unspecified launch failure",
+    "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED": "peer access has not been enabled",
+    "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED": "part or all of the requested memory range is already mapped",
+    "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED": "pointer does not correspond to a registered memory region",
+    "CUDA_ERROR_NOT_SUPPORTED": "operation not supported",
+}
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed.
+
+    Parameters
+    ----------
+    code : int
+        The driver's result code (``CUresult``).
+    call : str
+        The name of the failing driver call, e.g. ``"cuMemAlloc"``.
+    detail : str, optional
+        What gpuarray was doing, e.g. ``"while allocating 2.0 GiB on device 0"``.
+    name : str, optional
+        Symbolic name of ``code``; looked up when omitted.
+
+    Attributes
+    ----------
+    code : int
+    name : str
+    call : str
+    detail : str
+
+    Examples
+    --------
+    >>> err = CudaError(2, "cuMemAlloc", "while allocating 16 bytes")
+    >>> str(err)
+    'cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory) while allocating 16 bytes'
+    """
+
+    def __init__(self, code: int, call: str, detail: str = "", name: str | None = None) -> None:
+        self.code = int(code)
+        self.name = name or CUDA_ERROR_NAMES.get(self.code, f"CUDA_ERROR_{self.code}")
+        self.call = call
+        self.detail = detail
+        desc = _DESCRIPTIONS.get(self.name)
+        msg = f"{call} failed: {self.name}"
+        if desc:
+            msg += f" ({desc})"
+        if detail:
+            msg += f" {detail}"
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.call, self.detail, self.name))
+
+
+class CudaOutOfMemoryError(CudaError, MemoryError):
+    """A device allocation failed for lack of memory.
+
+    Subclass of both :class:`CudaError` and :class:`MemoryError`, so retry
+    logic can test the type.  Parameters as for :class:`CudaError`.
+
+    Examples
+    --------
+    >>> isinstance(CudaOutOfMemoryError(2, "cuMemAlloc"), MemoryError)
+    True
+    """
+
+
+class CudaUnavailableError(RuntimeError):
+    """The CUDA driver or a device is not available.
+
+    Raised at the first CUDA use with ``GPUARRAY_BACKEND=cuda`` (the default)
+    on a machine without a driver or device.  The message says how to run on
+    the simulator instead (``GPUARRAY_BACKEND=sim``).
+
+    Parameters
+    ----------
+    reason : str
+        Why CUDA could not be used.
+
+    Examples
+    --------
+    >>> "GPUARRAY_BACKEND=sim" in str(CudaUnavailableError("no driver"))
+    True
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"CUDA is not available: {reason}. To run without a GPU, set the "
+            "environment variable GPUARRAY_BACKEND=sim (the CPU simulator)."
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.reason,))
+
+
+class NvrtcError(RuntimeError):
+    """NVRTC failed to compile a kernel.
+
+    Parameters
+    ----------
+    message : str
+        The NVRTC result and what was being compiled.
+    log : str
+        The compiler log.
+    options : sequence of str
+        The options passed to NVRTC.
+    source : str
+        The source that failed; the exception message shows it numbered.
+
+    Examples
+    --------
+    >>> e = NvrtcError("NVRTC_ERROR_COMPILATION", "error: x", ["-arch=sm_90"], "int x")
+    >>> "   1 | int x" in str(e)
+    True
+    """
+
+    def __init__(self, message: str, log: str = "", options=(), source: str = "") -> None:
+        self.message = message
+        self.log = log
+        self.options = list(options)
+        self.source = source
+        numbered = "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
+        super().__init__(
+            f"{message}\noptions: {' '.join(self.options)}\nlog:\n{log}\nsource:\n{numbered}"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.log, self.options, self.source))
+
+
+class StreamOrderError(RuntimeError):
+    """Two streams touched overlapping memory without ordering.
+
+    Raised by the simulator's race detector when two operations on different
+    streams access overlapping bytes, at least one of them writing, with no
+    happens-before relation (event wait, legacy-stream implicit
+    synchronisation or host synchronisation) between them.
+
+    Parameters
+    ----------
+    message : str
+        Names both operations, their streams and the byte range.
+
+    Examples
+    --------
+    >>> issubclass(StreamOrderError, RuntimeError)
+    True
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message,))
