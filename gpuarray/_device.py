@@ -1,0 +1,259 @@
+"""Devices and their primary contexts; the current device of each thread.
+
+gpuarray uses each device's *primary context* (the one the CUDA runtime,
+CuPy, PyTorch and JAX use), so pointers and streams are shared with them.
+The current device of a thread is the device of the driver's current context
+on that thread (so a device chosen through CuPy or PyTorch is seen here too);
+with no context current, it is device 0.  The driver is initialised on the
+first call that needs it, never at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+from ._driver import get_backend
+
+__all__ = ["Device", "get_device", "select_device", "device_count"]
+
+_lock = threading.Lock()
+_devices: dict[int, "Device"] = {}
+_initialised = False
+
+
+def _backend_ready():
+    global _initialised
+    b = get_backend()
+    if not _initialised:
+        b.init()
+        _initialised = True
+    return b
+
+
+def _reset_for_tests() -> None:
+    """Forget cached devices (the backend was replaced)."""
+    global _initialised
+    with _lock:
+        _devices.clear()
+        _initialised = False
+
+
+class Device:
+    """A CUDA device.
+
+    Obtain devices with :func:`get_device`; the constructor is not public.
+
+    Attributes
+    ----------
+    id : int
+        The device ordinal.
+    name : str
+    compute_capability : tuple of int
+        ``(major, minor)``.
+    total_memory : int
+        Bytes of device memory.
+
+    Examples
+    --------
+    >>> dev = gpuarray.get_device()          # doctest: +SKIP
+    >>> with dev:                             # doctest: +SKIP
+    ...     a = gpuarray.zeros(3)
+    """
+
+    def __init__(self, ordinal: int, _token: object = None) -> None:
+        if _token is not _TOKEN:
+            raise TypeError("Device objects are made by gpuarray.get_device(ordinal)")
+        b = _backend_ready()
+        self.id = int(ordinal)
+        self.name = b.device_name(self.id)
+        self.compute_capability = (
+            b.device_attribute("compute_capability_major", self.id),
+            b.device_attribute("compute_capability_minor", self.id),
+        )
+        self.total_memory = b.device_total_memory(self.id)
+        self._ctx = b.primary_ctx_retain(self.id)
+        self._scratch = threading.local()
+
+    # The primary context handle; retained for the life of the process.
+    @property
+    def context_handle(self) -> int:
+        """The handle of the device's primary context."""
+        return self._ctx
+
+    def attribute(self, name: str) -> int:
+        """Return a device attribute.
+
+        Parameters
+        ----------
+        name : str
+            One of ``gpuarray._driver._base.DEVICE_ATTRIBUTES``, e.g.
+            ``"multiprocessor_count"``.
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        ValueError
+            For an unknown attribute name.
+        """
+        return get_backend().device_attribute(name, self.id)
+
+    @property
+    def uuid(self) -> bytes:
+        """The device's 16-byte UUID."""
+        return get_backend().device_uuid(self.id)
+
+    def make_current(self) -> None:
+        """Make this device's primary context current on the calling thread."""
+        b = get_backend()
+        if b.ctx_get_current() != self._ctx:
+            b.ctx_set_current(self._ctx)
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator["Device"]:
+        """Make this device current for the block, then restore the previous context."""
+        b = get_backend()
+        prev = b.ctx_get_current()
+        if prev == self._ctx:
+            yield self
+            return
+        b.ctx_set_current(self._ctx)
+        try:
+            yield self
+        finally:
+            b.ctx_set_current(prev)
+
+    def __enter__(self) -> "Device":
+        b = get_backend()
+        stack = getattr(self._scratch, "stack", None)
+        if stack is None:
+            stack = self._scratch.stack = []
+        stack.append(b.ctx_get_current())
+        b.ctx_set_current(self._ctx)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        get_backend().ctx_set_current(self._scratch.stack.pop())
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on this device (``cuCtxSynchronize``)."""
+        with self.activate():
+            get_backend().ctx_synchronize()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(("gpuarray.Device", self.id))
+
+    def __repr__(self) -> str:
+        major, minor = self.compute_capability
+        return f"<gpuarray.Device {self.id} '{self.name}' sm_{major}{minor}>"
+
+    def __reduce__(self):
+        return (get_device, (self.id,))
+
+
+_TOKEN = object()
+
+
+def device_count() -> int:
+    """Return the number of CUDA devices.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    CudaUnavailableError
+        With the ``cuda`` backend on a machine without a driver or device.
+
+    Examples
+    --------
+    >>> gpuarray.device_count() >= 1   # doctest: +SKIP
+    True
+    """
+    return _backend_ready().device_count()
+
+
+def _device(ordinal: int) -> Device:
+    dev = _devices.get(ordinal)
+    if dev is None:
+        with _lock:
+            dev = _devices.get(ordinal)
+            if dev is None:
+                n = _backend_ready().device_count()
+                if not 0 <= ordinal < n:
+                    raise ValueError(f"device ordinal {ordinal} is out of range: "
+                                     f"there {'is' if n == 1 else 'are'} {n} device{'s' * (n != 1)}")
+                dev = _devices[ordinal] = Device(ordinal, _TOKEN)
+    return dev
+
+
+def get_device(ordinal: int | None = None) -> Device:
+    """Return a device: the calling thread's current device, or ``ordinal``.
+
+    Parameters
+    ----------
+    ordinal : int, optional
+        Device number.  When omitted, the device of the driver's current
+        context on this thread; device 0 (made current) when none is.
+
+    Returns
+    -------
+    Device
+
+    Raises
+    ------
+    ValueError
+        If ``ordinal`` is not a device of this machine.
+    TypeError
+        If ``ordinal`` is not an integer.
+
+    Examples
+    --------
+    >>> gpuarray.get_device().id   # doctest: +SKIP
+    0
+    """
+    if ordinal is None:
+        b = _backend_ready()
+        if b.ctx_get_current():
+            return _device(b.ctx_get_device())
+        dev = _device(0)
+        b.ctx_set_current(dev.context_handle)
+        return dev
+    if isinstance(ordinal, bool) or not hasattr(ordinal, "__index__"):
+        raise TypeError(f"device ordinal must be an int, got {ordinal!r}")
+    return _device(ordinal.__index__())
+
+
+def select_device(ordinal: int) -> Device:
+    """Make device ``ordinal`` current on the calling thread.
+
+    Parameters
+    ----------
+    ordinal : int
+
+    Returns
+    -------
+    Device
+        The selected device.
+
+    Raises
+    ------
+    ValueError
+        If ``ordinal`` is not a device of this machine.
+
+    Examples
+    --------
+    >>> gpuarray.select_device(0)   # doctest: +SKIP
+    <gpuarray.Device 0 ...>
+    """
+    dev = get_device(ordinal)
+    dev.make_current()
+    return dev

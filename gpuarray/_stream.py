@@ -1,0 +1,493 @@
+"""Streams and events, and the helpers that order one stream after another.
+
+A :class:`Stream` is bound to a device.  Kinds: ``legacy`` (the legacy
+default stream, CAI value 1), ``per_thread`` (the calling thread's per-thread
+default stream, CAI value 2), ``owned`` (created here, destroyed when the last
+reference goes) and ``external`` (a handle created elsewhere, kept alive by an
+optional owner object).  Streams are made by factories; the class constructor
+refuses.
+
+Ordering without blocking the host: :func:`order_after` records a scratch
+event on one stream and makes another wait on it (``cuStreamWaitEvent``
+snapshots the event at the call, so one scratch event per device and thread
+can be reused at once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any, Iterator
+
+from . import _config
+from ._device import Device, get_device
+from ._driver import get_backend
+from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
+
+__all__ = [
+    "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
+    "per_thread_default_stream", "external_stream", "event", "synchronize",
+]
+
+_FACTORIES = ("gpuarray.stream(), gpuarray.default_stream(), gpuarray.legacy_default_stream(), "
+              "gpuarray.per_thread_default_stream() or gpuarray.external_stream(handle)")
+
+
+def _destroy_stream(backend, handle: int) -> None:
+    backend.stream_destroy(handle)
+
+
+class Stream:
+    """A CUDA stream on one device.
+
+    Make streams with :func:`stream`, :func:`default_stream`,
+    :func:`legacy_default_stream`, :func:`per_thread_default_stream` or
+    :func:`external_stream`; the constructor refuses.
+
+    Attributes
+    ----------
+    handle : int
+        The ``CUstream`` value (1 for the legacy, 2 for the per-thread
+        default stream).
+    device : Device
+        The device the stream belongs to.
+    kind : str
+        ``"legacy"``, ``"per_thread"``, ``"owned"`` or ``"external"``.
+
+    Examples
+    --------
+    >>> s = gpuarray.stream()            # doctest: +SKIP
+    >>> a = gpuarray.zeros(4, stream=s)  # doctest: +SKIP
+    >>> s.synchronize()                  # doctest: +SKIP
+    """
+
+    __slots__ = ("handle", "device", "kind", "_owner", "_finalizer", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(f"Stream objects are made by {_FACTORIES}")
+
+    @classmethod
+    def _make(cls, handle: int, device: Device, kind: str, owner: Any = None) -> "Stream":
+        self = object.__new__(cls)
+        self.handle = int(handle)
+        self.device = device
+        self.kind = kind
+        self._owner = owner
+        self._finalizer = None
+        if kind == "owned":
+            self._finalizer = weakref.finalize(self, _destroy_stream, get_backend(), self.handle)
+            self._finalizer.atexit = False
+        return self
+
+    @property
+    def cai_value(self) -> int:
+        """This stream as the CUDA Array Interface encodes it (1, 2 or the handle; never 0)."""
+        return self.handle
+
+    def __int__(self) -> int:
+        return self.handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The cuda.core stream protocol: ``(version, handle)``."""
+        return (0, self.handle)
+
+    def synchronize(self) -> None:
+        """Block the host until all work queued on this stream has completed."""
+        with self.device.activate():
+            get_backend().stream_synchronize(self.handle)
+
+    def query(self) -> bool:
+        """Return True when all work queued on this stream has completed."""
+        with self.device.activate():
+            return get_backend().stream_query(self.handle)
+
+    def wait_event(self, ev: "Event") -> None:
+        """Make later work on this stream wait for ``ev`` (no host blocking).
+
+        Parameters
+        ----------
+        ev : Event
+        """
+        with self.device.activate():
+            get_backend().stream_wait_event(self.handle, ev.handle)
+
+    def record(self, ev: "Event | None" = None) -> "Event":
+        """Record an event on this stream.
+
+        Parameters
+        ----------
+        ev : Event, optional
+            The event to record; a new timing event when omitted.
+
+        Returns
+        -------
+        Event
+        """
+        if ev is None:
+            with self.device.activate():
+                ev = event()
+        ev.record(self)
+        return ev
+
+    def wait_stream(self, other: "Stream") -> None:
+        """Make later work on this stream wait for the work queued on ``other`` so far.
+
+        Parameters
+        ----------
+        other : Stream
+        """
+        order_after(self, other)
+
+    @contextlib.contextmanager
+    def auto_synchronize(self) -> Iterator["Stream"]:
+        """Context manager that synchronises the stream when the block ends."""
+        try:
+            yield self
+        finally:
+            self.synchronize()
+
+    def close(self) -> None:
+        """Destroy an owned stream now (queued work still completes)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Stream) and other.handle == self.handle
+                and other.device.id == self.device.id)
+
+    def __hash__(self) -> int:
+        return hash((self.handle, self.device.id))
+
+    def __repr__(self) -> str:
+        return f"<gpuarray.Stream {self.kind} 0x{self.handle:x} on device {self.device.id}>"
+
+
+def _destroy_event(backend, handle: int) -> None:
+    backend.event_destroy(handle)
+
+
+class Event:
+    """A CUDA event.  Make events with :func:`event`.
+
+    Attributes
+    ----------
+    handle : int
+    device : Device
+    timing : bool
+
+    Examples
+    --------
+    >>> start, end = gpuarray.event(), gpuarray.event()   # doctest: +SKIP
+    >>> start.record(); end.record(); end.synchronize()   # doctest: +SKIP
+    >>> start.elapsed_time(end) >= 0                       # doctest: +SKIP
+    True
+    """
+
+    __slots__ = ("handle", "device", "timing", "_finalizer", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Event objects are made by gpuarray.event(timing=True)")
+
+    @classmethod
+    def _make(cls, device: Device, timing: bool) -> "Event":
+        self = object.__new__(cls)
+        self.device = device
+        self.timing = bool(timing)
+        with device.activate():
+            self.handle = get_backend().event_create(timing=self.timing)
+        self._finalizer = weakref.finalize(self, _destroy_event, get_backend(), self.handle)
+        self._finalizer.atexit = False
+        return self
+
+    def record(self, stream: Stream | None = None) -> "Event":
+        """Record the event on ``stream`` (the library default stream when omitted).
+
+        Parameters
+        ----------
+        stream : Stream, optional
+
+        Returns
+        -------
+        Event
+            ``self``.
+        """
+        s = stream if stream is not None else default_stream(self.device)
+        with s.device.activate():
+            get_backend().event_record(self.handle, s.handle)
+        return self
+
+    def synchronize(self) -> None:
+        """Block the host until the recorded work has completed."""
+        with self.device.activate():
+            get_backend().event_synchronize(self.handle)
+
+    def query(self) -> bool:
+        """Return True when the recorded work has completed."""
+        with self.device.activate():
+            return get_backend().event_query(self.handle)
+
+    def wait(self, stream: Stream | None = None) -> None:
+        """Make ``stream`` (default: the library default stream) wait for this event."""
+        s = stream if stream is not None else default_stream(self.device)
+        s.wait_event(self)
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds from this event to ``end`` (both recorded and completed, timing on).
+
+        Parameters
+        ----------
+        end : Event
+
+        Returns
+        -------
+        float
+        """
+        with self.device.activate():
+            return get_backend().event_elapsed_time(self.handle, end.handle)
+
+    def __repr__(self) -> str:
+        return f"<gpuarray.Event 0x{self.handle:x} on device {self.device.id}>"
+
+
+# ------------------------------------------------------------------ factories
+_defaults: dict[tuple[int, str], Stream] = {}
+
+
+def _default(device: Device | None, kind: str, handle: int) -> Stream:
+    dev = device if device is not None else get_device()
+    s = _defaults.get((dev.id, kind))
+    if s is None:
+        s = _defaults[(dev.id, kind)] = Stream._make(handle, dev, kind)
+    return s
+
+
+def legacy_default_stream(device: Device | None = None) -> Stream:
+    """Return the legacy default stream (CAI value 1) of ``device``.
+
+    Parameters
+    ----------
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    Stream
+
+    Examples
+    --------
+    >>> gpuarray.legacy_default_stream().cai_value   # doctest: +SKIP
+    1
+    """
+    return _default(device, "legacy", STREAM_LEGACY)
+
+
+def per_thread_default_stream(device: Device | None = None) -> Stream:
+    """Return the per-thread default stream (CAI value 2) of ``device``.
+
+    Parameters
+    ----------
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    Stream
+
+    Examples
+    --------
+    >>> gpuarray.per_thread_default_stream().cai_value   # doctest: +SKIP
+    2
+    """
+    return _default(device, "per_thread", STREAM_PER_THREAD)
+
+
+def default_stream(device: Device | None = None) -> Stream:
+    """Return the library default stream.
+
+    The legacy default stream, or the per-thread default stream when
+    ``GPUARRAY_PER_THREAD_DEFAULT_STREAM=1``.
+
+    Parameters
+    ----------
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    Stream
+
+    Examples
+    --------
+    >>> gpuarray.default_stream() == gpuarray.legacy_default_stream()   # doctest: +SKIP
+    True
+    """
+    if _config.get().per_thread_default_stream:
+        return per_thread_default_stream(device)
+    return legacy_default_stream(device)
+
+
+def stream(non_blocking: bool = False, priority: int = 0, device: Device | None = None) -> Stream:
+    """Create a new stream, destroyed when the last reference to it goes.
+
+    Parameters
+    ----------
+    non_blocking : bool, default False
+        A non-blocking stream does not synchronise with the legacy default
+        stream.
+    priority : int, default 0
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    Stream
+
+    Examples
+    --------
+    >>> s = gpuarray.stream(non_blocking=True)   # doctest: +SKIP
+    """
+    dev = device if device is not None else get_device()
+    with dev.activate():
+        h = get_backend().stream_create(non_blocking=bool(non_blocking), priority=int(priority))
+    return Stream._make(h, dev, "owned")
+
+
+def external_stream(handle: int, device: Device | None = None, owner: Any = None) -> Stream:
+    """Wrap a stream created elsewhere (CuPy, PyTorch, cuda.core ...).
+
+    Parameters
+    ----------
+    handle : int
+        The ``CUstream`` value; 1 and 2 give the legacy and per-thread
+        default streams.
+    device : Device, optional
+        The stream's device.  Default: the current device.
+    owner : object, optional
+        Kept alive as long as the returned :class:`Stream`, so the foreign
+        stream is not destroyed under it.
+
+    Returns
+    -------
+    Stream
+
+    Raises
+    ------
+    TypeError
+        If ``handle`` is not an integer.
+    ValueError
+        If ``handle`` is 0 (ambiguous: use :func:`legacy_default_stream`).
+
+    Examples
+    --------
+    >>> s = gpuarray.external_stream(torch.cuda.current_stream().cuda_stream)   # doctest: +SKIP
+    """
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"stream handle must be an int, got {type(handle).__name__} {handle!r}")
+    if handle == 0:
+        raise ValueError("stream handle 0 is ambiguous: use legacy_default_stream() or "
+                         "per_thread_default_stream()")
+    if handle < 0:
+        raise ValueError(f"stream handle {handle} is negative")
+    if handle == STREAM_LEGACY:
+        return legacy_default_stream(device)
+    if handle == STREAM_PER_THREAD:
+        return per_thread_default_stream(device)
+    dev = device if device is not None else get_device()
+    return Stream._make(handle, dev, "external", owner)
+
+
+def event(timing: bool = True) -> Event:
+    """Create an event on the current device.
+
+    Parameters
+    ----------
+    timing : bool, default True
+        Whether the event records time (needed for :meth:`Event.elapsed_time`).
+
+    Returns
+    -------
+    Event
+
+    Examples
+    --------
+    >>> ev = gpuarray.event(timing=False)   # doctest: +SKIP
+    """
+    return Event._make(get_device(), timing)
+
+
+def synchronize() -> None:
+    """Block until all work on the current device has completed.
+
+    Examples
+    --------
+    >>> gpuarray.synchronize()   # doctest: +SKIP
+    """
+    get_device().synchronize()
+
+
+# ----------------------------------------------------------- stream ordering
+_scratch = threading.local()
+
+
+def _scratch_event(device: Device) -> Event:
+    events = getattr(_scratch, "events", None)
+    if events is None:
+        events = _scratch.events = {}
+    ev = events.get(device.id)
+    if ev is None:
+        with device.activate():
+            ev = events[device.id] = Event._make(device, False)
+    return ev
+
+
+def order_after(waiter: Stream, producer: Stream) -> None:
+    """Make ``waiter``'s later work wait for the work queued on ``producer`` so far.
+
+    No host blocking.  Nothing happens when they are the same stream.
+    """
+    if waiter == producer:
+        return
+    ev = _scratch_event(producer.device)
+    b = get_backend()
+    with producer.device.activate():
+        b.event_record(ev.handle, producer.handle)
+    with waiter.device.activate():
+        b.stream_wait_event(waiter.handle, ev.handle)
+
+
+def _reset_for_tests() -> None:
+    _defaults.clear()
+    _scratch.__dict__.clear()
+
+
+def as_stream(obj: Any, device: Device | None = None) -> Stream:
+    """Coerce a ``stream=`` argument to a :class:`Stream`.
+
+    Accepts None or 0 (the library default stream of ``device``), a
+    :class:`Stream`, a positive int handle, or a foreign stream object:
+    anything with ``__cuda_stream__`` (cuda.core, CuPy, PyTorch), ``.ptr``
+    (CuPy), ``.cuda_stream`` (PyTorch) or ``.handle.value`` (Numba).  Foreign
+    objects are kept alive by the returned stream.
+    """
+    if obj is None or (obj == 0 and isinstance(obj, int) and not isinstance(obj, bool)):
+        return default_stream(device)
+    if isinstance(obj, Stream):
+        return obj
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return external_stream(obj, device)
+    proto = getattr(obj, "__cuda_stream__", None)
+    if proto is not None:
+        handle = proto()[1] if callable(proto) else proto[1]
+    elif hasattr(obj, "cuda_stream"):
+        handle = obj.cuda_stream
+    elif hasattr(obj, "ptr") and isinstance(getattr(obj, "ptr"), int):
+        handle = obj.ptr
+    elif hasattr(getattr(obj, "handle", None), "value"):
+        handle = obj.handle.value or 0
+    else:
+        raise TypeError(f"stream must be a gpuarray.Stream, an int handle or a CUDA stream object, "
+                        f"got {type(obj).__name__} {obj!r}")
+    if handle == 0:
+        return default_stream(device)
+    return external_stream(int(handle), device, owner=obj)

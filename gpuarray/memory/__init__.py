@@ -1,0 +1,32 @@
+"""Memory: pointers, memory managers (NBEP 7), page-locked host memory, IPC.
+
+This layer knows sizes and addresses, never shapes.  Every allocation of the
+library goes through :func:`allocate` / :func:`host_alloc` / :func:`host_pin`
+and therefore through the active memory manager.
+"""
+
+from ._host import mapped_array, pinned, pinned_array
+from ._ipc import IpcHandle
+from ._manager import (
+    SUPPORTED_INTERFACE_VERSION,
+    BaseCUDAMemoryManager,
+    DefaultMemoryManager,
+    GetIpcHandleMixin,
+    HostOnlyCUDAMemoryManager,
+    allocate,
+    defer_cleanup,
+    get_memory_info,
+    get_memory_manager,
+    host_alloc,
+    host_pin,
+    set_memory_manager,
+)
+from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
+
+__all__ = [
+    "MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo", "IpcHandle",
+    "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
+    "DefaultMemoryManager", "set_memory_manager", "get_memory_manager", "defer_cleanup",
+    "get_memory_info", "allocate", "host_alloc", "host_pin", "pinned_array", "mapped_array",
+    "pinned", "SUPPORTED_INTERFACE_VERSION",
+]

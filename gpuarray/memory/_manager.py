@@ -1,0 +1,523 @@
+"""Memory managers: the NBEP 7 plugin interface and the default manager.
+
+One manager *class* serves the whole program; it is instantiated once per
+device (``cls(context=device)``) on first use, and ``initialize()`` is called
+before its first allocation.  Every allocation of the library goes through
+:func:`allocate` (device memory) or :func:`host_alloc` / :func:`host_pin`
+(page-locked host memory), and so through the active manager.
+
+The default manager frees device memory through a deferred-deallocation queue:
+frees are batched until more than ``GPUARRAY_MAX_PENDING_DEALLOCS_COUNT``
+(default 10) are pending or their size passes
+``GPUARRAY_MAX_PENDING_DEALLOCS_RATIO`` (default 0.2) of the device memory;
+on out-of-memory the queue is flushed and the allocation retried once.
+:func:`defer_cleanup` holds all frees back (nestable, exception-safe).
+
+``GPUARRAY_MEMORY_MANAGER=module`` selects ``module._gpuarray_memory_manager``;
+:func:`set_memory_manager` then warns and does nothing.  Nothing initialises
+CUDA at import, so import order never matters.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import importlib
+import threading
+import warnings
+from typing import Any, Callable, Iterator
+
+from .. import _config
+from .._device import Device, get_device
+from .._driver import get_backend
+from ..errors import CudaOutOfMemoryError
+from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
+
+__all__ = [
+    "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
+    "DefaultMemoryManager", "set_memory_manager", "get_memory_manager", "defer_cleanup",
+    "get_memory_info", "allocate", "host_alloc", "host_pin", "SUPPORTED_INTERFACE_VERSION",
+]
+
+#: The NBEP 7 interface version gpuarray implements.
+SUPPORTED_INTERFACE_VERSION = 1
+
+
+def _fmt_size(n: int) -> str:
+    for unit, step in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= step:
+            return f"{n / step:.1f} {unit}"
+    return f"{n} bytes"
+
+
+class BaseCUDAMemoryManager(abc.ABC):
+    """Abstract base of memory managers (NBEP 7).
+
+    Parameters
+    ----------
+    context : Device, optional
+        The device this instance manages (keyword argument).
+
+    Notes
+    -----
+    Subclasses implement ``memalloc``, ``memhostalloc``, ``mempin``,
+    ``initialize``, ``get_memory_info``, ``get_ipc_handle``, ``reset``,
+    ``defer_cleanup`` and the property ``interface_version`` (return 1).
+    """
+
+    def __init__(self, *args: Any, context: Device | None = None, **kwargs: Any) -> None:
+        self.context = context
+
+    @abc.abstractmethod
+    def memalloc(self, size: int) -> MemoryPointer:
+        """Allocate ``size`` bytes of device memory in the current context."""
+
+    @abc.abstractmethod
+    def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False,
+                     wc: bool = False) -> PinnedMemory:
+        """Allocate page-locked host memory; a ``MappedMemory`` when ``mapped``."""
+
+    @abc.abstractmethod
+    def mempin(self, owner: Any, pointer: int, size: int, mapped: bool = False) -> PinnedMemory:
+        """Page-lock existing host memory owned by ``owner``."""
+
+    @abc.abstractmethod
+    def initialize(self) -> None:
+        """Prepare for allocations; may be called more than once."""
+
+    @abc.abstractmethod
+    def get_memory_info(self) -> MemoryInfo:
+        """``(free, total)`` bytes of the context's device."""
+
+    @abc.abstractmethod
+    def get_ipc_handle(self, memory: MemoryPointer) -> Any:
+        """An ``IpcHandle`` for an allocation."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Release everything this manager allocated in its context."""
+
+    @abc.abstractmethod
+    def defer_cleanup(self) -> contextlib.AbstractContextManager:
+        """A context manager that holds deallocations back while active."""
+
+    @property
+    @abc.abstractmethod
+    def interface_version(self) -> int:
+        """The NBEP 7 interface version implemented (1)."""
+
+
+class _PendingDeallocs:
+    """The deferred-deallocation queue of one device."""
+
+    def __init__(self, device: Device | None) -> None:
+        self._device = device
+        self._lock = threading.Lock()
+        self._items: list[tuple[Callable[[int], None], int, int]] = []
+        self._size = 0
+        self._disabled = 0
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._items)
+
+    @property
+    def pending_size(self) -> int:
+        return self._size
+
+    def _limits(self) -> tuple[int, int]:
+        cfg = _config.get()
+        total = self._device.total_memory if self._device is not None else 0
+        return cfg.max_pending_deallocs_count, int(cfg.max_pending_deallocs_ratio * total)
+
+    def add_item(self, free: Callable[[int], None], handle: int, size: int) -> None:
+        with self._lock:
+            self._items.append((free, handle, size))
+            self._size += size
+            count_max, size_max = self._limits()
+            over = len(self._items) > count_max or (size_max and self._size > size_max)
+        if over:
+            self.clear()
+
+    def clear(self) -> None:
+        """Run the pending frees now (unless cleanup is deferred)."""
+        with self._lock:
+            if self._disabled:
+                return
+            items, self._items, self._size = self._items, [], 0
+        if not items:
+            return
+        ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
+        with ctx:
+            for free, handle, _ in items:
+                free(handle)
+
+    @contextlib.contextmanager
+    def disable(self) -> Iterator[None]:
+        with self._lock:
+            self._disabled += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._disabled -= 1
+
+    @property
+    def is_disabled(self) -> bool:
+        return self._disabled > 0
+
+
+class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
+    """Base for plugins that manage device memory only (NBEP 7).
+
+    Implements page-locked host memory (``memhostalloc``, ``mempin``) and the
+    deferred-deallocation queue.  Subclasses add ``memalloc`` and
+    ``get_memory_info``, and call ``super()`` from ``__init__``,
+    ``initialize``, ``reset`` and ``defer_cleanup``.
+
+    Parameters
+    ----------
+    context : Device, optional
+        The device this instance manages (keyword argument).
+    """
+
+    def __init__(self, *args: Any, context: Device | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, context=context, **kwargs)
+        self.allocations: dict[int, Any] = {}
+        self.deallocations = _PendingDeallocs(context)
+
+    def _free_host(self, ptr: int) -> None:
+        self.allocations.pop(ptr, None)
+        get_backend().mem_free_host(ptr)
+
+    def _unpin(self, ptr: int) -> None:
+        self.allocations.pop(ptr, None)
+        get_backend().mem_host_unregister(ptr)
+
+    def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False,
+                     wc: bool = False) -> PinnedMemory:
+        """Allocate page-locked host memory (``cuMemHostAlloc``).
+
+        Parameters
+        ----------
+        size : int
+        mapped, portable, wc : bool
+
+        Returns
+        -------
+        PinnedMemory or MappedMemory
+        """
+        b = get_backend()
+        ptr = b.mem_host_alloc(size, mapped=mapped, portable=portable, write_combined=wc)
+        dealloc = self.deallocations
+
+        def finalizer(ptr=ptr, size=size):
+            dealloc.add_item(self._free_host, ptr, size)
+
+        if mapped:
+            mem: PinnedMemory = MappedMemory(self.context, ptr, size, finalizer=finalizer,
+                                             device_pointer=b.mem_host_get_device_pointer(ptr))
+        else:
+            mem = PinnedMemory(self.context, ptr, size, finalizer=finalizer)
+        self.allocations[ptr] = size
+        return mem
+
+    def mempin(self, owner: Any, pointer: int, size: int, mapped: bool = False) -> PinnedMemory:
+        """Page-lock ``size`` bytes at host address ``pointer`` (``cuMemHostRegister``).
+
+        Parameters
+        ----------
+        owner : object
+            Kept alive while the memory is pinned.
+        pointer : int
+        size : int
+        mapped : bool
+
+        Returns
+        -------
+        PinnedMemory or MappedMemory
+        """
+        b = get_backend()
+        ptr = int(getattr(pointer, "value", pointer))
+        b.mem_host_register(ptr, size, mapped=mapped)
+        dealloc = self.deallocations
+
+        def finalizer(ptr=ptr, size=size):
+            # Unpin at once (so the memory can be pinned again) unless a
+            # defer_cleanup() block is holding releases back.
+            if dealloc.is_disabled:
+                dealloc.add_item(self._unpin, ptr, size)
+            else:
+                self._unpin(ptr)
+
+        if mapped:
+            mem: PinnedMemory = MappedMemory(self.context, ptr, size, owner, finalizer,
+                                             b.mem_host_get_device_pointer(ptr))
+        else:
+            mem = PinnedMemory(self.context, ptr, size, owner, finalizer)
+        self.allocations[ptr] = size
+        return mem
+
+    def initialize(self) -> None:
+        """Nothing to prepare; safe to call again."""
+
+    def reset(self) -> None:
+        """Run all pending deallocations and forget tracked allocations."""
+        self.deallocations.clear()
+        self.allocations.clear()
+
+    def defer_cleanup(self) -> contextlib.AbstractContextManager:
+        """Hold deallocations back while the returned context is active."""
+        return self.deallocations.disable()
+
+
+class GetIpcHandleMixin:
+    """Adds ``get_ipc_handle`` for managers whose allocations come from ``cuMemAlloc``."""
+
+    def get_ipc_handle(self, memory: MemoryPointer) -> Any:
+        """Return an ``IpcHandle`` for ``memory`` (offset within its allocation kept).
+
+        Parameters
+        ----------
+        memory : MemoryPointer
+        """
+        from ._ipc import IpcHandle
+
+        return IpcHandle.from_memory(memory)
+
+
+class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
+    """The default manager: ``cuMemAlloc`` with deferred frees.
+
+    Parameters
+    ----------
+    context : Device, optional
+        The device this instance manages (keyword argument).
+    """
+
+    def memalloc(self, size: int) -> MemoryPointer:
+        """Allocate ``size`` bytes on the current device.
+
+        On out-of-memory, pending deallocations are flushed and the
+        allocation retried once.
+
+        Parameters
+        ----------
+        size : int
+
+        Returns
+        -------
+        MemoryPointer
+
+        Raises
+        ------
+        CudaOutOfMemoryError
+            Stating the size asked for and the device.
+        """
+        b = get_backend()
+        try:
+            ptr = b.mem_alloc(size)
+        except CudaOutOfMemoryError:
+            self.deallocations.clear()
+            try:
+                ptr = b.mem_alloc(size)
+            except CudaOutOfMemoryError as e:
+                dev = self.context.id if self.context is not None else b.ctx_get_device()
+                raise CudaOutOfMemoryError(
+                    e.code, e.call, f"while allocating {_fmt_size(size)} ({size} bytes) on device {dev}",
+                    e.name) from e
+        dealloc = self.deallocations
+
+        def finalizer(ptr=ptr, size=size):
+            dealloc.add_item(self._free_device, ptr, size)
+
+        self.allocations[ptr] = size
+        return MemoryPointer(self.context, ptr, size, finalizer=finalizer)
+
+    def _free_device(self, ptr: int) -> None:
+        self.allocations.pop(ptr, None)
+        get_backend().mem_free(ptr)
+
+    def get_memory_info(self) -> MemoryInfo:
+        """Free and total memory of this manager's device.
+
+        Returns
+        -------
+        MemoryInfo
+        """
+        return MemoryInfo(*get_backend().mem_get_info())
+
+    @property
+    def interface_version(self) -> int:
+        """1."""
+        return SUPPORTED_INTERFACE_VERSION
+
+
+# --------------------------------------------------------------- registry
+_lock = threading.RLock()
+_manager_class: type | None = None
+_managers: dict[int, BaseCUDAMemoryManager] = {}
+
+
+def _check_version(cls: type, source: str) -> None:
+    try:
+        probe = cls(context=None)
+        version = probe.interface_version
+    except Exception as e:
+        raise TypeError(f"{source}: cannot instantiate memory manager {cls!r} to read its "
+                        f"interface_version: {e}") from e
+    if version != SUPPORTED_INTERFACE_VERSION:
+        raise RuntimeError(
+            f"{source}: memory manager {cls.__name__} implements EMM interface version "
+            f"{version!r}, but gpuarray supports version {SUPPORTED_INTERFACE_VERSION}")
+
+
+def _active_class() -> type:
+    global _manager_class
+    if _manager_class is None:
+        name = _config.get().memory_manager
+        if name:
+            module = importlib.import_module(name)
+            try:
+                cls = module._gpuarray_memory_manager
+            except AttributeError:
+                raise ImportError(f"GPUARRAY_MEMORY_MANAGER={name!r}: module {name} has no "
+                                  "_gpuarray_memory_manager") from None
+            _check_version(cls, f"GPUARRAY_MEMORY_MANAGER={name}")
+            _manager_class = cls
+        else:
+            _manager_class = DefaultMemoryManager
+    return _manager_class
+
+
+def set_memory_manager(cls: type) -> None:
+    """Use ``cls`` for all later allocations on every device.
+
+    Parameters
+    ----------
+    cls : type
+        A subclass of :class:`BaseCUDAMemoryManager` (or anything with its
+        methods) whose ``interface_version`` is 1.
+
+    Raises
+    ------
+    RuntimeError
+        If the plugin's interface version is not supported; the message
+        names both versions.
+
+    Warns
+    -----
+    UserWarning
+        When ``GPUARRAY_MEMORY_MANAGER`` is set: the call is ignored.
+
+    Examples
+    --------
+    >>> gpuarray.set_memory_manager(MyManager)   # doctest: +SKIP
+    """
+    global _manager_class
+    if _config.get().memory_manager:
+        warnings.warn(f"GPUARRAY_MEMORY_MANAGER={_config.get().memory_manager} is set; "
+                      f"set_memory_manager({getattr(cls, '__name__', cls)}) is ignored",
+                      UserWarning, stacklevel=2)
+        return
+    _check_version(cls, "set_memory_manager")
+    with _lock:
+        _manager_class = cls
+        _managers.clear()  # existing allocations keep their manager through finalizers
+
+
+def get_memory_manager(device: Device | None = None) -> BaseCUDAMemoryManager:
+    """The active manager instance of ``device`` (the current device by default)."""
+    dev = device if device is not None else get_device()
+    mgr = _managers.get(dev.id)
+    if mgr is None:
+        with _lock:
+            mgr = _managers.get(dev.id)
+            if mgr is None:
+                mgr = _active_class()(context=dev)
+                with dev.activate():
+                    mgr.initialize()
+                _managers[dev.id] = mgr
+    return mgr
+
+
+def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
+    """Allocate device memory through the active manager.
+
+    ``nbytes == 0`` allocates nothing and returns a null pointer.
+    """
+    dev = device if device is not None else get_device()
+    if nbytes == 0:
+        return MemoryPointer(dev, 0, 0)
+    mgr = get_memory_manager(dev)
+    with dev.activate():
+        return mgr.memalloc(nbytes)
+
+
+def host_alloc(nbytes: int, mapped: bool = False, portable: bool = False, wc: bool = False,
+               device: Device | None = None) -> PinnedMemory:
+    """Allocate page-locked host memory through the active manager."""
+    dev = device if device is not None else get_device()
+    with dev.activate():
+        return get_memory_manager(dev).memhostalloc(max(nbytes, 1), mapped, portable, wc)
+
+
+def host_pin(owner: Any, pointer: int, nbytes: int, mapped: bool = False,
+             device: Device | None = None) -> PinnedMemory:
+    """Page-lock existing host memory through the active manager."""
+    dev = device if device is not None else get_device()
+    with dev.activate():
+        return get_memory_manager(dev).mempin(owner, pointer, nbytes, mapped)
+
+
+@contextlib.contextmanager
+def defer_cleanup() -> Iterator[None]:
+    """Hold back deallocations on every device while the block runs.
+
+    Nestable; the hold is released even when the block raises.
+
+    Examples
+    --------
+    >>> with gpuarray.defer_cleanup():   # doctest: +SKIP
+    ...     del a                          # freed after the block
+    """
+    with contextlib.ExitStack() as stack:
+        from .._device import device_count
+
+        for i in range(device_count()):
+            stack.enter_context(get_memory_manager(get_device(i)).defer_cleanup())
+        yield
+
+
+def get_memory_info(device: Device | None = None) -> MemoryInfo:
+    """Free and total memory of ``device`` (the current device by default).
+
+    Parameters
+    ----------
+    device : Device, optional
+
+    Returns
+    -------
+    MemoryInfo
+
+    Examples
+    --------
+    >>> info = gpuarray.get_memory_info()   # doctest: +SKIP
+    >>> info.free <= info.total              # doctest: +SKIP
+    True
+    """
+    dev = device if device is not None else get_device()
+    with dev.activate():
+        return MemoryInfo(*get_memory_manager(dev).get_memory_info())
+
+
+def _reset_for_tests() -> None:
+    global _manager_class
+    with _lock:
+        for mgr in _managers.values():
+            try:
+                mgr.reset()
+            except Exception:  # a test's broken plugin must not break the next test
+                pass
+        _managers.clear()
+        _manager_class = None

@@ -1,0 +1,200 @@
+"""Owning references to memory: device pointers and page-locked host memory.
+
+A :class:`MemoryPointer` stands for an allocation (or a view of one).  Its
+``finalizer`` runs exactly once, through :func:`weakref.finalize`, when the
+last reference goes; views hold a reference to their base, so the base is
+released only after every view.  Finalizers do not run at interpreter exit
+(the driver releases everything then).
+
+Signatures follow NBEP 7 (Numba's external memory management interface):
+``MemoryPointer(context, pointer, size, owner=None, finalizer=None)``; here
+``context`` is the :class:`gpuarray.Device` the memory belongs to.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any, Callable, NamedTuple
+
+__all__ = ["MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo"]
+
+
+def _address(pointer: Any) -> int:
+    value = getattr(pointer, "value", pointer)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"pointer must be an int or a ctypes pointer value, got {pointer!r}")
+    return value
+
+
+class MemoryInfo(NamedTuple):
+    """Free and total device memory in bytes.
+
+    Attributes
+    ----------
+    free : int
+    total : int
+    """
+
+    free: int
+    total: int
+
+
+class MemoryPointer:
+    """Device memory: an address, a size, and what keeps it allocated.
+
+    Parameters
+    ----------
+    context : Device
+        The device (context) the memory was allocated in.
+    pointer : int or ctypes.c_uint64
+        The device address.
+    size : int
+        Size in bytes.
+    owner : object, optional
+        An object kept alive as long as this pointer (e.g. the base
+        allocation of a view, or a foreign array).
+    finalizer : callable, optional
+        Called with no arguments exactly once, when the last reference dies.
+
+    Examples
+    --------
+    >>> freed = []
+    >>> p = MemoryPointer(None, 0x1000, 64, finalizer=lambda: freed.append(1))
+    >>> v = p.view(16, 32)
+    >>> del p; freed            # the view keeps the allocation
+    []
+    >>> del v; freed
+    [1]
+    """
+
+    __slots__ = ("context", "device_pointer", "size", "owner", "_finalizer", "__weakref__")
+
+    def __init__(self, context: Any, pointer: Any, size: int, owner: Any = None,
+                 finalizer: Callable[[], None] | None = None) -> None:
+        self.context = context
+        self.device_pointer = _address(pointer)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"size must be a non-negative int, got {size!r}")
+        self.size = size
+        self.owner = owner
+        self._finalizer = None
+        if finalizer is not None:
+            self._finalizer = weakref.finalize(self, finalizer)
+            self._finalizer.atexit = False
+
+    @property
+    def handle(self) -> int:
+        """The device address (alias of ``device_pointer``)."""
+        return self.device_pointer
+
+    @property
+    def device_ctypes_pointer(self) -> ctypes.c_void_p:
+        """The address as ``ctypes.c_void_p`` (value None for address 0)."""
+        return ctypes.c_void_p(self.device_pointer or None)
+
+    @property
+    def base(self) -> "MemoryPointer":
+        """The allocation this pointer is a view of (itself for an allocation)."""
+        p = self
+        while isinstance(p.owner, MemoryPointer) and p._finalizer is None:
+            p = p.owner
+        return p
+
+    @property
+    def alive(self) -> bool:
+        """False once the finalizer has run (memory released)."""
+        return self._finalizer is None or self._finalizer.alive
+
+    def view(self, start: int, stop: int | None = None) -> "MemoryPointer":
+        """A pointer to bytes ``[start, stop)`` that keeps this allocation alive.
+
+        Parameters
+        ----------
+        start, stop : int
+            Byte offsets within this pointer's range.
+
+        Returns
+        -------
+        MemoryPointer
+
+        Raises
+        ------
+        IndexError
+            If the range is outside ``[0, size]``.
+        """
+        stop = self.size if stop is None else stop
+        if not 0 <= start <= stop <= self.size:
+            raise IndexError(f"view [{start}, {stop}) is outside the {self.size}-byte allocation")
+        cls = type(self) if type(self) is MemoryPointer else MemoryPointer
+        return cls(self.context, self.device_pointer + start, stop - start, owner=self)
+
+    def free(self) -> None:
+        """Release the memory now (runs the finalizer; later calls do nothing)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __repr__(self) -> str:
+        dev = getattr(self.context, "id", self.context)
+        return f"<{type(self).__name__} 0x{self.device_pointer:x} size={self.size} device={dev}>"
+
+
+class PinnedMemory(MemoryPointer):
+    """Page-locked host memory (from ``memhostalloc`` or ``mempin``).
+
+    Parameters
+    ----------
+    context : Device
+    pointer : int or ctypes.c_void_p
+        The host address.
+    size : int
+    owner : object, optional
+        The object that owns the memory (for ``mempin``: the pinned array).
+    finalizer : callable, optional
+        Frees or unpins the memory; runs once, when the last reference dies.
+
+    Examples
+    --------
+    >>> pm = PinnedMemory(None, 0x2000, 8)
+    >>> pm.host_pointer == 0x2000
+    True
+    """
+
+    __slots__ = ()
+
+    @property
+    def host_pointer(self) -> int:
+        """The host address."""
+        return self.device_pointer
+
+
+class MappedMemory(PinnedMemory):
+    """Page-locked host memory mapped into the device address space.
+
+    Parameters
+    ----------
+    context : Device
+    pointer : int or ctypes.c_void_p
+        The host address.
+    size : int
+    owner : object, optional
+    finalizer : callable, optional
+    device_pointer : int, optional
+        The device address of the mapping (equal to the host address with
+        unified addressing, the default).
+
+    Examples
+    --------
+    >>> mm = MappedMemory(None, 0x3000, 8)
+    >>> mm.device_address == 0x3000
+    True
+    """
+
+    __slots__ = ("device_address",)
+
+    def __init__(self, context: Any, pointer: Any, size: int, owner: Any = None,
+                 finalizer: Callable[[], None] | None = None, device_pointer: int | None = None) -> None:
+        super().__init__(context, pointer, size, owner, finalizer)
+        self.device_address = self.device_pointer if device_pointer is None else int(device_pointer)

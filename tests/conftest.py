@@ -1,0 +1,75 @@
+"""Test fixtures: every test starts from fresh global state.
+
+On the simulator (``GPUARRAY_BACKEND=sim``, what ``make test`` sets) each test
+gets a fresh :class:`SimBackend` built from the ``GPUARRAY_SIM_*`` environment,
+so memory accounting, streams and race records never leak between tests.
+On the real backend the process-wide backend is kept (a GPU context is
+expensive) and only library state is reset.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import gpuarray
+from gpuarray import _config, _device, _driver, _stream
+from gpuarray.memory import _manager
+
+
+def backend_is_sim() -> bool:
+    return os.environ.get("GPUARRAY_BACKEND", "cuda").strip().lower() == "sim"
+
+
+def _reset_library_state() -> None:
+    _config.reload()
+    _manager._reset_for_tests()
+    _stream._reset_for_tests()
+    try:
+        from gpuarray import _kernels
+    except ImportError:  # pragma: no cover - the kernels layer always exists
+        return
+    reset = getattr(_kernels, "_reset_for_tests", None)
+    if reset is not None:
+        reset()
+
+
+def fresh_sim(**kwargs):
+    """Install a fresh simulator (keyword arguments as SimBackend's) and return it."""
+    from gpuarray._driver.sim import SimBackend
+
+    _reset_library_state()
+    b = SimBackend(**kwargs) if kwargs else SimBackend.from_environment()
+    _driver.set_backend(b)
+    _device._reset_for_tests()
+    return b
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    if backend_is_sim():
+        fresh_sim()
+    else:
+        _reset_library_state()
+    yield
+    _reset_library_state()
+
+
+@pytest.fixture
+def sim():
+    """The simulator backend of this test (skips on the real backend)."""
+    if not backend_is_sim():
+        pytest.skip("needs the simulator backend (GPUARRAY_BACKEND=sim)")
+    return _driver.get_backend()
+
+
+@pytest.fixture
+def make_sim():
+    """Install a simulator with custom settings: ``make_sim(devices=2, memory=1 << 20)``."""
+    if not backend_is_sim():
+        pytest.skip("needs the simulator backend (GPUARRAY_BACKEND=sim)")
+    return fresh_sim
+
+
+__all__ = ["backend_is_sim", "fresh_sim", "gpuarray"]
