@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import importlib
 import threading
 import warnings
@@ -186,13 +187,15 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         self.allocations: dict[int, Any] = {}
         self.deallocations = _PendingDeallocs(context)
 
-    def _free_host(self, ptr: int) -> None:
+    # Releases go to the backend that made the allocation (captured when
+    # allocating), never to whatever backend is installed when the GC runs.
+    def _free_host(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        get_backend().mem_free_host(ptr)
+        backend.mem_free_host(ptr)
 
-    def _unpin(self, ptr: int) -> None:
+    def _unpin(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        get_backend().mem_host_unregister(ptr)
+        backend.mem_host_unregister(ptr)
 
     def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False,
                      wc: bool = False) -> PinnedMemory:
@@ -212,7 +215,7 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         dealloc = self.deallocations
 
         def finalizer(ptr=ptr, size=size):
-            dealloc.add_item(self._free_host, ptr, size)
+            dealloc.add_item(functools.partial(self._free_host, b), ptr, size)
 
         if mapped:
             mem: PinnedMemory = MappedMemory(self.context, ptr, size, finalizer=finalizer,
@@ -246,9 +249,9 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
             # Unpin at once (so the memory can be pinned again) unless a
             # defer_cleanup() block is holding releases back.
             if dealloc.is_disabled:
-                dealloc.add_item(self._unpin, ptr, size)
+                dealloc.add_item(functools.partial(self._unpin, b), ptr, size)
             else:
-                self._unpin(ptr)
+                self._unpin(b, ptr)
 
         if mapped:
             mem: PinnedMemory = MappedMemory(self.context, ptr, size, owner, finalizer,
@@ -329,14 +332,14 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         dealloc = self.deallocations
 
         def finalizer(ptr=ptr, size=size):
-            dealloc.add_item(self._free_device, ptr, size)
+            dealloc.add_item(functools.partial(self._free_device, b), ptr, size)
 
         self.allocations[ptr] = size
         return MemoryPointer(self.context, ptr, size, finalizer=finalizer)
 
-    def _free_device(self, ptr: int) -> None:
+    def _free_device(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        get_backend().mem_free(ptr)
+        backend.mem_free(ptr)
 
     def get_memory_info(self) -> MemoryInfo:
         """Free and total memory of this manager's device.

@@ -1,0 +1,79 @@
+"""gpuarray: a minimal GPU ndarray that moves zero-copy between CUDA libraries.
+
+``DeviceNDArray`` owns (or borrows) device memory, knows its default stream,
+and exports ``__cuda_array_interface__`` (v3) and ``__dlpack__`` (DLPack 1.x).
+Select the backend with ``GPUARRAY_BACKEND=cuda`` (default) or ``sim`` (the CPU
+simulator).  Importing gpuarray never initialises CUDA.
+
+This module only re-exports the public API; the logic lives in the layers
+described in the design document.
+"""
+
+from . import errors
+from ._array import DeviceNDArray, is_device_array
+from ._creation import (
+    asarray,
+    device_array,
+    device_array_like,
+    empty,
+    empty_like,
+    full,
+    full_like,
+    ones,
+    ones_like,
+    to_device,
+    zeros,
+    zeros_like,
+)
+from ._device import Device, device_count, get_device, select_device
+from ._stream import (
+    Event,
+    Stream,
+    default_stream,
+    event,
+    external_stream,
+    legacy_default_stream,
+    per_thread_default_stream,
+    stream,
+    synchronize,
+)
+from .errors import (
+    CudaError,
+    CudaOutOfMemoryError,
+    CudaUnavailableError,
+    NvrtcError,
+    StreamOrderError,
+)
+from .memory import (
+    BaseCUDAMemoryManager,
+    GetIpcHandleMixin,
+    HostOnlyCUDAMemoryManager,
+    IpcHandle,
+    MappedMemory,
+    MemoryInfo,
+    MemoryPointer,
+    PinnedMemory,
+    defer_cleanup,
+    get_memory_info,
+    mapped_array,
+    pinned,
+    pinned_array,
+    set_memory_manager,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DeviceNDArray", "is_device_array",
+    "to_device", "device_array", "device_array_like", "empty", "zeros", "ones", "full",
+    "empty_like", "zeros_like", "ones_like", "full_like", "asarray",
+    "pinned_array", "mapped_array", "pinned",
+    "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
+    "per_thread_default_stream", "external_stream", "event", "synchronize",
+    "Device", "get_device", "select_device", "device_count",
+    "MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo", "IpcHandle",
+    "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
+    "set_memory_manager", "defer_cleanup", "get_memory_info",
+    "CudaError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",
+    "errors", "__version__",
+]

@@ -1,0 +1,509 @@
+"""``DeviceNDArray``: an n-dimensional array in device memory.
+
+An array is a layout (shape, byte strides, dtype, the address of element
+[0, ..., 0]) over memory kept alive by a :class:`~gpuarray.memory.MemoryPointer`,
+plus a default stream and a read-only flag.  Views (indexing, transpose,
+reshape when possible, ``view``) share the memory pointer, so the memory lives
+as long as any view.  Layout arithmetic is delegated to ``_layout``; data
+movement to ``_transfer``; streams follow the contract in ``_transfer``'s
+docstring.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _layout, _transfer
+from ._device import Device, get_device
+from ._stream import Stream, as_stream
+from .memory import MemoryPointer, allocate
+
+__all__ = ["DeviceNDArray", "is_device_array"]
+
+
+def _check_dtype(dtype: Any) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt.hasobject:
+        raise TypeError(f"dtype {dt} holds Python objects and cannot live in device memory")
+    if dt.byteorder == (">" if np.little_endian else "<"):
+        raise TypeError(f"dtype {dt.str} is not in native byte order; use {dt.newbyteorder('=').str}")
+    return dt
+
+
+class DeviceNDArray:
+    """An array in device memory.
+
+    Most arrays come from :func:`gpuarray.to_device`, :func:`gpuarray.empty`
+    and friends, or from imports (:func:`gpuarray.as_cuda_array`,
+    :func:`gpuarray.from_dlpack`).  The constructor follows Numba's.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    strides : tuple of int or None
+        Byte strides; C-contiguous when None.
+    dtype : data-type
+    stream : Stream, int or None
+        The array's default stream (None: the library default stream).
+    gpu_data : MemoryPointer, optional
+        Memory to use (its ``device_pointer`` is element [0, ..., 0]);
+        allocated when omitted.
+
+    Examples
+    --------
+    >>> d = gpuarray.to_device(np.arange(6).reshape(2, 3))   # doctest: +SKIP
+    >>> d[:, 1].copy_to_host()                               # doctest: +SKIP
+    array([1, 4])
+    """
+
+    __slots__ = ("shape", "strides", "dtype", "_ptr", "_mem", "stream", "readonly", "device",
+                 "_cai", "__weakref__")
+
+    def __init__(self, shape, strides, dtype, stream: Any = None, gpu_data: MemoryPointer | None = None) -> None:
+        dtype = _check_dtype(dtype)
+        shape = _shape_tuple(shape)
+        strides = _layout.c_strides(shape, dtype.itemsize) if strides is None else tuple(int(s) for s in strides)
+        if len(strides) != len(shape):
+            raise ValueError(f"strides {strides} do not match shape {shape}")
+        lo, hi = _layout.extent(shape, strides, dtype.itemsize)
+        if gpu_data is None:
+            if lo < 0:
+                raise ValueError(f"negative strides {strides} need gpu_data to point into memory")
+            device = get_device()
+            gpu_data = allocate(hi, device)
+        device = gpu_data.context if isinstance(gpu_data.context, Device) else get_device()
+        self._init(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
+                   as_stream(stream, device), False, device)
+
+    def _init(self, shape, strides, dtype, ptr, mem, stream, readonly, device) -> None:
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype
+        self._ptr = ptr
+        self._mem = mem
+        self.stream = stream
+        self.readonly = readonly
+        self.device = device
+        self._cai = None
+
+    @classmethod
+    def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device) -> "DeviceNDArray":
+        self = object.__new__(cls)
+        self._init(shape, strides, dtype, ptr, mem, stream, readonly, device)
+        return self
+
+    def _view(self, shape, strides, offset: int = 0, dtype=None) -> "DeviceNDArray":
+        return DeviceNDArray._make(tuple(shape), tuple(strides), self.dtype if dtype is None else dtype,
+                                   self._ptr + offset, self._mem, self.stream, self.readonly, self.device)
+
+    # ------------------------------------------------------------ attributes
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements (``size * itemsize``)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def alloc_size(self) -> int:
+        """Bytes of device memory the array spans (its extent)."""
+        lo, hi = _layout.extent(self.shape, self.strides, self.dtype.itemsize)
+        return hi - lo
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        """``{"C_CONTIGUOUS": ..., "F_CONTIGUOUS": ..., "WRITEABLE": ...}``."""
+        return {"C_CONTIGUOUS": self.is_c_contiguous(), "F_CONTIGUOUS": self.is_f_contiguous(),
+                "WRITEABLE": not self.readonly}
+
+    @property
+    def gpu_data(self) -> MemoryPointer:
+        """A :class:`MemoryPointer` over the array's extent (keeps the memory alive)."""
+        lo, hi = _layout.extent(self.shape, self.strides, self.dtype.itemsize)
+        if self.size == 0:
+            return MemoryPointer(self.device, 0, 0, owner=self._mem)
+        return MemoryPointer(self.device, self._ptr + lo, hi - lo, owner=self._mem)
+
+    @property
+    def device_ctypes_pointer(self) -> ctypes.c_void_p:
+        """Address of element [0, ..., 0] as ``ctypes.c_void_p`` (None for size 0)."""
+        return ctypes.c_void_p(self._ptr if self.size else None)
+
+    @property
+    def ptr(self) -> int:
+        """Address of element [0, ..., 0] (0 for size 0)."""
+        return self._ptr if self.size else 0
+
+    @property
+    def T(self) -> "DeviceNDArray":
+        """The transposed view."""
+        return self.transpose()
+
+    def is_c_contiguous(self) -> bool:
+        """Whether the array is C-contiguous (NumPy's relaxed rules)."""
+        return _layout.is_c_contiguous(self.shape, self.strides, self.dtype.itemsize)
+
+    def is_f_contiguous(self) -> bool:
+        """Whether the array is Fortran-contiguous (NumPy's relaxed rules)."""
+        return _layout.is_f_contiguous(self.shape, self.strides, self.dtype.itemsize)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object (a 0-d DeviceNDArray)")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        ro = ", readonly" if self.readonly else ""
+        return (f"<gpuarray.DeviceNDArray shape={self.shape} dtype={self.dtype} "
+                f"strides={self.strides} device={self.device.id}{ro}>")
+
+    # --------------------------------------------------------------- writes
+    def _check_writeable(self, what: str) -> None:
+        if self.readonly:
+            raise ValueError(f"{what}: this DeviceNDArray is read-only (it was imported read-only)")
+
+    # --------------------------------------------------------------- views
+    def transpose(self, *axes: Any) -> "DeviceNDArray":
+        """Permute the axes (a view).
+
+        Parameters
+        ----------
+        *axes : int or a tuple of int, optional
+            Default: reverse the axes.
+
+        Returns
+        -------
+        DeviceNDArray
+        """
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = axes[0]
+        shape, strides = _layout.transpose(self.shape, self.strides, axes or None)
+        return self._view(shape, strides)
+
+    def reshape(self, *newshape: Any, order: str = "C", copy: bool | None = None) -> "DeviceNDArray":
+        """Give the array a new shape: a view when possible, else a copy (as NumPy).
+
+        Parameters
+        ----------
+        *newshape : int or tuple of int
+            One entry may be -1.
+        order : {"C", "F", "A"}
+        copy : bool, optional
+            False: raise instead of copying; True: always copy.
+
+        Returns
+        -------
+        DeviceNDArray
+
+        Raises
+        ------
+        ValueError
+            If the sizes differ, or a copy is needed and ``copy=False``.
+        """
+        if len(newshape) == 1 and not isinstance(newshape[0], (int, np.integer)):
+            newshape = newshape[0]
+        shape = _layout.normalize_shape(newshape, self.size, oldshape=self.shape)
+        order = order.upper()
+        if order == "A":
+            order = "F" if self.is_f_contiguous() and not self.is_c_contiguous() else "C"
+        strides = None if copy else _layout.reshape_strides(self.shape, self.strides,
+                                                            self.dtype.itemsize, shape, order)
+        if strides is not None:
+            return self._view(shape, strides)
+        if copy is False:
+            raise ValueError(f"cannot reshape {self.shape} with strides {self.strides} to {shape} "
+                             "without copying (copy=False)")
+        return self.copy(order=order).reshape(shape, order=order)
+
+    def ravel(self, order: str = "C") -> "DeviceNDArray":
+        """A 1-D array of the elements (a view when possible, else a copy)."""
+        return self.reshape(-1, order=order)
+
+    def view(self, dtype: Any) -> "DeviceNDArray":
+        """The same memory read as ``dtype`` (NumPy's ``ndarray.view`` rules).
+
+        Parameters
+        ----------
+        dtype : data-type
+
+        Returns
+        -------
+        DeviceNDArray
+        """
+        dt = _check_dtype(dtype)
+        shape, strides = _layout.view_as_dtype(self.shape, self.strides, self.dtype.itemsize, dt.itemsize)
+        return self._view(shape, strides, dtype=dt)
+
+    def squeeze(self, axis: Any = None) -> "DeviceNDArray":
+        """Remove axes of length one (a view)."""
+        shape, strides = _layout.squeeze(self.shape, self.strides, axis)
+        return self._view(shape, strides)
+
+    def bind(self, stream: Any = None) -> "DeviceNDArray":
+        """The same array with another default stream (a view).
+
+        Parameters
+        ----------
+        stream : Stream, int or None
+
+        Returns
+        -------
+        DeviceNDArray
+        """
+        v = self._view(self.shape, self.strides)
+        v.stream = as_stream(stream, self.device)
+        return v
+
+    def split(self, section: int, stream: Any = None) -> list["DeviceNDArray"]:
+        """Split a 1-D array into views of ``section`` elements (the last may be shorter).
+
+        Parameters
+        ----------
+        section : int
+        stream : Stream, optional
+            Default stream of the pieces (default: this array's).
+
+        Returns
+        -------
+        list of DeviceNDArray
+        """
+        if self.ndim != 1:
+            raise ValueError(f"split() needs a 1-D array, got shape {self.shape}")
+        section = operator.index(section)
+        if section <= 0:
+            raise ValueError(f"section must be positive, got {section}")
+        s = self.stream if stream is None else as_stream(stream, self.device)
+        out = []
+        for start in range(0, self.shape[0], section):
+            n = min(section, self.shape[0] - start)
+            v = self._view((n,), self.strides, start * self.strides[0])
+            v.stream = s
+            out.append(v)
+        return out
+
+    def __getitem__(self, key: Any) -> Any:
+        r = _layout.index(self.shape, self.strides, key)
+        v = self._view(r.shape, r.strides, r.offset)
+        if r.scalar:
+            return v.copy_to_host()[()]
+        return v
+
+    # ---------------------------------------------------------- transfers
+    def _stream(self, stream: Any) -> Stream:
+        return self.stream if stream is None else as_stream(stream, self.device)
+
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
+        """Copy the array to host memory.
+
+        Parameters
+        ----------
+        ary : numpy.ndarray, optional
+            Destination of the same shape (any layout, any dtype: cast as
+            NumPy).  A new array of this array's layout is made when omitted.
+        stream : Stream, optional
+            Without a stream the result is complete on return.  With one, a
+            copy into page-locked memory is asynchronous: synchronise the
+            stream before reading it.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
+        s = self._stream(stream)
+        if ary is None:
+            order = "F" if self.is_f_contiguous() and not self.is_c_contiguous() else "C"
+            ary = np.empty(self.shape, dtype=self.dtype, order=order)
+        elif not isinstance(ary, np.ndarray):
+            raise TypeError(f"copy_to_host(ary=...) needs a NumPy array, got {type(ary).__name__}")
+        elif ary.shape != self.shape:
+            raise ValueError(f"copy_to_host: destination shape {ary.shape} differs from {self.shape}")
+        elif not ary.flags.writeable:
+            raise ValueError("copy_to_host: the destination array is read-only")
+        with _transfer.on_stream(s, self.stream):
+            _transfer.dtoh(self.device, s, ary, self._ptr, self.strides, self.dtype,
+                           sync=stream is None)
+        return ary
+
+    def get(self, stream: Any = None) -> np.ndarray:
+        """Copy to a new host array (CuPy's name for :meth:`copy_to_host`)."""
+        return self.copy_to_host(stream=stream)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a DeviceNDArray cannot be viewed as a NumPy array without copying")
+        host = self.copy_to_host()
+        return host if dtype is None else host.astype(dtype, copy=False)
+
+    def copy_to_device(self, ary: Any, stream: Any = None) -> None:
+        """Copy data into this array from the host or another device array.
+
+        Parameters
+        ----------
+        ary : array_like
+            NumPy array, scalar, sequence, ``DeviceNDArray``, or an object
+            exporting ``__cuda_array_interface__`` or ``__dlpack__``.  Must
+            broadcast to this array's shape; cast as NumPy.
+        stream : Stream, optional
+        """
+        self._assign(ary, self._stream(stream))
+
+    def _assign(self, value: Any, s: Stream) -> None:
+        self._check_writeable("assignment")
+        from ._coerce import as_device_source  # interop-aware coercion (upper layer)
+
+        src = as_device_source(value, self.device)
+        if isinstance(src, DeviceNDArray):
+            strides = _layout.broadcast_strides(src.shape, src.strides, self.shape)
+            with _transfer.on_stream(s, self.stream, src.stream):
+                _transfer.device_copy(self.device, s, self._ptr, self.strides, self.dtype,
+                                      src._ptr, strides, src.dtype, self.shape)
+            return
+        host = np.asarray(src)
+        if host.ndim == 0 or host.size == 1 and host.ndim <= self.ndim:
+            scalar = np.asarray(host.reshape(()), dtype=self.dtype) if host.dtype != self.dtype \
+                else host.reshape(())
+            with _transfer.on_stream(s, self.stream):
+                _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
+                                      self.shape, scalar[()])
+            return
+        _layout.broadcast_shapes(host.shape, self.shape)  # ValueError naming both shapes
+        if host.shape != self.shape:
+            if len(host.shape) > len(self.shape) or _layout.broadcast_shapes(host.shape, self.shape) != self.shape:
+                raise ValueError(f"could not broadcast input array from shape {host.shape} "
+                                 f"into shape {self.shape}")
+            host = np.broadcast_to(host, self.shape)
+        with _transfer.on_stream(s, self.stream):
+            _transfer.htod(self.device, s, self._ptr, self.shape, self.strides, self.dtype, host)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._check_writeable("assignment")
+        r = _layout.index(self.shape, self.strides, key)
+        self._view(r.shape, r.strides, r.offset)._assign(value, self.stream)
+
+    # ------------------------------------------------------------ compute
+    def fill(self, value: Any, stream: Any = None) -> "DeviceNDArray":
+        """Set every element to ``value`` (cast as NumPy).
+
+        Parameters
+        ----------
+        value : scalar
+        stream : Stream, optional
+
+        Returns
+        -------
+        DeviceNDArray
+            ``self``.
+        """
+        if np.ndim(value) != 0:
+            raise ValueError(f"fill() takes a scalar, got an array of shape {np.shape(value)}")
+        self._assign(value, self._stream(stream))
+        return self
+
+    def copy(self, order: str = "C", stream: Any = None) -> "DeviceNDArray":
+        """A new array with a copy of the data.
+
+        Parameters
+        ----------
+        order : {"C", "F", "A", "K"}
+        stream : Stream, optional
+            Where the copy runs (default: this array's stream); the result's
+            default stream is this array's.
+
+        Returns
+        -------
+        DeviceNDArray
+        """
+        return self.astype(self.dtype, order=order, stream=stream)
+
+    def astype(self, dtype: Any, order: str = "K", copy: bool = True, stream: Any = None) -> "DeviceNDArray":
+        """A copy cast to ``dtype`` (NumPy's unsafe casting).
+
+        Parameters
+        ----------
+        dtype : data-type
+        order : {"C", "F", "A", "K"}
+        copy : bool
+            False returns ``self`` when nothing needs to change.
+        stream : Stream, optional
+
+        Returns
+        -------
+        DeviceNDArray
+        """
+        dt = _check_dtype(dtype)
+        order = order.upper()
+        if order not in ("C", "F", "A", "K"):
+            raise ValueError(f"order must be one of 'C', 'F', 'A', 'K', got {order!r}")
+        fortran = order == "F" or (order in ("A", "K") and self.is_f_contiguous() and not self.is_c_contiguous())
+        if not copy and dt == self.dtype and (self.is_f_contiguous() if fortran else self.is_c_contiguous()):
+            return self
+        strides = (_layout.f_strides if fortran else _layout.c_strides)(self.shape, dt.itemsize)
+        mem = allocate(self.size * dt.itemsize, self.device)
+        out = DeviceNDArray._make(self.shape, strides, dt, mem.device_pointer, mem, self.stream,
+                                  False, self.device)
+        s = self._stream(stream)
+        with _transfer.on_stream(s, self.stream):
+            _transfer.device_copy(self.device, s, out._ptr, strides, dt, self._ptr, self.strides,
+                                  self.dtype, self.shape)
+        return out
+
+    # ------------------------------------------------------------- pickle
+    def __reduce__(self):
+        return (_rebuild, (self.copy_to_host(), self.readonly))
+
+    # -------------------------------------------------------------- IPC
+    def get_ipc_handle(self):
+        """An :class:`~gpuarray.memory.IpcHandle` for this array's memory.
+
+        Open it in another process with ``handle.open()`` and rebuild the
+        array from the pointer, shape, strides and dtype.
+        """
+        from .memory import get_memory_manager
+
+        with self.device.activate():
+            return get_memory_manager(self.device).get_ipc_handle(self.gpu_data)
+
+
+def _shape_tuple(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        out = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+    if any(n < 0 for n in out):
+        raise ValueError(f"negative dimensions are not allowed: shape {out}")
+    return out
+
+
+def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
+    from ._creation import to_device
+
+    arr = to_device(host)
+    arr.readonly = readonly
+    return arr
+
+
+def is_device_array(obj: Any) -> bool:
+    """Whether ``obj`` is a :class:`DeviceNDArray`."""
+    return isinstance(obj, DeviceNDArray)

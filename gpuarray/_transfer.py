@@ -1,0 +1,170 @@
+"""Moving array data: host to device, device to host, device to device.
+
+Works on raw layouts (pointer of element [0..0], shape, byte strides, dtype)
+so the array class stays thin.  Rules:
+
+- contiguous same-dtype cases are one driver copy (``cuMemcpy*Async``);
+- anything else goes through a contiguous staging buffer and the copy kernel;
+- device copies whose source and destination overlap are staged through a
+  temporary, so ``a[1:] = a[:-1]`` gives NumPy's result;
+- every temporary comes from the active memory manager.
+
+Stream funnelling (:func:`on_stream`): an operation on stream ``s`` first makes
+``s`` wait for the pending work of every array involved, and afterwards makes
+each array's default stream wait for ``s``.  Synchronising on an array's
+stream therefore always orders after all work on it (the CAI producer rule),
+without blocking the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import numpy as np
+
+from . import _kernels, _layout
+from ._device import Device
+from ._driver import get_backend
+from ._stream import Stream, order_after
+from .memory import allocate
+
+#: dtypes the copy/cast kernels convert between.
+KERNEL_DTYPES = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64, np.complex64, np.complex128))
+
+_RAW = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
+        8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
+
+
+@contextlib.contextmanager
+def on_stream(s: Stream, *streams: Stream) -> Iterator[Stream]:
+    """Run a block on ``s``, funnelled with the default streams of the arrays involved."""
+    others = [t for t in dict.fromkeys(streams) if t != s]
+    for t in others:
+        order_after(s, t)
+    yield s
+    for t in others:
+        order_after(t, s)
+
+
+def _raw_layout(shape, strides, dtype):
+    """Same-dtype copies of dtypes the kernels do not know: copy the bytes."""
+    if dtype in KERNEL_DTYPES:
+        return shape, strides, dtype
+    raw = _RAW.get(dtype.itemsize)
+    if raw is not None:
+        return shape, strides, raw
+    return tuple(shape) + (dtype.itemsize,), tuple(strides) + (1,), np.dtype(np.uint8)
+
+
+def device_copy(device: Device, s: Stream, dst_ptr: int, dst_strides, dst_dtype,
+                src_ptr: int, src_strides, src_dtype, shape) -> None:
+    """Copy (and cast) ``src`` into ``dst`` on stream ``s``; both of ``shape``.
+
+    ``src_strides`` may contain 0 (broadcast).  Overlapping ranges are staged.
+    """
+    shape = tuple(shape)
+    if 0 in shape:
+        return
+    dst_dtype, src_dtype = np.dtype(dst_dtype), np.dtype(src_dtype)
+    if dst_dtype == src_dtype:
+        shape_r, dst_strides_r, raw = _raw_layout(shape, dst_strides, dst_dtype)
+        _, src_strides_r, _ = _raw_layout(shape, src_strides, src_dtype)
+        shape, dst_strides, src_strides, dst_dtype, src_dtype = (
+            shape_r, dst_strides_r, src_strides_r, raw, raw)
+    elif dst_dtype not in KERNEL_DTYPES or src_dtype not in KERNEL_DTYPES:
+        raise TypeError(f"cannot cast {src_dtype} to {dst_dtype} on the device: casting "
+                        "supports bool, integer, float16/32/64 and complex64/128 dtypes")
+    with device.activate():
+        if _layout.overlaps_exact(dst_ptr, shape, dst_strides, dst_dtype.itemsize,
+                                  src_ptr, shape, src_strides, src_dtype.itemsize):
+            tmp_strides = _layout.c_strides(shape, src_dtype.itemsize)
+            n = int(np.prod(shape)) * src_dtype.itemsize
+            tmp = allocate(n, device)
+            _kernels.copy(tmp.device_pointer, tmp_strides, src_dtype, src_ptr, src_strides,
+                          src_dtype, shape, s.handle)
+            src_ptr, src_strides = tmp.device_pointer, tmp_strides
+            _kernels.copy(dst_ptr, dst_strides, dst_dtype, src_ptr, src_strides, src_dtype,
+                          shape, s.handle)
+            return
+        _kernels.copy(dst_ptr, dst_strides, dst_dtype, src_ptr, src_strides, src_dtype,
+                      shape, s.handle)
+
+
+def device_fill(device: Device, s: Stream, dst_ptr: int, dst_strides, dtype, shape, value) -> None:
+    """Fill a device layout with ``value`` (already a NumPy scalar of ``dtype``)."""
+    if 0 in tuple(shape):
+        return
+    dtype = np.dtype(dtype)
+    if dtype not in KERNEL_DTYPES:
+        shape_r, strides_r, raw = _raw_layout(shape, dst_strides, dtype)
+        if raw.itemsize != dtype.itemsize:  # odd-sized records: fill byte by byte
+            raise TypeError(f"fill of dtype {dtype} (itemsize {dtype.itemsize}) is not supported")
+        value = np.asarray(value, dtype=dtype).view(raw)[()]
+        shape, dst_strides, dtype = shape_r, strides_r, raw
+    with device.activate():
+        _kernels.fill(dst_ptr, dst_strides, dtype, shape, value, s.handle)
+
+
+def htod(device: Device, s: Stream, dst_ptr: int, dst_shape, dst_strides, dst_dtype,
+         host: np.ndarray) -> None:
+    """Copy host array ``host`` (already of ``dst_shape``; any layout, any dtype) to the device."""
+    dst_dtype = np.dtype(dst_dtype)
+    shape = tuple(dst_shape)
+    if 0 in shape:
+        return
+    nbytes = int(np.prod(shape)) * dst_dtype.itemsize
+    c = _layout.is_c_contiguous(shape, dst_strides, dst_dtype.itemsize)
+    f = not c and _layout.is_f_contiguous(shape, dst_strides, dst_dtype.itemsize)
+    b = get_backend()
+    if (c or f) and host.dtype == dst_dtype and (
+            host.flags.c_contiguous if c else host.flags.f_contiguous):
+        with device.activate():
+            b.memcpy_htod_async(dst_ptr, host.ctypes.data, nbytes, s.handle)
+        return
+    # Make a contiguous host copy in the destination dtype, upload it, and
+    # scatter it into the destination layout on the device.
+    staged = np.ascontiguousarray(host, dtype=dst_dtype)  # NumPy casting rules, on the host
+    tmp = allocate(staged.nbytes, device)
+    with device.activate():
+        b.memcpy_htod_async(tmp.device_pointer, staged.ctypes.data, staged.nbytes, s.handle)
+    device_copy(device, s, dst_ptr, dst_strides, dst_dtype, tmp.device_pointer,
+                _layout.c_strides(shape, staged.dtype.itemsize), staged.dtype, shape)
+
+
+def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, src_dtype,
+         sync: bool) -> None:
+    """Copy a device layout into host array ``out`` (same shape, any layout and dtype)."""
+    src_dtype = np.dtype(src_dtype)
+    shape = out.shape
+    if 0 in shape:
+        return
+    b = get_backend()
+    c = _layout.is_c_contiguous(shape, src_strides, src_dtype.itemsize)
+    f = not c and _layout.is_f_contiguous(shape, src_strides, src_dtype.itemsize)
+    if out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous)):
+        with device.activate():
+            b.memcpy_dtoh_async(out.ctypes.data, src_ptr, out.nbytes, s.handle)
+            if sync:
+                b.stream_synchronize(s.handle)
+        return
+    # Gather into a contiguous device buffer (casting on the device when the
+    # kernels can), then one copy down, then a host-side assignment.
+    tmp_dtype = out.dtype if (out.dtype in KERNEL_DTYPES and src_dtype in KERNEL_DTYPES) else src_dtype
+    tmp_strides = _layout.c_strides(shape, tmp_dtype.itemsize)
+    n = int(np.prod(shape)) * tmp_dtype.itemsize
+    tmp = allocate(n, device)
+    device_copy(device, s, tmp.device_pointer, tmp_strides, tmp_dtype, src_ptr, src_strides,
+                src_dtype, shape)
+    if out.flags.c_contiguous and out.dtype == tmp_dtype:
+        with device.activate():
+            b.memcpy_dtoh_async(out.ctypes.data, tmp.device_pointer, n, s.handle)
+            b.stream_synchronize(s.handle)  # tmp must outlive the copy; out must be complete
+        return
+    host = np.empty(shape, dtype=tmp_dtype)
+    with device.activate():
+        b.memcpy_dtoh_async(host.ctypes.data, tmp.device_pointer, n, s.handle)
+        b.stream_synchronize(s.handle)
+    out[...] = host
