@@ -1,0 +1,111 @@
+# gpuarray developer commands. `make help` lists them.
+#
+# demo, test, bench, docs and lint create .venv with `python3 -m venv` when it
+# is missing and install the project (editable) with the extras the target
+# needs; a stamp file per extra means pip runs again only when pyproject.toml
+# or setup.py change. gpu-check is different: it runs on the GPU machine,
+# which has no package registry, so it uses the system python3 on the source
+# tree (PYTHONPATH=.) and never creates a venv or installs anything.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+RESULTS := bench/results
+DEPS := pyproject.toml setup.py
+# pytest's default file pattern; bench/ has no pytest configuration of its own.
+BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
+
+.PHONY: help demo test bench docs lint gpu-check clean
+
+help:
+	@echo "make demo       run the command-line demo (python -m gpuarray)"
+	@echo "make test       run the test suite on the simulator (PYTEST_ARGS='...' to pass options)"
+	@echo "make bench      run bench/ with pytest-benchmark, JSON into $(RESULTS)/"
+	@echo "                (simulator unless GPUARRAY_BACKEND=cuda)"
+	@echo "make docs       build the Sphinx docs, warnings as errors, into docs/_build/html"
+	@echo "make lint       run ruff"
+	@echo "make gpu-check  on a GPU machine: tests on the CUDA backend + benchmarks, no installs"
+	@echo "make clean      remove build outputs and caches (keeps .venv)"
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+# One stamp per set of extras; rebuilt when the packaging metadata changes.
+$(VENV)/.stamp-base: $(DEPS) | $(VPY)
+	$(VPY) -m pip install -e .
+	@touch $@
+
+$(VENV)/.stamp-%: $(DEPS) | $(VPY)
+	$(VPY) -m pip install -e ".[$*]"
+	@touch $@
+
+demo: $(VENV)/.stamp-base
+	$(VPY) -m gpuarray
+
+# pytest's own exit status is make's: 1 for failures, 5 when no test ran.
+test: $(VENV)/.stamp-test
+	GPUARRAY_BACKEND=sim $(VPY) -m pytest $(PYTEST_ARGS)
+
+# Simulator runs are smoke tests of the benchmark code, not measurements:
+# their JSON is named tmp-* (git-ignored). CUDA runs are committable.
+bench: $(VENV)/.stamp-bench
+	@if [ -z "$(BENCH_FILES)" ]; then echo "make bench: no benchmarks (bench/test_*.py) yet" >&2; exit 1; fi
+	@mkdir -p $(RESULTS)
+	@backend=$${GPUARRAY_BACKEND:-sim}; \
+	if [ "$$backend" = cuda ]; then out=$(RESULTS)/cuda-$$(date -u +%Y%m%dT%H%M%SZ).json; \
+	else out=$(RESULTS)/tmp-$$backend-$$(date -u +%Y%m%dT%H%M%SZ).json; fi; \
+	echo "backend=$$backend -> $$out"; \
+	GPUARRAY_BACKEND=$$backend $(VPY) -m pytest bench --benchmark-only \
+	    --benchmark-json="$$out" $(BENCH_ARGS); \
+	if [ -f bench/plot.py ]; then $(VPY) bench/plot.py "$$out"; fi
+
+docs: $(VENV)/.stamp-docs
+	$(VPY) -m sphinx -W --keep-going -b html docs docs/_build/html
+
+lint: $(VENV)/.stamp-base
+	@$(VPY) -m ruff --version >/dev/null 2>&1 || $(VPY) -m pip install ruff
+	$(VPY) -m ruff check .
+
+# Runs on the GPU machine: system python3, no venv, no downloads. Every step
+# runs even after a failure; the exit status is non-zero if any step failed.
+# Outputs: $(RESULTS)/gpu-check-<UTC stamp>.{env,tests,bench}.txt and
+# .bench.json. When bench/gpu_check.py exists it is called as
+#   bench/gpu_check.py --env F --tests-log F --tests-status N
+#                      --bench-status N|skipped [--bench-json F] --out F.md
+# to write the report.
+gpu-check:
+	@mkdir -p $(RESULTS)
+	@base=$(RESULTS)/gpu-check-$$(date -u +%Y%m%dT%H%M%SZ); \
+	export GPUARRAY_BACKEND=cuda PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH}; \
+	{ date -u; uname -srm; $(PYTHON) --version; \
+	  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
+	      2>/dev/null || echo "nvidia-smi: not available"; \
+	  for p in cuda-python cuda-bindings cuda-pathfinder numpy cupy-cuda12x torch jax numba-cuda; do \
+	    $(PYTHON) -c 'import sys, importlib.metadata as m; print(sys.argv[1], m.version(sys.argv[1]))' \
+	        $$p 2>/dev/null || echo "$$p: not installed"; done; \
+	} 2>&1 | tee $$base.env.txt; \
+	tests=0; $(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS) 2>&1 | tee $$base.tests.txt || tests=$$?; \
+	bench=skipped; benchjson=; \
+	if [ -n "$(BENCH_FILES)" ]; then \
+	  bench=0; $(PYTHON) -m pytest bench --benchmark-only --benchmark-json=$$base.bench.json \
+	      $(BENCH_ARGS) 2>&1 | tee $$base.bench.txt || bench=$$?; \
+	  if [ -f $$base.bench.json ]; then benchjson=$$base.bench.json; fi; \
+	else echo "gpu-check: no benchmarks (bench/test_*.py) yet, skipped"; fi; \
+	report=0; \
+	if [ -f bench/gpu_check.py ]; then \
+	  $(PYTHON) bench/gpu_check.py --env $$base.env.txt --tests-log $$base.tests.txt \
+	      --tests-status $$tests --bench-status $$bench $${benchjson:+--bench-json $$benchjson} \
+	      --out $$base.md || report=$$?; \
+	else echo "gpu-check: bench/gpu_check.py does not exist yet; the logs are $$base.*"; fi; \
+	echo "gpu-check: tests exit $$tests, benchmarks $$bench, report $$report"; \
+	[ "$$tests" = 0 ] && [ "$$report" = 0 ] && { [ "$$bench" = 0 ] || [ "$$bench" = skipped ]; }
+
+clean:
+	rm -rf build dist *.egg-info docs/_build .pytest_cache .hypothesis .benchmarks $(RESULTS)/tmp*
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

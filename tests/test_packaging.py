@@ -1,0 +1,158 @@
+"""The distribution ships what the package needs at run time.
+
+Builds the sdist and, from it, the wheel (``python -m build --no-isolation``,
+so no download) from a copy of the source tree, then checks the wheel: the CUDA
+C sources of ``kernels/`` under ``gpuarray/_kernel_sources/`` byte for byte,
+``py.typed``, every module of ``gpuarray/``, and the declared dependencies and extras.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "kernels"
+KERNEL_PREFIX = "gpuarray/_kernel_sources/"
+
+# Top-level entries that are not part of the distribution (or are outputs).
+_NOT_COPIED = {
+    ".git",
+    ".venv",
+    ".ci",
+    "build",
+    "dist",
+    "docs",
+    "bench",
+    "tests",
+    ".pytest_cache",
+    ".hypothesis",
+    ".benchmarks",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".whl",
+    ".gl",
+}
+
+
+def _ignore(directory: str, names: list[str]) -> set[str]:
+    top = Path(directory) == ROOT
+    return {
+        n
+        for n in names
+        if n == "__pycache__" or n.endswith(".egg-info") or (top and n in _NOT_COPIED)
+    }
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+    pytest.importorskip(
+        "build", reason="needs the 'build' package (in the test extra: pip install -e '.[test]')"
+    )
+    work = tmp_path_factory.mktemp("packaging")
+    src = work / "src"
+    shutil.copytree(ROOT, src, ignore=_ignore)
+    out = work / "dist"
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"python -m build failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    wheels = sorted(out.glob("gpuarray-*.whl"))
+    assert len(wheels) == 1, f"expected one wheel, got {wheels}"
+    with zipfile.ZipFile(wheels[0]) as zf:
+        yield zf
+
+
+def _kernel_sources_on_disk() -> dict[str, Path]:
+    return {
+        p.relative_to(KERNELS).as_posix(): p
+        for p in sorted(KERNELS.rglob("*"))
+        if p.suffix in (".cu", ".cuh") and "__pycache__" not in p.parts
+    }
+
+
+def test_wheel_ships_every_kernel_source(wheel: zipfile.ZipFile) -> None:
+    on_disk = _kernel_sources_on_disk()
+    assert on_disk, f"{KERNELS} holds no .cu or .cuh file"
+    in_wheel = {
+        n[len(KERNEL_PREFIX) :]
+        for n in wheel.namelist()
+        if n.startswith(KERNEL_PREFIX) and n.endswith((".cu", ".cuh"))
+    }
+    assert in_wheel == set(on_disk), (
+        f"missing from the wheel: {sorted(set(on_disk) - in_wheel)}; "
+        f"not in kernels/: {sorted(in_wheel - set(on_disk))} "
+        "(package-data in pyproject.toml takes kernels/*.cu and kernels/*.cuh, no subfolders)"
+    )
+    for rel, path in on_disk.items():
+        assert wheel.read(KERNEL_PREFIX + rel) == path.read_bytes(), f"{rel} differs in the wheel"
+
+
+def test_wheel_ships_what_the_kernel_loader_needs(wheel: zipfile.ZipFile) -> None:
+    from gpuarray._kernels._source import KERNEL_FILES
+
+    assert KERNEL_FILES
+    missing = [f for f in KERNEL_FILES if KERNEL_PREFIX + f not in wheel.namelist()]
+    assert not missing, f"the kernel loader needs {missing}, which the wheel lacks"
+
+
+def test_wheel_ships_every_module_and_py_typed(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    assert (ROOT / "gpuarray" / "__init__.py").is_file(), "gpuarray/__init__.py does not exist"
+    modules = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "gpuarray").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    missing = sorted(modules - names)
+    assert not missing, (
+        f"not in the wheel: {missing} (setup.py's find_packages only takes folders with an "
+        "__init__.py)"
+    )
+    assert "gpuarray/py.typed" in names
+
+
+def _requirement_name(req: str) -> str:
+    match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+    assert match, f"unparsable Requires-Dist: {req!r}"
+    return re.sub(r"[-_.]+", "-", match.group(0)).lower()
+
+
+def test_wheel_declares_dependencies_and_extras(wheel: zipfile.ZipFile) -> None:
+    (meta_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    meta = email.parser.Parser().parsestr(wheel.read(meta_name).decode())
+    assert meta["Name"] == "gpuarray"
+    assert meta["Version"] == "0.1.0"
+    assert meta["Requires-Python"] == ">=3.10"
+
+    requires = meta.get_all("Requires-Dist") or []
+    unconditional = {_requirement_name(r) for r in requires if ";" not in r}
+    assert {"cuda-python", "numpy", "nvidia-cuda-nvrtc"} <= unconditional, requires
+
+    extras: dict[str, set[str]] = {}
+    for r in requires:
+        found = re.search(r"""extra\s*==\s*["']([^"']+)["']""", r)
+        if found:
+            extras.setdefault(found.group(1), set()).add(_requirement_name(r))
+    expected = {
+        "test": {"pytest", "pytest-benchmark", "hypothesis", "ml-dtypes", "build"},
+        "bench": {"pytest-benchmark", "matplotlib"},
+        "docs": {"sphinx", "numpydoc"},
+        "cupy": {"cupy-cuda12x"},
+        "torch": {"torch"},
+    }
+    for extra, names in expected.items():
+        assert names <= extras.get(extra, set()), f"extra {extra!r}: {extras.get(extra)}"
+    assert set(expected) <= set(meta.get_all("Provides-Extra") or [])
