@@ -86,7 +86,7 @@ gpu-check:
 	{ date -u; uname -srm; $(PYTHON) --version; \
 	  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
 	      2>/dev/null || echo "nvidia-smi: not available"; \
-	  for p in cuda-python cuda-bindings cuda-pathfinder numpy cupy-cuda12x torch jax numba-cuda; do \
+	  for p in cuda-python cuda-bindings cuda-pathfinder numpy cupy-cuda13x cupy-cuda12x torch jax numba-cuda; do \
 	    $(PYTHON) -c 'import sys, importlib.metadata as m; print(sys.argv[1], m.version(sys.argv[1]))' \
 	        $$p 2>/dev/null || echo "$$p: not installed"; done; \
 	} 2>&1 | tee $$base.env.txt; \
