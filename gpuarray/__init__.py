@@ -37,6 +37,8 @@ from ._stream import (
     stream,
     synchronize,
 )
+from .interop._cai import as_cuda_array, from_cuda_array_interface, is_cuda_array
+from .interop._dlpack import from_dlpack
 from .errors import (
     CudaError,
     CudaOutOfMemoryError,
@@ -68,6 +70,7 @@ __all__ = [
     "to_device", "device_array", "device_array_like", "empty", "zeros", "ones", "full",
     "empty_like", "zeros_like", "ones_like", "full_like", "asarray",
     "pinned_array", "mapped_array", "pinned",
+    "as_cuda_array", "from_cuda_array_interface", "is_cuda_array", "from_dlpack",
     "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
     "per_thread_default_stream", "external_stream", "event", "synchronize",
     "Device", "get_device", "select_device", "device_count",

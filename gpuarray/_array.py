@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _layout, _transfer
+from . import _config, _layout, _transfer
 from ._device import Device, get_device
 from ._stream import Stream, as_stream
+from .interop._cai_desc import make_cai
 from .memory import MemoryPointer, allocate
 
 __all__ = ["DeviceNDArray", "is_device_array"]
@@ -61,7 +62,7 @@ class DeviceNDArray:
     """
 
     __slots__ = ("shape", "strides", "dtype", "_ptr", "_mem", "stream", "readonly", "device",
-                 "_cai", "__weakref__")
+                 "_cai", "_dl", "__weakref__")
 
     def __init__(self, shape, strides, dtype, stream: Any = None, gpu_data: MemoryPointer | None = None) -> None:
         dtype = _check_dtype(dtype)
@@ -89,6 +90,7 @@ class DeviceNDArray:
         self.readonly = readonly
         self.device = device
         self._cai = None
+        self._dl = 2  # DLPack device type of the memory: 2 device, 3 page-locked host, 13 managed
 
     @classmethod
     def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device) -> "DeviceNDArray":
@@ -97,8 +99,10 @@ class DeviceNDArray:
         return self
 
     def _view(self, shape, strides, offset: int = 0, dtype=None) -> "DeviceNDArray":
-        return DeviceNDArray._make(tuple(shape), tuple(strides), self.dtype if dtype is None else dtype,
-                                   self._ptr + offset, self._mem, self.stream, self.readonly, self.device)
+        v = DeviceNDArray._make(tuple(shape), tuple(strides), self.dtype if dtype is None else dtype,
+                                self._ptr + offset, self._mem, self.stream, self.readonly, self.device)
+        v._dl = self._dl
+        return v
 
     # ------------------------------------------------------------ attributes
     @property
@@ -467,6 +471,63 @@ class DeviceNDArray:
                                   self.dtype, self.shape)
         return out
 
+    # ------------------------------------------------------------- interop
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface v3 description (cached per array).
+
+        ``stream`` is this array's default stream (1 legacy, 2 per-thread,
+        else the handle); every operation on the array is funnelled into it,
+        so a consumer that synchronises on it sees all pending work.
+        ``GPUARRAY_CAI_EXPORT_STREAM=0`` exports ``None``.
+        """
+        cai = self._cai
+        if cai is None:
+            stream_value = self.stream.cai_value if _config.get().cai_export_stream else None
+            cai = self._cai = make_cai(ptr=self.ptr, shape=self.shape, byte_strides=self.strides,
+                                       dtype=self.dtype, readonly=self.readonly,
+                                       stream_value=stream_value,
+                                       c_contiguous=self.is_c_contiguous())
+        return cai
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(device_type, device_id)``: ``(2, ordinal)`` for device memory,
+        ``(3, 0)`` for page-locked host memory, ``(13, 0)`` for managed memory."""
+        return (2, self.device.id) if self._dl == 2 else (self._dl, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: bool | None = None) -> Any:
+        """Export the array as a DLPack capsule (DLPack 1.x, array API 2024.12).
+
+        Parameters
+        ----------
+        stream : int or None
+            The consumer's stream: None or 1 legacy, 2 per-thread, -1 no
+            ordering, other integers a stream handle.  The consumer's stream
+            is made to wait for this array's pending work (no host blocking).
+        max_version : tuple of int, optional
+            ``(1, x)`` or newer gives a versioned capsule; None a legacy one.
+        dl_device : tuple of int, optional
+            ``(1, 0)`` asks for a host copy.
+        copy : bool, optional
+            True: export a copy; False: refuse to copy.
+
+        Returns
+        -------
+        PyCapsule
+
+        Raises
+        ------
+        BufferError
+            For an export the array cannot satisfy (other devices, a
+            read-only array on the legacy path, unsupported dtypes, byte
+            strides that are not whole elements, a forbidden copy).
+        """
+        from .interop._dlpack import export_capsule
+
+        return export_capsule(self, stream=stream, max_version=max_version,
+                              dl_device=dl_device, copy=copy)
+
     # ------------------------------------------------------------- pickle
     def __reduce__(self):
         return (_rebuild, (self.copy_to_host(), self.readonly))
@@ -500,7 +561,7 @@ def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
     from ._creation import to_device
 
     arr = to_device(host)
-    arr.readonly = readonly
+    arr.readonly = readonly  # before anyone could have cached its interface
     return arr
 
 

@@ -1,0 +1,26 @@
+"""Interop: the CUDA Array Interface (v3) and DLPack (1.x), both directions.
+
+Pure halves (no array knowledge): ``_cai_desc`` validates and builds CAI
+dictionaries; ``_dlpack_capsule`` makes and consumes DLPack capsules over
+ctypes.  Glue: ``_cai`` (``as_cuda_array``, ``from_cuda_array_interface``,
+``is_cuda_array``) and ``_dlpack`` (``from_dlpack`` and the array's
+``__dlpack__``).  The glue modules import the array class, which itself uses
+the pure halves, so they are loaded on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["as_cuda_array", "from_cuda_array_interface", "is_cuda_array", "from_dlpack"]
+
+_WHERE = {"as_cuda_array": "_cai", "from_cuda_array_interface": "_cai", "is_cuda_array": "_cai",
+          "from_dlpack": "_dlpack"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuarray.interop' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
