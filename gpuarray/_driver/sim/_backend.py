@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...errors import CudaError
+from ...errors import CudaError, CudaOutOfMemoryError
 from .. import sim_kernels
 from .._base import (
     DEVICE_ATTRIBUTES,
@@ -160,6 +160,7 @@ class SimBackend(Backend):
         self._modules: dict[int, tuple[SimContext, bytes]] = {}
         self._functions: dict[int, tuple[SimContext, str, Any]] = {}
         self._release_threshold = [0] * devices
+        self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
@@ -196,6 +197,51 @@ class SimBackend(Backend):
     def _handle(self) -> int:
         self._next_handle += 0x40
         return self._next_handle
+
+    # ------------------------------------------------------ fault injection
+    FAULT_KINDS = ("alloc", "copy", "launch", "stream", "module")
+
+    @_locked
+    def inject_fault(self, kind: str, nth: int = 1, code: int = 2) -> None:
+        """Make the ``nth`` next driver call of ``kind`` fail with CUDA error ``code``.
+
+        Parameters
+        ----------
+        kind : {"alloc", "copy", "launch", "stream", "module"}
+            ``alloc``: device, stream-ordered and page-locked allocations and
+            host registration; ``copy``: every memcpy and memset; ``launch``:
+            kernel launches; ``stream``: stream and event creation;
+            ``module``: module loads.
+        nth : int, default 1
+            Which call from now fails (1: the next one).
+        code : int, default 2 (CUDA_ERROR_OUT_OF_MEMORY)
+            The CUDA result code raised (out of memory raises
+            ``CudaOutOfMemoryError``).
+
+        Examples
+        --------
+        >>> b = SimBackend()
+        >>> b.inject_fault("alloc", nth=2)
+        """
+        if kind not in self.FAULT_KINDS:
+            raise ValueError(f"fault kind {kind!r} is not one of {', '.join(self.FAULT_KINDS)}")
+        if int(nth) < 1:
+            raise ValueError(f"nth must be at least 1, got {nth}")
+        self._faults.setdefault(kind, []).append([int(nth), int(code)])
+
+    def _fault(self, kind: str, call: str) -> None:
+        plans = self._faults.get(kind)
+        if not plans:
+            return
+        fire = None
+        for plan in plans:
+            plan[0] -= 1
+            if plan[0] == 0 and fire is None:
+                fire = plan
+        if fire is not None:
+            plans.remove(fire)
+            cls = CudaOutOfMemoryError if fire[1] == 2 else CudaError
+            raise cls(fire[1], call, "(fault injected by the simulator)")
 
     # ---------------------------------------------------------------- init
     def init(self) -> None:
@@ -340,6 +386,7 @@ class SimBackend(Backend):
     @_locked
     def mem_alloc(self, nbytes: int) -> int:
         ctx = self._current("cuMemAlloc")
+        self._fault("alloc", "cuMemAlloc")
         return self.memory.alloc_device(ctx.device, int(nbytes)).base
 
     @_locked
@@ -353,6 +400,7 @@ class SimBackend(Backend):
     @_locked
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         s = self._stream(stream, "cuMemAllocAsync")
+        self._fault("alloc", "cuMemAllocAsync")
         a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="pool", call="cuMemAllocAsync")
         self.sched.enqueue(s, None, f"cuMemAllocAsync of 0x{a.base:x}", [(a.base, a.size, True)])
         return a.base
@@ -377,6 +425,7 @@ class SimBackend(Backend):
     @_locked
     def mem_host_alloc(self, nbytes: int, mapped: bool = False, portable: bool = False,
                        write_combined: bool = False) -> int:
+        self._fault("alloc", "cuMemHostAlloc")
         return self.memory.alloc_host(int(nbytes), mapped).base
 
     @_locked
@@ -386,6 +435,7 @@ class SimBackend(Backend):
 
     @_locked
     def mem_host_register(self, ptr: int, nbytes: int, mapped: bool = False, portable: bool = False) -> None:
+        self._fault("alloc", "cuMemHostRegister")
         self.memory.register_host(int(ptr), int(nbytes), mapped)
 
     @_locked
@@ -415,6 +465,7 @@ class SimBackend(Backend):
     def memcpy_htod_async(self, dst: int, src_host: int, nbytes: int, stream: int) -> None:
         call = "cuMemcpyHtoDAsync"
         s = self._stream(stream, call)
+        self._fault("copy", call)
         if nbytes == 0:
             return
         self._check_host(src_host, call, "source")
@@ -433,6 +484,7 @@ class SimBackend(Backend):
     def memcpy_dtoh_async(self, dst_host: int, src: int, nbytes: int, stream: int) -> None:
         call = "cuMemcpyDtoHAsync"
         s = self._stream(stream, call)
+        self._fault("copy", call)
         if nbytes == 0:
             return
         self._check_host(dst_host, call, "destination")
@@ -456,6 +508,7 @@ class SimBackend(Backend):
     def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         call = "cuMemcpyDtoDAsync"
         s = self._stream(stream, call)
+        self._fault("copy", call)
         if nbytes == 0:
             return
         self._check_range(src, nbytes, call, "source")
@@ -476,6 +529,7 @@ class SimBackend(Backend):
                         width_bytes: int, height: int, stream: int) -> None:
         call = "cuMemcpy2DAsync"
         s = self._stream(stream, call)
+        self._fault("copy", call)
         if width_bytes == 0 or height == 0:
             return
         if width_bytes > dst_pitch or width_bytes > src_pitch or width_bytes < 0 or height < 0:
@@ -532,6 +586,7 @@ class SimBackend(Backend):
     def _memset(self, bits: int, dst: int, value: int, count: int, stream: int) -> None:
         call = f"cuMemsetD{bits}Async"
         s = self._stream(stream, call)
+        self._fault("copy", call)
         size = bits // 8
         if dst % size:
             raise CudaError(INVALID_VALUE, call, f"0x{dst:x} is not {size}-byte aligned")
@@ -564,6 +619,7 @@ class SimBackend(Backend):
     @_locked
     def stream_create(self, non_blocking: bool = False, priority: int = 0) -> int:
         ctx = self._current("cuStreamCreate")
+        self._fault("stream", "cuStreamCreate")
         h = self._handle()
         s = self.sched.new_stream(h, ctx, "non_blocking" if non_blocking else "blocking")
         self._streams[h] = s
@@ -613,6 +669,7 @@ class SimBackend(Backend):
     @_locked
     def event_create(self, timing: bool = True, interprocess: bool = False) -> int:
         self._current("cuEventCreate")
+        self._fault("stream", "cuEventCreate")
         h = self._handle()
         self._events[h] = SimEvent(h, timing)
         return h
@@ -658,6 +715,7 @@ class SimBackend(Backend):
     @_locked
     def module_load_data(self, image: bytes) -> int:
         ctx = self._current("cuModuleLoadData")
+        self._fault("module", "cuModuleLoadData")
         if not image:
             raise CudaError(200, "cuModuleLoadData", "empty image")
         h = self._handle()
@@ -691,6 +749,7 @@ class SimBackend(Backend):
             raise CudaError(INVALID_HANDLE, call, f"function 0x{int(func):x}")
         ctx, name, impl = entry
         s = self._stream(stream, call)
+        self._fault("launch", call)
         if s.ctx is not ctx:
             raise CudaError(INVALID_HANDLE, call, f"{name}: stream of device {s.ctx.device}, "
                                                   f"module of device {ctx.device}")
