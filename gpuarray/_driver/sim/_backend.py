@@ -499,6 +499,10 @@ class SimBackend(Backend):
         op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc)
         if not pinned:  # pageable destination: returns once the copy is done
             self._complete(op, call)
+        else:
+            # Until the copy completes the destination is undefined: make a
+            # read before synchronising show garbage, not plausible old data.
+            write_host(dst_host, np.full(nbytes, 0xFF, np.uint8))
 
     def _complete(self, op: Op, call: str) -> None:
         self._sync(call, lambda: self.sched.complete(op))
@@ -582,6 +586,10 @@ class SimBackend(Backend):
         op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc)
         if not dst_is_device and pinned_dst is None:
             self._complete(op, call)
+        elif pinned_dst is not None:  # undefined until complete (see memcpy_dtoh_async)
+            dbuf = read_host(dst, dst_span)
+            rows(dbuf, dst_pitch)[...] = 0xFF
+            write_host(dst, dbuf)
 
     def _memset(self, bits: int, dst: int, value: int, count: int, stream: int) -> None:
         call = f"cuMemsetD{bits}Async"
