@@ -23,7 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import _kernels, _layout
+from . import _kernels, _layout, _staging
 from ._device import Device
 from ._driver import get_backend
 from ._stream import Stream, order_after
@@ -108,6 +108,24 @@ def device_fill(device: Device, s: Stream, dst_ptr: int, dst_strides, dtype, sha
         _kernels.fill(dst_ptr, dst_strides, dtype, shape, value, s.handle)
 
 
+def _pageable_and_large(device: Device, host_ptr: int, nbytes: int) -> bool:
+    limit = _staging.staging_threshold()
+    if not limit or nbytes < limit:
+        return False
+    with device.activate():
+        return get_backend().pointer_info(host_ptr).memory_type == 0
+
+
+def _upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: int) -> None:
+    """One contiguous host buffer to the device: through the staging ring when
+    it is large pageable memory, else one driver copy."""
+    if _pageable_and_large(device, host.ctypes.data, nbytes):
+        _staging.htod(device, s, dst_ptr, host)
+        return
+    with device.activate():
+        get_backend().memcpy_htod_async(dst_ptr, host.ctypes.data, nbytes, s.handle)
+
+
 def htod(device: Device, s: Stream, dst_ptr: int, dst_shape, dst_strides, dst_dtype,
          host: np.ndarray) -> None:
     """Copy host array ``host`` (already of ``dst_shape``; any layout, any dtype) to the device."""
@@ -121,15 +139,13 @@ def htod(device: Device, s: Stream, dst_ptr: int, dst_shape, dst_strides, dst_dt
     b = get_backend()
     if (c or f) and host.dtype == dst_dtype and (
             host.flags.c_contiguous if c else host.flags.f_contiguous):
-        with device.activate():
-            b.memcpy_htod_async(dst_ptr, host.ctypes.data, nbytes, s.handle)
+        _upload(device, s, dst_ptr, host, nbytes)
         return
     # Make a contiguous host copy in the destination dtype, upload it, and
     # scatter it into the destination layout on the device.
     staged = np.ascontiguousarray(host, dtype=dst_dtype)  # NumPy casting rules, on the host
     tmp = allocate(staged.nbytes, device)
-    with device.activate():
-        b.memcpy_htod_async(tmp.device_pointer, staged.ctypes.data, staged.nbytes, s.handle)
+    _upload(device, s, tmp.device_pointer, staged, staged.nbytes)
     device_copy(device, s, dst_ptr, dst_strides, dst_dtype, tmp.device_pointer,
                 _layout.c_strides(shape, staged.dtype.itemsize), staged.dtype, shape)
 
@@ -145,6 +161,9 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     c = _layout.is_c_contiguous(shape, src_strides, src_dtype.itemsize)
     f = not c and _layout.is_f_contiguous(shape, src_strides, src_dtype.itemsize)
     if out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous)):
+        if _pageable_and_large(device, out.ctypes.data, out.nbytes):
+            _staging.dtoh(device, s, out, src_ptr)  # complete on return
+            return
         with device.activate():
             b.memcpy_dtoh_async(out.ctypes.data, src_ptr, out.nbytes, s.handle)
             if sync:

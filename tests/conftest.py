@@ -14,7 +14,7 @@ import os
 import pytest
 
 import gpuarray
-from gpuarray import _config, _device, _driver, _stream
+from gpuarray import _config, _device, _driver, _staging, _stream
 from gpuarray.memory import _manager
 
 
@@ -26,6 +26,7 @@ def _reset_library_state() -> None:
     _config.reload()
     _manager._reset_for_tests()
     _stream._reset_for_tests()
+    _staging._reset_for_tests()
     try:
         from gpuarray import _kernels
     except ImportError:  # pragma: no cover - the kernels layer always exists

@@ -326,3 +326,20 @@ def test_pinned_array_async_copy_to_host_needs_a_sync():
     d.copy_to_host(out, stream=s)
     s.synchronize()
     np.testing.assert_array_equal(out, np.arange(16))
+
+
+@pytest.mark.parametrize("nbytes", [4 << 20, (13 << 20) + 12])
+def test_large_pageable_transfers_go_through_the_staging_ring(monkeypatch, nbytes):
+    monkeypatch.setenv("GPUARRAY_STAGING_CHUNK", str(1 << 20))  # many chunks, slots reused
+    host = np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8)
+    calls = []
+    real_htod, real_dtoh = gpuarray._staging.htod, gpuarray._staging.dtoh
+    monkeypatch.setattr(gpuarray._staging, "htod", lambda *a: (calls.append("htod"), real_htod(*a)))
+    monkeypatch.setattr(gpuarray._staging, "dtoh", lambda *a: (calls.append("dtoh"), real_dtoh(*a)))
+    d = gpuarray.to_device(host, stream=gpuarray.stream(non_blocking=True))
+    host[:] = 0  # the caller may reuse its buffer at once
+    back = d.copy_to_host()
+    assert calls == ["htod", "dtoh"]
+    np.testing.assert_array_equal(back, np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8))
+    small = np.arange(10, dtype=np.uint8)
+    assert (gpuarray.to_device(small).copy_to_host() == small).all() and calls == ["htod", "dtoh"]
