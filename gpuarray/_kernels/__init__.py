@@ -1,0 +1,35 @@
+"""The kernels layer: strided copy / cast / fill on the device.
+
+Concern: turn "copy this strided array into that one" and "fill this strided
+array" into driver calls -- ``cuMemcpy*Async``/``cuMemsetD*Async`` where the
+layout allows, otherwise kernels whose CUDA C++ sources live in the top-level
+``kernels/`` folder, specialised per element types, dimension count and
+index width, compiled by NVRTC for the device's architecture, cached in
+memory and on disk, and launched through :mod:`gpuarray._driver`.  It decides
+no array semantics: callers pass pointers, byte strides, dtypes and shapes.
+
+Modules: ``_dtypes`` (type codes), ``_specs`` (specialisations, symbol names,
+parameter blocks), ``_source`` (finding ``kernels/``), ``_nvrtc``
+(compilation), ``_cache`` (memory + disk cache), ``_plan`` (pure planning),
+``_reference`` (simulator reference implementations), ``_loader``
+(per-context modules), ``_launch`` (entry points).
+
+Environment: ``GPUARRAY_KERNEL_CACHE_DIR`` (disk cache folder),
+``GPUARRAY_KERNEL_CACHE=0`` (no disk cache), ``GPUARRAY_SIM_COMPILE=0``
+(simulator: skip the NVRTC compilation of the real sources).
+"""
+
+from __future__ import annotations
+
+from ._cache import cache_info, clear_cache
+from ._launch import copy, fill
+from ._source import kernel_source_dir
+
+__all__ = ["copy", "fill", "cache_info", "clear_cache", "kernel_source_dir"]
+
+
+def _reset_for_tests() -> None:
+    """Forget per-backend state (loaded function handles, device info); keep compiled images."""
+    from ._loader import forget_loaded
+
+    forget_loaded()

@@ -1,0 +1,233 @@
+"""Kernel specialisations: what is compiled, its symbol name and its parameters.
+
+A :class:`KernelSpec` names one instantiation of a template of ``kernels/``.
+Its ``extern "C"`` symbol encodes every template argument, because the
+simulator finds reference implementations by symbol name:
+
+- ``ga_copy__<dst>__<src>__<ndim>__<index>__<variant>`` -- N-d copy with
+  conversion (destination type first, as in ``memcpy(dst, src)``); variants
+  ``g`` general, ``d`` destination C-contiguous, ``u`` unaligned (byte
+  access), ``c`` both contiguous (``ndim`` 1, vectorised);
+- ``ga_fill__<type>__<ndim>__<index>__<variant>`` -- fill with a raw unit
+  (``u1``, ``u2``, ``u4``, ``u8``, ``v16``); variants ``g`` and ``c``;
+- ``ga_transpose__<dst>__<src>__<index>`` -- tiled (batched) 2-D transpose.
+
+``<index>`` is ``i32`` or ``i64``.  The kernel parameter block is one
+``ctypes.Structure`` (built here, mirroring the C structs ``ga_nd_args``,
+``ga_fill_args`` and ``ga_tr_args``) passed by value.
+
+Pure: no CUDA, no driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+
+from ._dtypes import CAST_CODES, RAW_CODES
+
+__all__ = [
+    "KernelSpec",
+    "MAX_NDIM",
+    "BLOCK",
+    "UNROLL",
+    "TILE",
+    "TILE_ROWS",
+    "copy_spec",
+    "fill_spec",
+    "transpose_spec",
+    "params_type",
+    "divider",
+    "program_source",
+]
+
+#: Most dimensions an N-d kernel takes; the launcher loops over outer ones.
+MAX_NDIM = 8
+#: Threads per block of the N-d and fill kernels (``GA_BLOCK``).
+BLOCK = 256
+#: Elements per thread per grid-stride step of the N-d kernels (``GA_UNROLL``).
+UNROLL = 4
+#: Transpose tile edge and rows of threads per block (``GA_TILE``, ``GA_TILE_ROWS``).
+TILE = 32
+TILE_ROWS = 8
+
+_INDEX_C = {"i32": "int", "i64": "long long"}
+_INDEX_CT = {"i32": ctypes.c_int32, "i64": ctypes.c_int64}
+_ALL_CODES = set(CAST_CODES) | set(RAW_CODES.values())
+_HEADERS = {"copy": "ga_copy.cuh", "fill": "ga_fill.cuh", "transpose": "ga_transpose.cuh"}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """One kernel instantiation.
+
+    Attributes
+    ----------
+    family : {"copy", "fill", "transpose"}
+    dst : str
+        Destination type code.
+    src : str
+        Source type code (``""`` for fill).
+    ndim : int
+        Dimensions of the N-d kernels (0 for transpose).
+    index : {"i32", "i64"}
+        Index and offset arithmetic width.
+    variant : str
+        ``g``, ``d``, ``u`` or ``c`` (``""`` for transpose).
+    """
+
+    family: str
+    dst: str
+    src: str
+    ndim: int
+    index: str
+    variant: str
+
+    @property
+    def symbol(self) -> str:
+        """The ``extern "C"`` kernel name."""
+        if self.family == "copy":
+            return f"ga_copy__{self.dst}__{self.src}__{self.ndim}__{self.index}__{self.variant}"
+        if self.family == "fill":
+            return f"ga_fill__{self.dst}__{self.ndim}__{self.index}__{self.variant}"
+        return f"ga_transpose__{self.dst}__{self.src}__{self.index}"
+
+    @property
+    def header(self) -> str:
+        """The file of ``kernels/`` that holds the template."""
+        return _HEADERS[self.family]
+
+    def instantiation(self) -> str:
+        """The C++ line that defines this kernel from its template."""
+        idx = _INDEX_C[self.index]
+        sym = self.symbol
+        head = f'extern "C" __global__ void __launch_bounds__({BLOCK}) {sym}'
+        if self.family == "copy":
+            args = f"ga_nd_args<{self.ndim}, {idx}>"
+            if self.variant == "c":
+                body = f"ga_copy_contig<ga_{self.dst}, ga_{self.src}, {idx}>(a);"
+            else:
+                dc = "true" if self.variant == "d" else "false"
+                al = "false" if self.variant == "u" else "true"
+                body = (f"ga_copy_nd<ga_{self.dst}, ga_{self.src}, {self.ndim}, {idx}, "
+                        f"{dc}, {al}>(a);")
+        elif self.family == "fill":
+            args = f"ga_fill_args<{self.ndim}, {idx}>"
+            if self.variant == "c":
+                body = f"ga_fill_contig<ga_{self.dst}, {idx}>(a);"
+            else:
+                body = f"ga_fill_nd<ga_{self.dst}, {self.ndim}, {idx}>(a);"
+        else:
+            args = f"ga_tr_args<{idx}>"
+            body = f"ga_transpose<ga_{self.dst}, ga_{self.src}, {idx}>(a);"
+        return f"{head}({args} a) {{ {body} }}"
+
+
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise ValueError(f"invalid kernel specialisation: {what}")
+
+
+@functools.lru_cache(maxsize=4096)
+def copy_spec(dst: str, src: str, ndim: int, index: str, variant: str) -> KernelSpec:
+    """Spec of an N-d copy kernel (see the module docstring)."""
+    _check(dst in _ALL_CODES and src in _ALL_CODES, f"types {dst!r}, {src!r}")
+    _check(index in _INDEX_C, f"index {index!r}")
+    _check(variant in ("g", "d", "u", "c"), f"variant {variant!r}")
+    _check(1 <= ndim <= MAX_NDIM and (variant != "c" or ndim == 1), f"ndim {ndim}")
+    _check(("v16" not in (dst, src)) or dst == src, "v16 is only moved")
+    return KernelSpec("copy", dst, src, int(ndim), index, variant)
+
+
+@functools.lru_cache(maxsize=1024)
+def fill_spec(unit: str, ndim: int, index: str, variant: str) -> KernelSpec:
+    """Spec of a fill kernel for a raw unit code."""
+    _check(unit in RAW_CODES.values(), f"fill unit {unit!r}")
+    _check(index in _INDEX_C, f"index {index!r}")
+    _check(variant in ("g", "c"), f"variant {variant!r}")
+    _check(1 <= ndim <= MAX_NDIM and (variant != "c" or ndim == 1), f"ndim {ndim}")
+    return KernelSpec("fill", unit, "", int(ndim), index, variant)
+
+
+@functools.lru_cache(maxsize=1024)
+def transpose_spec(dst: str, src: str, index: str) -> KernelSpec:
+    """Spec of a tiled transpose kernel."""
+    _check(dst in _ALL_CODES and src in _ALL_CODES, f"types {dst!r}, {src!r}")
+    _check(("v16" not in (dst, src)) or dst == src, "v16 is only moved")
+    _check(index in _INDEX_C, f"index {index!r}")
+    return KernelSpec("transpose", dst, src, 0, index, "")
+
+
+def program_source(specs) -> str:
+    """One translation unit defining every kernel of ``specs`` (an iterable of KernelSpec).
+
+    The ``#include`` names refer to the files of ``kernels/``, handed to NVRTC
+    as named headers.
+    """
+    specs = list(specs)
+    headers = sorted({s.header for s in specs})
+    lines = ["// gpuarray kernels, generated per specialisation"]
+    lines += [f'#include "{h}"' for h in headers]
+    lines += [s.instantiation() for s in specs]
+    return "\n".join(lines) + "\n"
+
+
+@functools.cache
+def params_type(family: str, ndim: int, index: str) -> type:
+    """The ``ctypes.Structure`` mirroring the kernel parameter block.
+
+    Parameters
+    ----------
+    family : {"copy", "fill", "transpose"}
+    ndim : int
+        Dimensions (ignored for transpose).
+    index : {"i32", "i64"}
+
+    Returns
+    -------
+    type
+        A ``ctypes.Structure`` subclass whose layout equals the C struct's.
+    """
+    it = _INDEX_CT[index]
+    ptr = ctypes.c_uint64
+    if family == "copy":
+        fields = [("dst", ptr), ("src", ptr), ("n", it), ("shape", it * ndim),
+                  ("dst_strides", it * ndim), ("src_strides", it * ndim),
+                  ("magic", ctypes.c_uint32 * ndim), ("shift", ctypes.c_uint32 * ndim)]
+        name = f"ga_nd_args_{ndim}_{index}"
+    elif family == "fill":
+        fields = [("dst", ptr), ("pat_lo", ctypes.c_uint64), ("pat_hi", ctypes.c_uint64),
+                  ("n", it), ("shape", it * ndim), ("strides", it * ndim),
+                  ("magic", ctypes.c_uint32 * ndim), ("shift", ctypes.c_uint32 * ndim)]
+        name = f"ga_fill_args_{ndim}_{index}"
+    elif family == "transpose":
+        fields = [("dst", ptr), ("src", ptr)] + [
+            (f, it) for f in ("rows", "cols", "batch", "dst_pitch", "src_pitch",
+                              "dst_bstride", "src_bstride")]
+        name = f"ga_tr_args_{index}"
+    else:
+        raise ValueError(f"unknown kernel family {family!r}")
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
+
+
+@functools.lru_cache(maxsize=4096)
+def divider(d: int) -> tuple[int, int]:
+    """Magic multiplier and shift for dividing 31-bit numbers by ``d``.
+
+    The kernel computes ``q = (umulhi(n, magic) + n) >> shift`` (32-bit
+    unsigned arithmetic), which equals ``n // d`` for ``0 <= n < 2**31``
+    and ``1 <= d < 2**31`` (Granlund-Montgomery; PyTorch's ``IntDivider``).
+
+    Examples
+    --------
+    >>> m, s = divider(7)
+    >>> n = 1000
+    >>> ((((n * m) >> 32) + n) & 0xFFFFFFFF) >> s
+    142
+    """
+    if not 1 <= d < 2**31:
+        raise ValueError(f"divisor {d} out of range for 32-bit index division")
+    shift = (d - 1).bit_length()  # ceil(log2(d)); 0 for d == 1
+    magic = ((1 << 32) * ((1 << shift) - d)) // d + 1
+    return magic, shift

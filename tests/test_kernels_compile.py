@@ -1,0 +1,474 @@
+"""The CUDA sources of ``kernels/`` compile, and compute what NumPy computes.
+
+Two compilers, no GPU needed:
+
+- NVRTC (a dependency, so these never skip): every kernel family --
+  conversions covering every source and destination type, every variant,
+  1..8 dimensions, 32- and 64-bit indices, fills of every unit, transposes
+  of every unit -- for EVERY architecture NVRTC supports (with the fast
+  options the simulator uses), the same with the release options for the
+  oldest supported architecture and sm_90, and all 14 x 14 conversion pairs
+  in one translation unit.
+- the host C++ compiler (skipped without a C++20 one): the same sources
+  compiled for the CPU with a grid emulator (``threadIdx``/``blockIdx``
+  globals, one OS thread per CUDA thread and a barrier for
+  ``__syncthreads`` in the transpose), driven by the real planner and
+  parameter blocks, checked against NumPy.  This runs the kernels' index
+  math, vector paths, variants and conversions; only the float16 hardware
+  conversions (``cvt``) are replaced by their bit-level equivalents.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import pickle
+import shutil
+import subprocess
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from gpuarray._kernels import _cache, _dtypes, _launch, _nvrtc, _plan, _source, _specs
+from gpuarray.errors import NvrtcError
+
+CAST = _dtypes.CAST_CODES
+RAW = list(_dtypes.RAW_CODES.values())
+
+
+def representative_specs() -> list:
+    """Every family, variant, type (as source and as destination), ndim 1..8, i32/i64."""
+    specs = []
+    for i, d in enumerate(CAST):
+        specs.append(_specs.copy_spec(d, CAST[(i + 1) % 14], 1 + i % 8,
+                                      "i32" if i % 2 else "i64", "gdu"[i % 3]))
+        specs.append(_specs.copy_spec(d, CAST[(i + 5) % 14], 1, "i64" if i % 2 else "i32", "c"))
+    for j, r in enumerate(RAW):
+        specs.append(_specs.copy_spec(r, r, 1 + (3 * j) % 8, "i32", "d"))
+        specs.append(_specs.copy_spec(r, r, 8, "i64", "g"))
+        for idx in ("i32", "i64"):
+            specs.append(_specs.fill_spec(r, 1 + j, idx, "g"))
+            specs.append(_specs.fill_spec(r, 1, idx, "c"))
+            specs.append(_specs.transpose_spec(r, r, idx))
+    specs.append(_specs.transpose_spec("f2", "f4", "i32"))
+    specs.append(_specs.transpose_spec("c16", "b1", "i64"))
+    return specs
+
+
+def _compile(specs, target, fast):
+    src = _specs.program_source(specs)
+    return _nvrtc.compile_program(src, _source.kernel_headers(),
+                                  _nvrtc.compile_options(target, fast=fast), target.kind)
+
+
+# =================================================================== NVRTC
+def test_required_architectures_are_supported():
+    archs = set(_nvrtc.supported_archs())
+    assert {75, 80, 90, 100} <= archs, sorted(archs)
+
+
+def test_representative_set_covers_every_type_and_variant():
+    specs = representative_specs()
+    copies = [s for s in specs if s.family == "copy" and s.dst in CAST and s.dst != s.src]
+    assert {s.dst for s in copies} == set(CAST) and {s.src for s in copies} == set(CAST)
+    assert {s.variant for s in specs if s.family == "copy"} == {"g", "d", "u", "c"}
+    assert {s.ndim for s in specs if s.family == "copy"} == set(range(1, 9))
+    assert {s.index for s in specs} == {"i32", "i64"}
+    assert {s.dst for s in specs if s.family == "fill"} == set(RAW)
+    assert {s.dst for s in specs if s.family == "transpose"} >= set(RAW)
+    assert len({s.symbol for s in specs}) == len(specs)
+
+
+def test_every_family_compiles_for_every_supported_architecture():
+    specs = representative_specs()
+    times = {}
+    for arch in _nvrtc.supported_archs():
+        t0 = time.perf_counter()
+        image = _compile(specs, _nvrtc.Target("cubin", f"sm_{arch}"), fast=True)
+        times[arch] = time.perf_counter() - t0
+        assert image[:4] == b"\x7fELF"
+        for s in specs:
+            assert s.symbol.encode() in image, (arch, s.symbol)
+    print(f"fast compile of {len(specs)} kernels per arch:",
+          {a: round(t, 2) for a, t in times.items()})
+
+
+@pytest.mark.parametrize("arch", sorted({min(_nvrtc.supported_archs()), 90}))
+def test_every_family_compiles_with_release_options(arch):
+    image = _compile(representative_specs(), _nvrtc.Target("cubin", f"sm_{arch}"), fast=False)
+    assert image[:4] == b"\x7fELF"
+
+
+def test_all_conversion_pairs_compile_in_one_unit():
+    specs = [_specs.copy_spec(d, s, 1, "i32", "c") for d in CAST for s in CAST]
+    image = _compile(specs, _nvrtc.select_target(9, 0), fast=True)
+    assert all(s.symbol.encode() in image for s in specs)
+
+
+def test_ptx_fallback_names_every_entry():
+    specs = [_specs.copy_spec("f2", "f8", 3, "i64", "g"), _specs.fill_spec("v16", 1, "i32", "c"),
+             _specs.transpose_spec("u1", "u1", "i32")]
+    arch = min(_nvrtc.supported_archs())
+    ptx = _compile(specs, _nvrtc.Target("ptx", f"compute_{arch}"), fast=False)
+    assert ptx.endswith(b"\0")
+    text = ptx.decode()
+    for s in specs:
+        assert f".entry {s.symbol}(" in text
+
+
+def test_select_target():
+    archs = _nvrtc.supported_archs()
+    assert _nvrtc.select_target(9, 0) == _nvrtc.Target("cubin", "sm_90")
+    newest = max(archs)
+    future = _nvrtc.select_target(newest // 10 + 5, 0)
+    assert future == _nvrtc.Target("ptx", f"compute_{newest}")
+    between = [a for a in range(min(archs), newest) if a not in archs and a % 10 < 10]
+    if between:
+        a = between[0]
+        t = _nvrtc.select_target(a // 10, a % 10)
+        assert t.kind == "ptx" and int(t.arch.split("_")[1]) == max(x for x in archs if x < a)
+    with pytest.raises(NvrtcError, match="cannot compile for compute capability 3.5"):
+        _nvrtc.select_target(3, 5)
+
+
+def test_compile_error_carries_log_options_and_numbered_source():
+    src = '#include "ga_common.cuh"\nextern "C" __global__ void broken() { undefined_name; }\n'
+    opts = _nvrtc.compile_options(_nvrtc.Target("cubin", "sm_90"))
+    with pytest.raises(NvrtcError) as ei:
+        _nvrtc.compile_program(src, _source.kernel_headers(), opts, "cubin")
+    e = ei.value
+    assert "undefined_name" in e.log and e.options == opts
+    assert "   2 | extern" in str(e) and "NVRTC_ERROR_COMPILATION" in str(e)
+    assert pickle.loads(pickle.dumps(e)).log == e.log
+
+
+def test_large_arrays_select_64_bit_indexing_which_compiles():
+    n = 2**31 + 7
+    (op,) = _plan.plan_copy(0x10000, (4,), "f4", 0x10000 + 8 * n + 4096, (8,), "f8", (n,))
+    assert op.spec.index == "i64" and op.spec.variant == "c"
+    small = _plan.plan_copy(0x10000, (4,), "f4", 0x90000000, (8,), "f8", (1000,))[0]
+    assert small.spec.index == "i32"
+    # a strided view whose byte extent passes 2**31 with few elements
+    (op2,) = _plan.plan_copy(0x10000, (4,), "f4", 0x10000000, (2**29,), "f4", (9,))
+    assert op2.spec.index == "i64"
+    # a 2-D transpose and a fill past 2**31 elements
+    (op3,) = _plan.plan_copy(0x10000, (2**16 * 2, 2), "u2", 0x1_0000_0000, (2, 2**16 * 2),
+                             "u2", (2**16, 2**16))
+    assert op3.spec.family == "transpose" and op3.spec.index == "i64"
+    (op4,) = _plan.plan_fill(0x10000, (8,), "f8", (n,), 1.5)
+    assert op4.spec.index == "i64" and op4.spec.variant == "c"
+    image = _compile([op.spec, op2.spec, op3.spec, op4.spec], _nvrtc.select_target(9, 0), False)
+    assert op.spec.symbol.encode() in image and op3.spec.symbol.encode() in image
+
+
+def test_index_width_boundary():
+    slack = _plan.MAX_GRID * _specs.BLOCK * _specs.UNROLL
+    limit = 2**31 - 1 - slack
+    assert _plan.index_type(limit, [2**31 - 1]) == "i32"
+    assert _plan.index_type(limit + 1, [16]) == "i64"
+    assert _plan.index_type(10, [2**31]) == "i64"
+
+
+def test_kernel_source_dir_finds_the_sources_and_explains_when_missing(monkeypatch, tmp_path):
+    d = _source.kernel_source_dir()
+    assert all((d / f).is_file() for f in _source.KERNEL_FILES)
+    monkeypatch.setattr(_source, "_candidates", lambda: [tmp_path / "a", tmp_path / "b"])
+    _source.kernel_source_dir.cache_clear()
+    try:
+        with pytest.raises(FileNotFoundError, match="ga_copy.cuh") as ei:
+            _source.kernel_source_dir()
+        assert str(tmp_path / "a") in str(ei.value) and str(tmp_path / "b") in str(ei.value)
+    finally:
+        monkeypatch.undo()
+        _source.kernel_source_dir.cache_clear()
+    assert _source.kernel_source_dir() == d
+
+
+def test_build_through_the_cache_uses_the_device_architecture(monkeypatch, tmp_path):
+    from gpuarray._kernels import _loader
+
+    monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
+    spec = _specs.copy_spec("f4", "i2", 2, "i32", "g")
+    seen = []
+    real = _nvrtc.compile_program
+
+    def spy(source, headers, options, kind, name="x"):
+        seen.append(list(options))
+        return real(source, headers, options, kind)
+
+    monkeypatch.setattr(_nvrtc, "compile_program", spy)
+    img = _loader.build_image(spec, (8, 6))
+    assert img[:4] == b"\x7fELF" and "--gpu-architecture=sm_86" in seen[-1]
+    assert _cache.cache_info()["entries"] == 1
+
+
+# ======================================================== host C++ emulation
+_PRELUDE = r"""
+#include <barrier>
+#include <functional>
+#include <thread>
+#include <vector>
+struct ga_dim3 { unsigned int x, y, z; };
+static thread_local ga_dim3 threadIdx;
+static ga_dim3 blockIdx, blockDim, gridDim;
+static std::barrier<>* ga_bar = nullptr;
+static inline void __syncthreads() { ga_bar->arrive_and_wait(); }
+#define __global__
+#define __shared__ static
+#define __launch_bounds__(n)
+"""
+
+_RUNNER = r"""
+static void ga_run(unsigned grid, unsigned bx, unsigned by, bool sync,
+                   const std::function<void()>& k) {
+    gridDim = {grid, 1, 1};
+    blockDim = {bx, by, 1};
+    for (unsigned b = 0; b < grid; ++b) {
+        blockIdx = {b, 0, 0};
+        if (!sync) {
+            for (unsigned y = 0; y < by; ++y)
+                for (unsigned x = 0; x < bx; ++x) { threadIdx = {x, y, 0}; k(); }
+            continue;
+        }
+        std::barrier<> bar(bx * by);
+        ga_bar = &bar;
+        std::vector<std::thread> ts;
+        for (unsigned y = 0; y < by; ++y)
+            for (unsigned x = 0; x < bx; ++x)
+                ts.emplace_back([=, &k] { threadIdx = {x, y, 0}; k(); });
+        for (auto& t : ts) t.join();
+        ga_bar = nullptr;
+    }
+}
+"""
+
+
+def _cxx():
+    for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _args_type(s) -> str:
+    idx = {"i32": "int", "i64": "long long"}[s.index]
+    if s.family == "copy":
+        return f"ga_nd_args<{s.ndim}, {idx}>"
+    if s.family == "fill":
+        return f"ga_fill_args<{s.ndim}, {idx}>"
+    return f"ga_tr_args<{idx}>"
+
+
+class HostKernels:
+    """The kernels of ``kernels/`` built for the CPU; runs planned operations on host memory."""
+
+    def __init__(self, specs, workdir) -> None:
+        cxx = _cxx()
+        if cxx is None:
+            pytest.skip("no C++ compiler to emulate the kernels on the host")
+        probe = workdir / "probe.cpp"
+        probe.write_text("#include <barrier>\nint main() { std::barrier<> b(1); }\n")
+        r = subprocess.run([cxx, "-std=c++20", "-pthread", str(probe), "-o", str(workdir / "p")],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"{cxx} cannot build C++20 <barrier> code: {r.stderr[:200]}")
+        specs = sorted(set(specs), key=lambda s: s.symbol)
+        chunks = [specs[i::2] for i in range(2)]  # two compiler processes (two cores in CI)
+        procs, libs = [], []
+        for k, chunk in enumerate(chunks):
+            src = _PRELUDE + _specs.program_source(chunk) + _RUNNER
+            for s in chunk:
+                sync = "true" if s.family == "transpose" else "false"
+                src += (f'extern "C" void host__{s.symbol}(const void* p, unsigned g, unsigned bx, '
+                        f'unsigned by) {{ ga_run(g, bx, by, {sync}, [&] {{ {s.symbol}('
+                        f'*reinterpret_cast<const {_args_type(s)}*>(p)); }}); }}\n')
+            tag = hashlib.sha256(src.encode()).hexdigest()[:12]
+            cpp, lib = workdir / f"k{k}_{tag}.cpp", workdir / f"k{k}_{tag}.so"
+            cpp.write_text(src)
+            procs.append(subprocess.Popen(
+                [cxx, "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread", "-w",
+                 "-I", str(_source.kernel_source_dir()), str(cpp), "-o", str(lib)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            libs.append(lib)
+        for p in procs:
+            _, err = p.communicate()
+            assert p.returncode == 0, f"host build of kernels/ failed:\n{err[-4000:]}"
+        self.libs = [ctypes.CDLL(str(lib)) for lib in libs]
+
+    def _fn(self, symbol):
+        for lib in self.libs:
+            try:
+                return getattr(lib, "host__" + symbol)
+            except AttributeError:
+                continue
+        raise KeyError(symbol)
+
+    def execute(self, ops, sms: int = 2) -> None:
+        for op in ops:
+            if isinstance(op, _plan.Memcpy):
+                ctypes.memmove(op.dst, op.src, op.nbytes)
+            elif isinstance(op, _plan.Memset):
+                w = op.bits // 8
+                buf = (ctypes.c_ubyte * (op.words * w)).from_address(op.dst)
+                np.frombuffer(buf, dtype=f"u{w}")[:] = op.value
+            elif isinstance(op, _plan.Memcpy2D):
+                for r in range(op.height):
+                    ctypes.memmove(op.dst + r * op.dst_pitch, op.src + r * op.src_pitch, op.width)
+            else:
+                p = _launch.params_for(op)
+                grid = _launch.grid_for(op, sms)
+                bx, by = (32, 8) if op.spec.family == "transpose" else (256, 1)
+                self._fn(op.spec.symbol)(ctypes.byref(p), grid[0], bx, by)
+
+
+def _astype(x, dt):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return np.asarray(x).astype(dt)
+
+
+def _sample(code, shape, rng):
+    """Values whose conversion to any type is defined (no NaN/inf/out of range)."""
+    dt = _dtypes.code_dtype(code)
+    n = int(np.prod(shape))
+    if code == "b1":
+        return (rng.integers(0, 2, n) == 1).reshape(shape)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        v = rng.integers(max(info.min, -120), min(info.max, 120), n, endpoint=True)
+        return v.astype(dt).reshape(shape)
+    v = rng.integers(-120, 120, n) + rng.choice([0, 0.25, 0.5, 0.75, 0.999], n)
+    if dt.kind == "c":
+        v = v + 1j * rng.integers(-5, 5, n)
+    return v.astype(dt).reshape(shape)
+
+
+def _copy_case(dst, src):
+    ops = _plan.plan_copy(dst.ctypes.data, dst.strides, dst.dtype, src.ctypes.data, src.strides,
+                          src.dtype, dst.shape)
+    return ("copy", dst, src, ops)
+
+
+def _fill_case(dst, value):
+    ops = _plan.plan_fill(dst.ctypes.data, dst.strides, dst.dtype, dst.shape, value)
+    return ("fill", dst, value, ops)
+
+
+def _layout_cases(d, s, rng):
+    D, S = _dtypes.code_dtype(d), _dtypes.code_dtype(s)
+    src = _sample(s, (40, 50), rng)
+    out = []
+    out.append(_copy_case(np.zeros((50, 40), D), src.T))                      # transpose
+    out.append(_copy_case(np.zeros((40, 50), D, order="F"), src))             # C -> F
+    out.append(_copy_case(np.zeros((20, 9), D), src[::2, 3:-30:2]))           # sliced
+    out.append(_copy_case(np.zeros((40, 50), D)[::-1, ::-2][:, :20], src[::-1, 5:25][::-1]))
+    out.append(_copy_case(np.zeros((3, 40, 50), D), np.broadcast_to(src, (3, 40, 50))))
+    out.append(_copy_case(np.zeros((40, 50), D), np.broadcast_to(src[:, :1], (40, 50))))
+    out.append(_copy_case(np.zeros((), D), src[3:4, 4:5].reshape(())))        # 0-d
+    x4 = _sample(s, (2, 24, 5, 7), rng)                                       # NCHW -> NHWC
+    out.append(_copy_case(np.zeros((2, 5, 7, 24), D).transpose(0, 3, 1, 2), x4))
+    x10 = _sample(s, (2,) * 10, rng)                                          # > MAX_NDIM
+    out.append(_copy_case(np.zeros((2,) * 10, D), x10.transpose(9, 7, 5, 3, 1, 0, 2, 4, 6, 8)))
+    raw = np.zeros(64 * D.itemsize + 17, np.uint8)                            # misaligned dst
+    out.append(_copy_case(np.ndarray((64,), D, raw, 1, (D.itemsize,)), src[1, :50].repeat(2)[:64]))
+    raws = np.zeros(40 * S.itemsize + 17, np.uint8)                           # misaligned src
+    mis = np.ndarray((20,), S, raws, 3, (2 * S.itemsize,))
+    mis[...] = src[1, :20]
+    out.append(_copy_case(np.zeros(20, D), mis))
+    out.append(_copy_case(np.zeros(1998, D), src.ravel()[1:1999]))           # ragged vector tail
+    return out
+
+
+@pytest.fixture(scope="module")
+def host_cases():
+    rng = np.random.default_rng(1234)
+    cases = []
+    for d in CAST:                          # every pair, contiguous (vector kernel)
+        for s in CAST:
+            cases.append(_copy_case(np.zeros(1001, _dtypes.code_dtype(d)), _sample(s, 1001, rng)))
+    pairs = [("f4", "f8"), ("f2", "f4"), ("f8", "f2"), ("i1", "f4"), ("u1", "f8"), ("c8", "c16"),
+             ("b1", "c8"), ("i8", "u2"), ("f4", "f4"), ("u1", "u1"), ("c16", "c16"),
+             ("f2", "f2"), ("u4", "i4"), ("c16", "b1")]
+    for d, s in pairs:
+        cases += _layout_cases(d, s, rng)
+    for code in ("b1", "i1", "i2", "f2", "f4", "f8", "i8", "c8", "c16"):
+        D = _dtypes.code_dtype(code)
+        val = {"b1": True, "c8": 1.5 - 2j, "c16": 2.5 + 1j, "f2": 1.5, "f4": 1.5, "f8": 1.5}.get(code, 3)
+        cases.append(_fill_case(np.zeros((30, 40), D), val))
+        cases.append(_fill_case(np.zeros((30, 40), D)[::2, 1:-3], val))
+        cases.append(_fill_case(np.zeros((30, 40), D).T[::-1], val))
+        cases.append(_fill_case(np.zeros((2,) * 10, D)[..., ::-1, :].transpose(
+            9, 7, 5, 3, 1, 0, 2, 4, 6, 8), val))
+        raw = np.zeros(100 * D.itemsize + 8, np.uint8)
+        cases.append(_fill_case(np.ndarray((100,), D, raw, 1, (D.itemsize,)), val))
+        cases.append(_fill_case(np.zeros(1001, D)[1:], val))
+        cases.append(_fill_case(np.zeros((), D), val))
+    return cases
+
+
+def _conversion_edge_cases():
+    """float16 rounding (all halves, random bits, exact ties) and float -> int wrapping."""
+    rng = np.random.default_rng(99)
+    halves = np.arange(65536, dtype=np.uint16).view(np.float16)
+    f32 = rng.integers(0, 2**32, 100000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    mags = rng.random(50000) * 2.0 ** rng.integers(-30, 17, 50000) * rng.choice([-1, 1], 50000)
+    f64 = np.concatenate([rng.integers(0, 2**63, 100000, dtype=np.uint64).view(np.float64), mags])
+    t = halves[np.isfinite(halves)].astype(np.float64)
+    t = np.unique(t)
+    mids = (t[:-1] + t[1:]) / 2  # exact ties: round half to even
+    f64 = np.concatenate([f64, mids, mids + np.abs(mids) * 2.0**-40])
+    f32 = np.concatenate([f32, _astype(mags, np.float32), _astype(mids, np.float32)])
+    cases = []
+    for src, d in [(halves, "f4"), (halves, "f8"), (halves, "c8"), (f32, "f2"), (f64, "f2"),
+                   (_astype(f64, np.complex128), "f2"), (_astype(f32, np.complex64), "f2")]:
+        cases.append(_copy_case(np.zeros(src.shape, _dtypes.code_dtype(d)), src))
+    vals = np.concatenate([rng.uniform(-2**31 + 256, 2**31 - 256, 20000),
+                           rng.uniform(-1e4, 1e4, 20000),
+                           [300.7, -1.0, -300.5, 70000.0, -0.9, 255.9, 65535.5, -32768.7]])
+    for s in ("f2", "f4", "f8", "c8", "c16"):
+        v = _astype(vals, _dtypes.code_dtype(s))
+        v = v[np.isfinite(v)]
+        for d in ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8"):
+            vv = v[np.abs(v.real.astype(np.float64)) < 2**31 - 256] if d == "i4" else v
+            cases.append(_copy_case(np.zeros(vv.shape, _dtypes.code_dtype(d)), vv))
+    for s in ("i8", "u8", "i4", "u4"):
+        info = np.iinfo(_dtypes.code_dtype(s))
+        x = rng.integers(info.min, info.max, 50000, dtype=_dtypes.code_dtype(s), endpoint=True)
+        x = np.concatenate([x, np.array([info.min, info.max, 0, 1], x.dtype)])
+        for d in ("f2", "f4", "f8", "c8", "c16", "b1"):
+            cases.append(_copy_case(np.zeros(x.shape, _dtypes.code_dtype(d)), x))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def host_kernels(host_cases, tmp_path_factory):
+    edge = _conversion_edge_cases()
+    specs = [op.spec for c in host_cases + edge for op in c[3] if isinstance(op, _plan.Launch)]
+    hk = HostKernels(specs, tmp_path_factory.mktemp("host_kernels"))
+    hk.edge = edge
+    return hk
+
+
+def _check(kind, dst, src, ops, hk):
+    before = dst.copy()
+    hk.execute(ops)
+    ref = before.copy()
+    ref[...] = _astype(src, dst.dtype) if kind == "copy" else src
+    assert np.array_equal(dst, ref, equal_nan=dst.dtype.kind in "fc"), (
+        kind, dst.dtype, getattr(src, "dtype", src), [getattr(o, "spec", o) for o in ops][:2])
+
+
+def test_host_emulated_kernels_match_numpy_for_every_pair_and_layout(host_cases, host_kernels):
+    used = {(op.spec.family, op.spec.variant) for c in host_cases for op in c[3]
+            if isinstance(op, _plan.Launch)}
+    assert {("copy", v) for v in "gduc"} | {("transpose", ""), ("fill", "g"), ("fill", "c")} <= used
+    for kind, dst, src, ops in host_cases:
+        _check(kind, dst, src, ops, host_kernels)
+
+
+def test_host_emulated_conversions_round_and_wrap_like_numpy(host_kernels):
+    for kind, dst, src, ops in host_kernels.edge:
+        _check(kind, dst, src, ops, host_kernels)
