@@ -21,7 +21,7 @@ from . import _config, _layout, _transfer
 from ._device import Device, get_device
 from ._stream import Stream, as_stream
 from .interop._cai_desc import make_cai
-from .memory import MemoryPointer, allocate
+from .memory import MemoryPointer, allocate, record_stream
 
 __all__ = ["DeviceNDArray", "is_device_array"]
 
@@ -91,6 +91,7 @@ class DeviceNDArray:
         self.device = device
         self._cai = None
         self._dl = 2  # DLPack device type of the memory: 2 device, 3 page-locked host, 13 managed
+        record_stream(mem, stream)  # stream-ordered frees wait for this array's stream
 
     @classmethod
     def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device) -> "DeviceNDArray":
@@ -276,6 +277,7 @@ class DeviceNDArray:
         """
         v = self._view(self.shape, self.strides)
         v.stream = as_stream(stream, self.device)
+        record_stream(v._mem, v.stream)
         return v
 
     def split(self, section: int, stream: Any = None) -> list["DeviceNDArray"]:
@@ -302,6 +304,7 @@ class DeviceNDArray:
             n = min(section, self.shape[0] - start)
             v = self._view((n,), self.strides, start * self.strides[0])
             v.stream = s
+            record_stream(v._mem, s)
             out.append(v)
         return out
 
@@ -534,15 +537,51 @@ class DeviceNDArray:
 
     # -------------------------------------------------------------- IPC
     def get_ipc_handle(self):
-        """An :class:`~gpuarray.memory.IpcHandle` for this array's memory.
+        """A picklable :class:`~gpuarray.IpcHandle` another process opens as this array.
 
-        Open it in another process with ``handle.open()`` and rebuild the
-        array from the pointer, shape, strides and dtype.
+        The handle names the allocation holding the array (views included:
+        their offset travels with it) and carries the shape, strides and
+        dtype; ``handle.open()`` (or ``with handle as arr:``) in another
+        process returns a :class:`DeviceNDArray` over the same memory, whose
+        default stream is that process's default stream.  IPC carries no
+        stream ordering: synchronise ``self.stream`` before handing the
+        handle over, and keep this array alive while the memory is mapped
+        elsewhere.
+
+        Returns
+        -------
+        IpcHandle
+
+        Raises
+        ------
+        ValueError
+            For an empty array, or memory its manager cannot share.
+        CudaError
+            When the driver refuses (e.g. memory that is not from ``cuMemAlloc``).
+
+        Examples
+        --------
+        >>> h = d.get_ipc_handle()            # doctest: +SKIP
+        >>> with h as arr:                     # in another process  # doctest: +SKIP
+        ...     arr[0] = 1
         """
+        import dataclasses
+
         from .memory import get_memory_manager
 
+        if self.size == 0:
+            raise ValueError(f"cannot share an empty array (shape {self.shape}) through IPC: "
+                             "it has no memory")
+        lo, _ = _layout.extent(self.shape, self.strides, self.dtype.itemsize)
         with self.device.activate():
-            return get_memory_manager(self.device).get_ipc_handle(self.gpu_data)
+            handle = get_memory_manager(self.device).get_ipc_handle(self.gpu_data)
+        # The memory layer maps bytes; the array layer says how to rebuild the
+        # array over them: ``DeviceNDArray(shape, strides, dtype, None, mem)``
+        # with ``mem`` at element [0, ..., 0] (``origin`` bytes into the shared
+        # range when strides are negative).  The class pickles by reference.
+        return dataclasses.replace(handle, factory=DeviceNDArray,
+                                   factory_args=(self.shape, self.strides, self.dtype, None),
+                                   origin=-lo)
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:
@@ -566,5 +605,14 @@ def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
 
 
 def is_device_array(obj: Any) -> bool:
-    """Whether ``obj`` is a :class:`DeviceNDArray`."""
+    """Whether ``obj`` is a :class:`DeviceNDArray`.
+
+    Parameters
+    ----------
+    obj : object
+
+    Returns
+    -------
+    bool
+    """
     return isinstance(obj, DeviceNDArray)

@@ -4,7 +4,8 @@
 (``asarray``, ``to_device``, ``copy_to_device``, ``__setitem__``) uses:
 a ``DeviceNDArray`` is returned as is; an object exporting
 ``__cuda_array_interface__`` or a device ``__dlpack__`` is wrapped zero-copy
-(keeping the object alive); anything else is host data for NumPy.
+(keeping the object alive); a host ``__dlpack__`` producer without
+``__array__`` becomes a NumPy view; anything else is host data for NumPy.
 """
 
 from __future__ import annotations
@@ -44,4 +45,8 @@ def as_device_source(obj: Any, device: Device | None = None) -> Any:
         from .interop import from_dlpack
 
         return from_dlpack(obj)
+    if hasattr(obj, "__dlpack__") and not hasattr(obj, "__array__"):
+        import numpy as np  # a host DLPack producer NumPy cannot see otherwise
+
+        return np.from_dlpack(obj)
     return obj

@@ -114,7 +114,19 @@ def full(shape, fill_value: Any, dtype=None, order: str = "C", stream: Any = Non
 
 
 def zeros(shape, dtype=np.float64, order: str = "C", stream: Any = None) -> DeviceNDArray:
-    """A device array of zeros.  Parameters as :func:`empty`.
+    """A device array of zeros.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    dtype : data-type, default float64
+    order : {"C", "F"}
+    stream : Stream, optional
+        The array's default stream.
+
+    Returns
+    -------
+    DeviceNDArray
 
     Examples
     --------
@@ -125,7 +137,25 @@ def zeros(shape, dtype=np.float64, order: str = "C", stream: Any = None) -> Devi
 
 
 def ones(shape, dtype=np.float64, order: str = "C", stream: Any = None) -> DeviceNDArray:
-    """A device array of ones.  Parameters as :func:`empty`."""
+    """A device array of ones.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    dtype : data-type, default float64
+    order : {"C", "F"}
+    stream : Stream, optional
+        The array's default stream.
+
+    Returns
+    -------
+    DeviceNDArray
+
+    Examples
+    --------
+    >>> gpuarray.ones(2, np.int8).copy_to_host()   # doctest: +SKIP
+    array([1, 1], dtype=int8)
+    """
     return full(shape, 1, dtype, order, stream)
 
 
@@ -157,12 +187,38 @@ def empty_like(a: Any, dtype=None, order: str = "K", stream: Any = None) -> Devi
 
 
 def zeros_like(a: Any, dtype=None, order: str = "K", stream: Any = None) -> DeviceNDArray:
-    """A device array of zeros shaped like ``a``.  Parameters as :func:`empty_like`."""
+    """A device array of zeros shaped like ``a``.
+
+    Parameters
+    ----------
+    a : array_like
+        Host or device array whose shape (and, by default, dtype and order) to use.
+    dtype : data-type, optional
+    order : {"K", "A", "C", "F"}
+    stream : Stream, optional
+
+    Returns
+    -------
+    DeviceNDArray
+    """
     return empty_like(a, dtype, order, stream).fill(0)
 
 
 def ones_like(a: Any, dtype=None, order: str = "K", stream: Any = None) -> DeviceNDArray:
-    """A device array of ones shaped like ``a``.  Parameters as :func:`empty_like`."""
+    """A device array of ones shaped like ``a``.
+
+    Parameters
+    ----------
+    a : array_like
+        Host or device array whose shape (and, by default, dtype and order) to use.
+    dtype : data-type, optional
+    order : {"K", "A", "C", "F"}
+    stream : Stream, optional
+
+    Returns
+    -------
+    DeviceNDArray
+    """
     return empty_like(a, dtype, order, stream).fill(1)
 
 
@@ -224,8 +280,10 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
             return None
     lo, hi = _layout.extent(host.shape, host.strides, host.itemsize)
     mem = MemoryPointer(dev, dptr + lo, hi - lo, owner=host)
-    return DeviceNDArray._make(host.shape, host.strides, host.dtype, dptr, mem,
-                               as_stream(stream, dev), not host.flags.writeable, dev)
+    arr = DeviceNDArray._make(host.shape, host.strides, host.dtype, dptr, mem,
+                              as_stream(stream, dev), not host.flags.writeable, dev)
+    arr._dl = 3  # page-locked host memory (kDLCUDAHost)
+    return arr
 
 
 def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray | None = None) -> DeviceNDArray:

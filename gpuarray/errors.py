@@ -116,7 +116,18 @@ class CudaOutOfMemoryError(CudaError, MemoryError):
     """A device allocation failed for lack of memory.
 
     Subclass of both :class:`CudaError` and :class:`MemoryError`, so retry
-    logic can test the type.  Parameters as for :class:`CudaError`.
+    logic can test the type.
+
+    Parameters
+    ----------
+    code : int
+        The driver's result code (2, ``CUDA_ERROR_OUT_OF_MEMORY``).
+    call : str
+        The failing driver call.
+    detail : str, optional
+        What was being allocated, e.g. ``"while allocating 2.0 GiB on device 0"``.
+    name : str, optional
+        Symbolic name of ``code``.
 
     Examples
     --------

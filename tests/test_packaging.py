@@ -150,7 +150,7 @@ def test_wheel_declares_dependencies_and_extras(wheel: zipfile.ZipFile) -> None:
         "test": {"pytest", "pytest-benchmark", "hypothesis", "ml-dtypes", "build"},
         "bench": {"pytest-benchmark", "matplotlib"},
         "docs": {"sphinx", "numpydoc"},
-        "cupy": {"cupy-cuda12x"},
+        "cupy": {"cupy-cuda13x"},
         "torch": {"torch"},
     }
     for extra, names in expected.items():

@@ -96,7 +96,9 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
     >>> a = gpuarray.from_cuda_array_interface(c.__cuda_array_interface__, owner=c)   # doctest: +SKIP
     """
     d = parse_cai(desc)
-    dev, kind = _device_of(d.ptr)
+    # A size-0 array touches no memory: its pointer may be anything (e.g. one
+    # past the end of an allocation), so it is never looked up.
+    dev, kind = _device_of(d.ptr if d.size else 0)
     lo, hi = _layout.extent(d.shape, d.strides, d.dtype.itemsize)
     mem = MemoryPointer(dev, d.ptr + lo if d.size else 0, hi - lo, owner=owner)
     stream = default_stream(dev)

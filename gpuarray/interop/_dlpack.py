@@ -83,7 +83,10 @@ def _target_device(device: Any, dev_type: int, dev_id: int) -> Device:
 
 
 def _request(x: Any, dev: Device, dev_type: int, copy: bool | None, device: Any) -> Any:
-    stream = None if dev_type == kDLCPU else default_stream(dev).cai_value
+    # Streams are for memory the device accesses asynchronously: CUDA device
+    # and managed memory. Host producers (kDLCPU, kDLCUDAHost) get None, as
+    # the DLPack specification asks (PyTorch refuses a stream for them).
+    stream = default_stream(dev).cai_value if dev_type in (kDLCUDA, kDLCUDAManaged) else None
     kwargs: dict[str, Any] = {"stream": stream, "max_version": DLPACK_MAX_VERSION}
     if copy is not None:
         kwargs["copy"] = copy

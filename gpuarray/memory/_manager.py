@@ -13,9 +13,16 @@ frees are batched until more than ``GPUARRAY_MAX_PENDING_DEALLOCS_COUNT``
 on out-of-memory the queue is flushed and the allocation retried once.
 :func:`defer_cleanup` holds all frees back (nestable, exception-safe).
 
-``GPUARRAY_MEMORY_MANAGER=module`` selects ``module._gpuarray_memory_manager``;
-:func:`set_memory_manager` then warns and does nothing.  Nothing initialises
-CUDA at import, so import order never matters.
+Managers are selected by class, by name or by module:
+``set_memory_manager(cls)``, ``set_memory_manager("pool")`` or
+``GPUARRAY_MEMORY_MANAGER=pool``; a value that is not a known name is a module
+exposing ``_gpuarray_memory_manager`` (``GPUARRAY_MEMORY_MANAGER=my.module``).
+The names: ``default`` (this module's :class:`DefaultMemoryManager`), ``pool``
+(stream-ordered ``cuMemAllocAsync`` pool, ``gpuarray.memory._pool``), ``cupy``,
+``rmm`` and ``torch`` (plugins in ``gpuarray.memory.plugins``, importable when
+their library is installed).  While the variable is set,
+:func:`set_memory_manager` warns and does nothing.  Nothing initialises CUDA
+at import, so import order never matters.
 """
 
 from __future__ import annotations
@@ -375,38 +382,70 @@ def _check_version(cls: type, source: str) -> None:
             f"{version!r}, but gpuarray supports version {SUPPORTED_INTERFACE_VERSION}")
 
 
+# Managers selectable by name: name -> module exposing _gpuarray_memory_manager.
+_NAMED_MANAGERS = {
+    "default": "gpuarray.memory._manager",
+    "pool": "gpuarray.memory._pool",
+    "cupy": "gpuarray.memory.plugins.cupy",
+    "rmm": "gpuarray.memory.plugins.rmm",
+    "torch": "gpuarray.memory.plugins.torch",
+}
+
+
+def _resolve(spec: str, source: str) -> type:
+    """The manager class named by ``spec``: a name of ``_NAMED_MANAGERS`` or a module name."""
+    name = spec.strip()
+    modname = _NAMED_MANAGERS.get(name.lower(), name)
+    if not modname:
+        raise ValueError(f"{source}: empty memory manager name; known names: "
+                         f"{', '.join(_NAMED_MANAGERS)}, or a module exposing "
+                         "_gpuarray_memory_manager")
+    try:
+        module = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name is not None and modname.startswith(e.name) and name.lower() not in _NAMED_MANAGERS:
+            raise ImportError(f"{source}: {name!r} is neither a memory manager name "
+                              f"({', '.join(_NAMED_MANAGERS)}) nor an importable module") from e
+        raise
+    try:
+        return module._gpuarray_memory_manager
+    except AttributeError:
+        raise ImportError(f"{source}: module {modname} has no _gpuarray_memory_manager") from None
+
+
 def _active_class() -> type:
     global _manager_class
     if _manager_class is None:
         name = _config.get().memory_manager
         if name:
-            module = importlib.import_module(name)
-            try:
-                cls = module._gpuarray_memory_manager
-            except AttributeError:
-                raise ImportError(f"GPUARRAY_MEMORY_MANAGER={name!r}: module {name} has no "
-                                  "_gpuarray_memory_manager") from None
-            _check_version(cls, f"GPUARRAY_MEMORY_MANAGER={name}")
+            source = f"GPUARRAY_MEMORY_MANAGER={name}"
+            cls = _resolve(name, source)
+            _check_version(cls, source)
             _manager_class = cls
         else:
             _manager_class = DefaultMemoryManager
     return _manager_class
 
 
-def set_memory_manager(cls: type) -> None:
+def set_memory_manager(cls: type | str) -> None:
     """Use ``cls`` for all later allocations on every device.
 
     Parameters
     ----------
-    cls : type
+    cls : type or str
         A subclass of :class:`BaseCUDAMemoryManager` (or anything with its
-        methods) whose ``interface_version`` is 1.
+        methods) whose ``interface_version`` is 1; or a name: ``"default"``,
+        ``"pool"`` (stream-ordered ``cuMemAllocAsync`` pool), ``"cupy"``,
+        ``"rmm"``, ``"torch"`` (plugins, when their library is installed),
+        or the name of a module exposing ``_gpuarray_memory_manager``.
 
     Raises
     ------
     RuntimeError
         If the plugin's interface version is not supported; the message
         names both versions.
+    ImportError
+        If a name names no manager, or a plugin's library is not installed.
 
     Warns
     -----
@@ -416,6 +455,7 @@ def set_memory_manager(cls: type) -> None:
     Examples
     --------
     >>> gpuarray.set_memory_manager(MyManager)   # doctest: +SKIP
+    >>> gpuarray.set_memory_manager("pool")      # doctest: +SKIP
     """
     global _manager_class
     if _config.get().memory_manager:
@@ -423,6 +463,8 @@ def set_memory_manager(cls: type) -> None:
                       f"set_memory_manager({getattr(cls, '__name__', cls)}) is ignored",
                       UserWarning, stacklevel=2)
         return
+    if isinstance(cls, str):
+        cls = _resolve(cls, f"set_memory_manager({cls!r})")
     _check_version(cls, "set_memory_manager")
     with _lock:
         _manager_class = cls
@@ -430,7 +472,17 @@ def set_memory_manager(cls: type) -> None:
 
 
 def get_memory_manager(device: Device | None = None) -> BaseCUDAMemoryManager:
-    """The active manager instance of ``device`` (the current device by default)."""
+    """The active manager instance of ``device``, created and initialised on first use.
+
+    Parameters
+    ----------
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    BaseCUDAMemoryManager
+    """
     dev = device if device is not None else get_device()
     mgr = _managers.get(dev.id)
     if mgr is None:
@@ -447,7 +499,21 @@ def get_memory_manager(device: Device | None = None) -> BaseCUDAMemoryManager:
 def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
     """Allocate device memory through the active manager.
 
-    ``nbytes == 0`` allocates nothing and returns a null pointer.
+    Parameters
+    ----------
+    nbytes : int
+        Bytes to allocate; 0 allocates nothing and returns a null pointer.
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    MemoryPointer
+
+    Raises
+    ------
+    CudaOutOfMemoryError
+        When the device has no room, after one flush of deferred frees.
     """
     dev = device if device is not None else get_device()
     if nbytes == 0:
@@ -459,7 +525,24 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
 
 def host_alloc(nbytes: int, mapped: bool = False, portable: bool = False, wc: bool = False,
                device: Device | None = None) -> PinnedMemory:
-    """Allocate page-locked host memory through the active manager."""
+    """Allocate page-locked host memory through the active manager.
+
+    Parameters
+    ----------
+    nbytes : int
+    mapped : bool
+        Also map it into the device address space.
+    portable : bool
+        Page-locked for every context.
+    wc : bool
+        Write-combined.
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    PinnedMemory or MappedMemory
+    """
     dev = device if device is not None else get_device()
     with dev.activate():
         return get_memory_manager(dev).memhostalloc(max(nbytes, 1), mapped, portable, wc)
@@ -467,7 +550,24 @@ def host_alloc(nbytes: int, mapped: bool = False, portable: bool = False, wc: bo
 
 def host_pin(owner: Any, pointer: int, nbytes: int, mapped: bool = False,
              device: Device | None = None) -> PinnedMemory:
-    """Page-lock existing host memory through the active manager."""
+    """Page-lock existing host memory through the active manager.
+
+    Parameters
+    ----------
+    owner : object
+        Kept alive while the memory is pinned.
+    pointer : int
+        Host address of the first byte.
+    nbytes : int
+    mapped : bool
+        Also map it into the device address space.
+    device : Device, optional
+        Default: the current device.
+
+    Returns
+    -------
+    PinnedMemory or MappedMemory
+    """
     dev = device if device is not None else get_device()
     with dev.activate():
         return get_memory_manager(dev).mempin(owner, pointer, nbytes, mapped)
@@ -524,3 +624,7 @@ def _reset_for_tests() -> None:
                 pass
         _managers.clear()
         _manager_class = None
+
+
+#: ``GPUARRAY_MEMORY_MANAGER=default`` (or this module's name) selects it.
+_gpuarray_memory_manager = DefaultMemoryManager
