@@ -24,18 +24,15 @@ from typing import Iterator
 import numpy as np
 
 from . import _kernels, _layout, _staging
+from ._kernels import _dtypes
 from ._device import Device
 from ._driver import get_backend
 from ._stream import Stream, order_after
 from .memory import allocate
 
-#: dtypes the copy/cast kernels convert between.
-KERNEL_DTYPES = frozenset(np.dtype(t) for t in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, np.float32, np.float64, np.complex64, np.complex128))
-
-_RAW = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
-        8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
+#: dtypes the copy/cast kernels convert between (same-dtype copies and fills
+#: work for any non-object dtype: the kernels move raw bytes).
+KERNEL_DTYPES = frozenset(np.dtype(c if c != "b1" else "?") for c in _dtypes.CAST_CODES)
 
 
 @contextlib.contextmanager
@@ -49,16 +46,6 @@ def on_stream(s: Stream, *streams: Stream) -> Iterator[Stream]:
         order_after(t, s)
 
 
-def _raw_layout(shape, strides, dtype):
-    """Same-dtype copies of dtypes the kernels do not know: copy the bytes."""
-    if dtype in KERNEL_DTYPES:
-        return shape, strides, dtype
-    raw = _RAW.get(dtype.itemsize)
-    if raw is not None:
-        return shape, strides, raw
-    return tuple(shape) + (dtype.itemsize,), tuple(strides) + (1,), np.dtype(np.uint8)
-
-
 def device_copy(device: Device, s: Stream, dst_ptr: int, dst_strides, dst_dtype,
                 src_ptr: int, src_strides, src_dtype, shape) -> None:
     """Copy (and cast) ``src`` into ``dst`` on stream ``s``; both of ``shape``.
@@ -69,14 +56,6 @@ def device_copy(device: Device, s: Stream, dst_ptr: int, dst_strides, dst_dtype,
     if 0 in shape:
         return
     dst_dtype, src_dtype = np.dtype(dst_dtype), np.dtype(src_dtype)
-    if dst_dtype == src_dtype:
-        shape_r, dst_strides_r, raw = _raw_layout(shape, dst_strides, dst_dtype)
-        _, src_strides_r, _ = _raw_layout(shape, src_strides, src_dtype)
-        shape, dst_strides, src_strides, dst_dtype, src_dtype = (
-            shape_r, dst_strides_r, src_strides_r, raw, raw)
-    elif dst_dtype not in KERNEL_DTYPES or src_dtype not in KERNEL_DTYPES:
-        raise TypeError(f"cannot cast {src_dtype} to {dst_dtype} on the device: casting "
-                        "supports bool, integer, float16/32/64 and complex64/128 dtypes")
     with device.activate():
         if _layout.overlaps_exact(dst_ptr, shape, dst_strides, dst_dtype.itemsize,
                                   src_ptr, shape, src_strides, src_dtype.itemsize):
@@ -85,10 +64,7 @@ def device_copy(device: Device, s: Stream, dst_ptr: int, dst_strides, dst_dtype,
             tmp = allocate(n, device)
             _kernels.copy(tmp.device_pointer, tmp_strides, src_dtype, src_ptr, src_strides,
                           src_dtype, shape, s.handle)
-            src_ptr, src_strides = tmp.device_pointer, tmp_strides
-            _kernels.copy(dst_ptr, dst_strides, dst_dtype, src_ptr, src_strides, src_dtype,
-                          shape, s.handle)
-            return
+            src_ptr, src_strides = tmp.device_pointer, tmp_strides  # tmp lives to the end
         _kernels.copy(dst_ptr, dst_strides, dst_dtype, src_ptr, src_strides, src_dtype,
                       shape, s.handle)
 
@@ -98,12 +74,6 @@ def device_fill(device: Device, s: Stream, dst_ptr: int, dst_strides, dtype, sha
     if 0 in tuple(shape):
         return
     dtype = np.dtype(dtype)
-    if dtype not in KERNEL_DTYPES:
-        shape_r, strides_r, raw = _raw_layout(shape, dst_strides, dtype)
-        if raw.itemsize != dtype.itemsize:  # odd-sized records: fill byte by byte
-            raise TypeError(f"fill of dtype {dtype} (itemsize {dtype.itemsize}) is not supported")
-        value = np.asarray(value, dtype=dtype).view(raw)[()]
-        shape, dst_strides, dtype = shape_r, strides_r, raw
     with device.activate():
         _kernels.fill(dst_ptr, dst_strides, dtype, shape, value, s.handle)
 
