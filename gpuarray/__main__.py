@@ -2,7 +2,8 @@
 
 Subcommands: ``info`` (backend, devices, versions, kernel cache), ``selftest``
 (transfers, views, casts, streams, CAI and DLPack round trips, and round trips
-with every installed peer library on a GPU), ``cache clear``.  With no
+with every installed peer library on a GPU), ``cache clear``, ``bench`` (quick
+benchmarks next to the raw driver calls; see ``gpuarray._bench``).  With no
 subcommand: ``info`` then ``selftest``.
 
 Backend: ``GPUARRAY_BACKEND`` when set.  Otherwise the GPU if the CUDA driver
@@ -212,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("selftest", help="a quick end-to-end check")
     cache = sub.add_parser("cache", help="kernel cache maintenance")
     cache.add_argument("action", choices=["clear"])
+    from . import _bench
+
+    _bench.add_arguments(sub.add_parser("bench", help="quick benchmarks: gpuarray next to the raw driver"))
     args = parser.parse_args(argv)
     if args.command == "cache":
         from gpuarray import _kernels
@@ -223,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         backend = choose_backend()
+        if args.command == "bench":
+            return _bench.main(args)
         if args.command in (None, "info"):
             info()
         if args.command in (None, "selftest"):

@@ -1,0 +1,544 @@
+"""Benchmark support: the quick/full switch, timing, and ``python -m gpuarray bench``.
+
+One concern: measuring.  The pytest-benchmark suites in the repository's
+``bench/`` folder and the ``bench`` subcommand share what is here, so both
+time things the same way:
+
+- :func:`bench_mode` is the one quick/full switch: ``GPUARRAY_BENCH_MODE``
+  (``quick`` or ``full``), by default ``quick`` on the simulator and ``full``
+  on the ``cuda`` backend.  (A tool setting, not library behaviour, so it is
+  read here rather than in ``_config``.)
+- GPU time comes from two timing events recorded around ``reps`` operations
+  on one stream (:class:`EventClock`), per operation; host wall time is taken
+  separately with ``time.perf_counter``.  Every figure is a median with its
+  quartiles (:class:`Stats`).
+- Bandwidth is reported as a ratio to the raw driver call (``get_backend()``:
+  ``memcpy_dtod_async``, ``memcpy_htod_async`` from pinned memory,
+  ``memset_d32_async``) measured in the same process.
+
+On the simulator every number is a *simulator host overhead*: the cost of
+pure-Python code plus the simulator's own bookkeeping.  Only the figures that
+never reach the driver (interface export, views) say anything about gpuarray
+on a GPU, and even those depend on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MODES", "bench_mode", "Stats", "EventClock", "time_gpu", "time_host", "describe",
+           "fmt_bytes", "add_arguments", "main"]
+
+MODES = ("quick", "full")
+SIM_LABEL = "simulator -- not GPU performance"
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def bench_mode() -> str:
+    """``quick`` or ``full``: ``GPUARRAY_BENCH_MODE``, else by backend (quick on ``sim``)."""
+    text = os.environ.get("GPUARRAY_BENCH_MODE", "").strip().lower()
+    if text:
+        if text not in MODES:
+            raise ValueError(f"GPUARRAY_BENCH_MODE={text!r}: use 'quick' or 'full'")
+        return text
+    from . import _driver
+
+    return "quick" if _driver.backend_name() == "sim" else "full"
+
+
+def fmt_bytes(n: int) -> str:
+    """``8 B``, ``4 KiB``, ``256 MiB``, ``1 GiB`` (one decimal when not whole)."""
+    for unit, step in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= step:
+            v = n / step
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} B"
+
+
+# ------------------------------------------------------------------ statistics
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Median and spread of a list of samples (all in one unit)."""
+
+    n: int
+    min: float
+    q1: float
+    median: float
+    q3: float
+    max: float
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Stats:
+        """Summarise ``samples`` (at least one)."""
+        if not samples:
+            raise ValueError("no samples")
+        xs = sorted(samples)
+        if len(xs) >= 2:
+            q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+        else:
+            q1 = q3 = xs[0]
+        return cls(len(xs), xs[0], q1, statistics.median(xs), q3, xs[-1])
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median (0.05 means +-2.5 %)."""
+        return (self.q3 - self.q1) / self.median if self.median else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain numbers for JSON, ``spread`` included."""
+        d = dataclasses.asdict(self)
+        d["spread"] = self.spread
+        return d
+
+
+# ---------------------------------------------------------------------- timing
+class EventClock:
+    """Two timing events around a batch of operations on one stream.
+
+    ``start()`` records the first event; ``stop(count)`` records the second,
+    waits for it, and appends the GPU milliseconds per operation and the host
+    microseconds per operation (enqueue plus completion) to ``gpu_ms`` and
+    ``host_us``.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        from ._stream import event
+
+        self.stream = stream
+        self._start = event(timing=True)
+        self._end = event(timing=True)
+        self._t0 = 0.0
+        self.gpu_ms: list[float] = []
+        self.host_us: list[float] = []
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._start.record(self.stream)
+
+    def stop(self, count: int) -> None:
+        self._end.record(self.stream)
+        self._end.synchronize()
+        t1 = time.perf_counter()
+        count = max(count, 1)
+        self.gpu_ms.append(self._start.elapsed_time(self._end) / count)
+        self.host_us.append((t1 - self._t0) * 1e6 / count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """GPU milliseconds and host microseconds per operation."""
+
+    gpu_ms: Stats
+    host_us: Stats
+
+
+def time_gpu(op: Callable[[], Any], stream: Any, *, reps: int, rounds: int,
+             warmup: int = 1) -> Timing:
+    """Time ``op`` (which enqueues work on ``stream``) with events, ``reps`` per round.
+
+    Parameters
+    ----------
+    op : callable
+    stream : gpuarray.Stream
+        The stream ``op`` works on; the events are recorded there.
+    reps, rounds, warmup : int
+        Operations per round, measured rounds, rounds thrown away first.
+
+    Returns
+    -------
+    Timing
+    """
+    clock = EventClock(stream)
+    for _ in range(warmup):
+        clock.start()
+        for _ in range(reps):
+            op()
+        clock.stop(reps)
+    clock.gpu_ms.clear()
+    clock.host_us.clear()
+    for _ in range(rounds):
+        clock.start()
+        for _ in range(reps):
+            op()
+        clock.stop(reps)
+    return Timing(Stats.of(clock.gpu_ms), Stats.of(clock.host_us))
+
+
+def time_host(op: Callable[[], Any], *, iterations: int, rounds: int, warmup: int = 1,
+              after_round: Callable[[], Any] | None = None) -> Stats:
+    """Host microseconds per call of ``op``; ``after_round`` runs untimed after each round."""
+    samples = []
+    for r in range(warmup + rounds):
+        t0 = time.perf_counter()
+        for _ in range(iterations):
+            op()
+        t1 = time.perf_counter()
+        if after_round is not None:
+            after_round()
+        if r >= warmup:
+            samples.append((t1 - t0) * 1e6 / iterations)
+    return Stats.of(samples)
+
+
+# ----------------------------------------------------------------- environment
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def describe() -> dict[str, Any]:
+    """Backend, mode, device, driver and library versions, as plain JSON values."""
+    from . import __version__, _driver
+    from ._device import get_device
+
+    b = _driver.get_backend()
+    dev = get_device()
+    major, minor = dev.compute_capability
+    versions = {"gpuarray": __version__, "numpy": np.__version__,
+                "python": sys.version.split()[0]}
+    for dist in ("cuda-python", "cuda-bindings", "cupy-cuda13x", "cupy-cuda12x", "cupy", "torch",
+                 "numba-cuda", "numba", "jax"):
+        v = _version(dist)
+        if v is not None:
+            versions[dist] = v
+    dv = b.driver_version()
+    return {
+        "backend": b.name,
+        "mode": bench_mode(),
+        "device": dev.name,
+        "device_ordinal": dev.id,
+        "compute_capability": f"{major}.{minor}",
+        "total_memory": dev.total_memory,
+        "l2_cache_size": dev.attribute("l2_cache_size"),
+        "driver_version": dv,
+        "driver": f"{dv // 1000}.{dv % 1000 // 10}",
+        "versions": versions,
+    }
+
+
+# ------------------------------------------------------- the command's suite
+@dataclasses.dataclass
+class _Row:
+    group: str                       # "bandwidth" or "host"
+    name: str
+    gpuarray: Stats | None = None    # GPU ms (bandwidth) or host us (host)
+    raw: Stats | None = None
+    nbytes: int = 0                  # bytes moved, for bandwidth
+    error: str = ""
+
+
+class _Env:
+    """What the command's cases need: device, one stream, the raw driver."""
+
+    def __init__(self) -> None:
+        import gpuarray
+
+        from . import _driver
+
+        self.ga = gpuarray
+        self.dev = gpuarray.get_device()
+        self.dev.make_current()
+        self.stream = gpuarray.legacy_default_stream()
+        self.b = _driver.get_backend()
+        self.mode = bench_mode()
+        self.sim = self.b.name == "sim"
+        full = self.mode == "full"
+        self.nbytes = 256 * MiB if full else 64 * KiB
+        self.reps, self.rounds = (20, 10) if full else (3, 5)
+        self.iters, self.host_rounds = (2000, 15) if full else (200, 5)
+
+
+def _bandwidth_cases(env: _Env) -> list[tuple[str, int, Callable[[], dict[str, Callable[[], Any]]]]]:
+    ga, b, s, n = env.ga, env.b, env.stream, env.nbytes
+    h = int(s)
+
+    def copy():
+        src, dst = ga.ones(n // 4, np.float32, stream=s), ga.empty(n // 4, np.float32, stream=s)
+        return {"gpuarray": lambda: dst.copy_to_device(src),
+                "raw": lambda: b.memcpy_dtod_async(dst.ptr, src.ptr, n, h)}
+
+    def h2d():
+        host, dst = ga.pinned_array(n, np.uint8), ga.empty(n, np.uint8, stream=s)
+        host[:] = 1
+        return {"gpuarray": lambda: dst.copy_to_device(host),
+                "raw": lambda: b.memcpy_htod_async(dst.ptr, host.ctypes.data, n, h)}
+
+    def d2h():
+        host, src = ga.pinned_array(n, np.uint8), ga.ones(n, np.uint8, stream=s)
+        return {"gpuarray": lambda: src.copy_to_host(host, stream=s),
+                "raw": lambda: b.memcpy_dtoh_async(host.ctypes.data, src.ptr, n, h)}
+
+    def fill():
+        a = ga.empty(n // 4, np.float32, stream=s)
+        bits = int(np.float32(3.0).view(np.uint32))
+        return {"gpuarray": lambda: a.fill(3.0),
+                "raw": lambda: b.memset_d32_async(a.ptr, bits, n // 4, h)}
+
+    side = int((n // 4) ** 0.5)
+
+    def transpose():
+        a = ga.ones((side, side), np.float32, stream=s)
+        out, ref = ga.empty((side, side), np.float32, stream=s), ga.empty_like(a)
+        return {"gpuarray": lambda: out.copy_to_device(a.T),
+                "raw": lambda: b.memcpy_dtod_async(ref.ptr, a.ptr, a.nbytes, h)}
+
+    def strided():
+        a = ga.ones((side, side), np.float32, stream=s)
+        v = a[:, ::2]
+        out, ref = ga.empty(v.shape, np.float32, stream=s), ga.empty(v.shape, np.float32, stream=s)
+        return {"gpuarray": lambda: out.copy_to_device(v),
+                "raw": lambda: b.memcpy_dtod_async(ref.ptr, a.ptr, out.nbytes, h)}
+
+    def astype():
+        a = ga.ones(n // 4, np.float32, stream=s)
+        out, ref = ga.empty(n // 4, np.float16, stream=s), ga.empty(n, np.uint8, stream=s)
+        # read 4 + write 2 bytes per element = a memcpy of 3 bytes per element
+        return {"gpuarray": lambda: out.copy_to_device(a),
+                "raw": lambda: b.memcpy_dtod_async(ref.ptr, a.ptr, 3 * (n // 4), h)}
+
+    sq = side * side * 4
+    return [
+        (f"copy d2d {fmt_bytes(n)}", 2 * n, copy),
+        (f"to device, pinned {fmt_bytes(n)}", n, h2d),
+        (f"to host, pinned {fmt_bytes(n)}", n, d2h),
+        (f"fill f32 {fmt_bytes(n)}", n, fill),
+        (f"transpose f32 {side}x{side}", 2 * sq, transpose),
+        (f"a[:, ::2] f32 {side}x{side}", sq, strided),
+        (f"astype f32->f16 {fmt_bytes(n)}", 3 * (n // 2), astype),
+    ]
+
+
+class _CAIOnly:
+    """Exports only ``__cuda_array_interface__`` (a foreign producer)."""
+
+    def __init__(self, arr: Any) -> None:
+        self.__cuda_array_interface__ = dict(arr.__cuda_array_interface__)
+        self._keep = arr
+
+
+class _DLPackOnly:
+    """Exports only ``__dlpack__`` / ``__dlpack_device__`` (a foreign producer)."""
+
+    def __init__(self, arr: Any) -> None:
+        self._arr = arr
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._arr.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._arr.__dlpack_device__()
+
+
+def _host_cases(env: _Env) -> list[tuple[str, Callable[[], dict[str, Callable[[], Any]]]]]:
+    ga, b, s = env.ga, env.b, env.stream
+    a = ga.zeros((64, 64), np.float32, stream=s)
+
+    def cai_cached():
+        _ = a.__cuda_array_interface__   # fill the cache
+        return {"gpuarray": lambda: a.__cuda_array_interface__}
+
+    def cai_uncached():
+        def op():
+            a._cai = None  # drop the per-array cache
+            return a.__cuda_array_interface__
+        return {"gpuarray": op}
+
+    def cai_import():
+        p = _CAIOnly(a)
+        return {"gpuarray": lambda: ga.as_cuda_array(p)}
+
+    def dlpack_export():
+        return {"gpuarray": lambda: a.__dlpack__(stream=s.cai_value, max_version=(1, 0))}
+
+    def dlpack_import():
+        p = _DLPackOnly(a)
+        return {"gpuarray": lambda: ga.from_dlpack(p)}
+
+    def fill1():
+        one = ga.empty(1, np.float32, stream=s)
+        bits = int(np.float32(1.0).view(np.uint32))
+        return {"gpuarray": lambda: one.fill(1.0),
+                "raw": lambda: b.memset_d32_async(one.ptr, bits, 1, int(s))}
+
+    def to_device_8b():
+        host = np.ones(2, np.float32)
+        ptrs: list[int] = []
+
+        def raw():
+            p = b.mem_alloc(8)
+            b.memcpy_htod_async(p, host.ctypes.data, 8, int(s))
+            ptrs.append(p)
+        return {"gpuarray": lambda: ga.to_device(host, stream=s), "raw": raw, "_ptrs": ptrs}
+
+    return [
+        ("CAI export, cached", cai_cached),
+        ("CAI export, uncached", cai_uncached),
+        ("as_cuda_array (CAI-only producer)", cai_import),
+        ("__dlpack__ export", dlpack_export),
+        ("from_dlpack (DLPack-only producer)", dlpack_import),
+        ("view a[1:]", lambda: {"gpuarray": lambda: a[1:]}),
+        ("view a[:, ::2]", lambda: {"gpuarray": lambda: a[:, ::2]}),
+        ("view a.T", lambda: {"gpuarray": lambda: a.T}),
+        ("view a.reshape(-1)", lambda: {"gpuarray": lambda: a.reshape(-1)}),
+        ("fill of 1 element", fill1),
+        ("to_device 8 B", to_device_8b),
+    ]
+
+
+def _progress(i: int, n: int, name: str, tty: bool) -> None:
+    text = f"[{i:2d}/{n}] {name}"
+    if tty:
+        sys.stderr.write("\r\033[K" + text)
+    else:
+        sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def run_suite(env: _Env, only: str | None = None) -> list[_Row]:
+    """Run the command's cases (names containing ``only`` when given)."""
+    bw = [c for c in _bandwidth_cases(env) if not only or only in c[0]]
+    host = [c for c in _host_cases(env) if not only or only in c[0]]
+    total = len(bw) + len(host)
+    tty = sys.stderr.isatty()
+    rows: list[_Row] = []
+    i = 0
+    for name, moved, build in bw:
+        i += 1
+        _progress(i, total, name, tty)
+        row = _Row("bandwidth", name, nbytes=moved)
+        try:
+            ops = build()
+            row.raw = time_gpu(ops["raw"], env.stream, reps=env.reps, rounds=env.rounds).gpu_ms
+            row.gpuarray = time_gpu(ops["gpuarray"], env.stream, reps=env.reps,
+                                    rounds=env.rounds).gpu_ms
+        except Exception as e:  # one broken case must not hide the others
+            row.error = f"{type(e).__name__}: {e}"
+        rows.append(row)
+    for name, build in host:
+        i += 1
+        _progress(i, total, name, tty)
+        row = _Row("host", name)
+        try:
+            ops = build()
+            ptrs = ops.pop("_ptrs", None)
+
+            def after_round(ptrs=ptrs):
+                env.stream.synchronize()
+                while ptrs:
+                    env.b.mem_free(ptrs.pop())
+
+            row.gpuarray = time_host(ops["gpuarray"], iterations=env.iters,
+                                     rounds=env.host_rounds, after_round=after_round)
+            if "raw" in ops:
+                row.raw = time_host(ops["raw"], iterations=env.iters, rounds=env.host_rounds,
+                                    after_round=after_round)
+        except Exception as e:
+            row.error = f"{type(e).__name__}: {e}"
+        rows.append(row)
+    env.stream.synchronize()
+    if tty:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+    return rows
+
+
+def _cell(st: Stats | None, fmt: Callable[[float], str]) -> str:
+    if st is None:
+        return ""
+    return f"{fmt(st.median)} +-{st.spread * 50:.0f}%"
+
+
+def format_table(rows: list[_Row], sim: bool) -> str:
+    """The command's table; simulator figures are labelled as such."""
+    lines = []
+    bw = [r for r in rows if r.group == "bandwidth"]
+    host = [r for r in rows if r.group == "host"]
+    if bw:
+        if sim:
+            lines.append("Bandwidth cases -- simulator host overheads, us per operation "
+                         "(the simulator's CPU time, NOT GPU bandwidth)")
+            head = ("case", "gpuarray us", "raw driver us", "raw/gpuarray")
+        else:
+            lines.append("Bandwidth -- GB/s from CUDA events (median, +- half the IQR), "
+                         "ratio to the raw driver call in this process")
+            head = ("case", "gpuarray GB/s", "raw driver GB/s", "ratio")
+        table: list[tuple[str, ...]] = [head]
+        for r in bw:
+            if r.error:
+                table.append((r.name, "error: " + r.error, "", ""))
+                continue
+            assert r.gpuarray is not None and r.raw is not None
+            ratio = f"{r.raw.median / r.gpuarray.median:.2f}" if r.gpuarray.median else "-"
+            if sim:
+                table.append((r.name, _cell(r.gpuarray, lambda ms: f"{ms * 1e3:.1f}"),
+                              _cell(r.raw, lambda ms: f"{ms * 1e3:.1f}"), ratio))
+            else:
+                gbps = lambda ms, n=r.nbytes: f"{n / (ms * 1e-3) / 1e9:.1f}" if ms else "-"  # noqa: E731
+                table.append((r.name, _cell(r.gpuarray, gbps), _cell(r.raw, gbps), ratio))
+        lines += _columns(table)
+        lines.append("")
+    if host:
+        title = "Host overheads -- us per call (median, +- half the IQR)"
+        if sim:
+            title += "; simulator host overheads: only export and view figures carry over to a GPU"
+        lines.append(title)
+        htable: list[tuple[str, ...]] = [("case", "gpuarray us", "raw driver us")]
+        for r in host:
+            if r.error:
+                htable.append((r.name, "error: " + r.error, ""))
+                continue
+            htable.append((r.name, _cell(r.gpuarray, lambda us: f"{us:.2f}"),
+                           _cell(r.raw, lambda us: f"{us:.2f}")))
+        lines += _columns(htable)
+    return "\n".join(lines)
+
+
+def _columns(table: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    out = []
+    for k, row in enumerate(table):
+        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``python -m gpuarray bench``."""
+    parser.add_argument("--mode", choices=MODES,
+                        help="buffer sizes and rounds (default: GPUARRAY_BENCH_MODE, else quick "
+                             "on the simulator, full on a GPU)")
+    parser.add_argument("-k", dest="only", metavar="TEXT",
+                        help="run only the cases whose name contains TEXT")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command's suite and print the table; 1 when a case failed."""
+    if args.mode:
+        os.environ["GPUARRAY_BENCH_MODE"] = args.mode
+    env = _Env()
+    info = describe()
+    label = f"  [{SIM_LABEL}]" if env.sim else ""
+    print(f"bench: {info['device']}, driver {info['driver']}, backend {info['backend']}, "
+          f"mode {env.mode}{label}")
+    if env.sim:
+        print("  The simulator runs every copy on the CPU: its numbers are simulator host "
+              "overheads.\n  Use `make bench` for the full suite and `GPUARRAY_BACKEND=cuda` "
+              "on a GPU for real figures.")
+    rows = run_suite(env, args.only)
+    print(format_table(rows, env.sim))
+    return 1 if any(r.error for r in rows) else 0
