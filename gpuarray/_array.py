@@ -62,7 +62,7 @@ class DeviceNDArray:
     """
 
     __slots__ = ("shape", "strides", "dtype", "_ptr", "_mem", "stream", "readonly", "device",
-                 "_cai", "_dl", "__weakref__")
+                 "_cai", "_dl", "_cf", "__weakref__")
 
     def __init__(self, shape, strides, dtype, stream: Any = None, gpu_data: MemoryPointer | None = None) -> None:
         dtype = _check_dtype(dtype)
@@ -90,6 +90,7 @@ class DeviceNDArray:
         self.readonly = readonly
         self.device = device
         self._cai = None
+        self._cf = None  # cached (C-contiguous, F-contiguous): the layout never changes
         self._dl = 2  # DLPack device type of the memory: 2 device, 3 page-locked host, 13 managed
         record_stream(mem, stream)  # stream-ordered frees wait for this array's stream
 
@@ -164,13 +165,21 @@ class DeviceNDArray:
         """The transposed view."""
         return self.transpose()
 
+    def _contiguity(self) -> tuple[bool, bool]:
+        cf = self._cf
+        if cf is None:
+            n = self.dtype.itemsize
+            cf = self._cf = (_layout.is_c_contiguous(self.shape, self.strides, n),
+                             _layout.is_f_contiguous(self.shape, self.strides, n))
+        return cf
+
     def is_c_contiguous(self) -> bool:
         """Whether the array is C-contiguous (NumPy's relaxed rules)."""
-        return _layout.is_c_contiguous(self.shape, self.strides, self.dtype.itemsize)
+        return self._contiguity()[0]
 
     def is_f_contiguous(self) -> bool:
         """Whether the array is Fortran-contiguous (NumPy's relaxed rules)."""
-        return _layout.is_f_contiguous(self.shape, self.strides, self.dtype.itemsize)
+        return self._contiguity()[1]
 
     def __len__(self) -> int:
         if not self.shape:
@@ -202,7 +211,9 @@ class DeviceNDArray:
         """
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
             axes = axes[0]
-        shape, strides = _layout.transpose(self.shape, self.strides, axes or None)
+        if not axes:  # the common case needs no validation
+            return self._view(self.shape[::-1], self.strides[::-1])
+        shape, strides = _layout.transpose(self.shape, self.strides, axes)
         return self._view(shape, strides)
 
     def reshape(self, *newshape: Any, order: str = "C", copy: bool | None = None) -> "DeviceNDArray":
@@ -231,8 +242,13 @@ class DeviceNDArray:
         order = order.upper()
         if order == "A":
             order = "F" if self.is_f_contiguous() and not self.is_c_contiguous() else "C"
-        strides = None if copy else _layout.reshape_strides(self.shape, self.strides,
-                                                            self.dtype.itemsize, shape, order)
+        if copy:
+            strides = None
+        elif order == "C" and self.is_c_contiguous():
+            strides = _layout.c_strides(shape, self.dtype.itemsize)
+        else:
+            strides = _layout.reshape_strides(self.shape, self.strides, self.dtype.itemsize,
+                                              shape, order)
         if strides is not None:
             return self._view(shape, strides)
         if copy is False:

@@ -29,8 +29,7 @@ import math
 import operator
 import reprlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -189,8 +188,7 @@ def is_f_contiguous(shape: Ints, strides: Ints, itemsize: int) -> bool:
 # --------------------------------------------------------------- indexing
 
 
-@dataclass(frozen=True)
-class IndexResult:
+class IndexResult(NamedTuple):
     """Result of basic indexing: a view described relative to its parent.
 
     Attributes
@@ -290,6 +288,47 @@ def normalize_index(key: Any, ndim: int) -> tuple:
     return _normalize(key, operator.index(ndim))[0]
 
 
+def _index_fast(shape: Ints, strides: Ints, key: Any) -> IndexResult | None:
+    """`index` for the common keys: ints and slices with int or None bounds,
+    no more than ``ndim`` of them.  None means "take the general path" (which
+    also produces every error message)."""
+    if type(key) is not tuple:
+        key = (key,)
+    ndim = len(shape)
+    if len(key) > ndim or len(strides) != ndim:
+        return None
+    offset = 0
+    new_shape: list[int] = []
+    new_strides: list[int] = []
+    for axis, item in enumerate(key):
+        n, s = shape[axis], strides[axis]
+        t = type(item)
+        if t is int:
+            i = item + n if item < 0 else item
+            if not 0 <= i < n:
+                return None
+            offset += i * s
+        elif t is slice:
+            a, b, c = item.start, item.stop, item.step
+            if not ((a is None or type(a) is int) and (b is None or type(b) is int)
+                    and (c is None or (type(c) is int and c != 0))):
+                return None
+            start, stop, step = item.indices(n)
+            length = len(range(start, stop, step))
+            if length:
+                offset += start * s
+                new_strides.append(s * step)
+            else:
+                new_strides.append(s)
+            new_shape.append(length)
+        else:
+            return None
+    if len(key) < ndim:
+        new_shape.extend(shape[len(key):])
+        new_strides.extend(strides[len(key):])
+    return IndexResult(offset, tuple(new_shape), tuple(new_strides), not new_shape and len(key) == ndim)
+
+
 def index(shape: Ints, strides: Ints, key: Any) -> IndexResult:
     """Apply a NumPy basic-indexing key to a layout.
 
@@ -320,6 +359,9 @@ def index(shape: Ints, strides: Ints, key: Any) -> IndexResult:
     >>> index((4, 5), (40, 8), (1, slice(None, None, -2)))
     IndexResult(offset=72, shape=(3,), strides=(-16,), scalar=False)
     """
+    fast = _index_fast(shape, strides, key)
+    if fast is not None:
+        return fast
     shape, strides = _layout(shape, strides)
     items, had_ellipsis = _normalize(key, len(shape))
     offset = axis = n_int = 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _config, _layout
+from .. import _config
 from .._array import DeviceNDArray
 from .._device import Device, get_device
 from .._driver import get_backend
@@ -99,7 +99,14 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
     # A size-0 array touches no memory: its pointer may be anything (e.g. one
     # past the end of an allocation), so it is never looked up.
     dev, kind = _device_of(d.ptr if d.size else 0)
-    lo, hi = _layout.extent(d.shape, d.strides, d.dtype.itemsize)
+    lo = hi = 0  # the extent, as _layout.extent, on already validated ints
+    if d.size:
+        for n, st in zip(d.shape, d.strides):
+            if st < 0:
+                lo += st * (n - 1)
+            else:
+                hi += st * (n - 1)
+        hi += d.dtype.itemsize
     mem = MemoryPointer(dev, d.ptr + lo if d.size else 0, hi - lo, owner=owner)
     stream = default_stream(dev)
     if sync and d.stream is not None and _config.get().cai_import_sync:

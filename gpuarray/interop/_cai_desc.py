@@ -216,6 +216,46 @@ def _parse_dtype(typestr: Any, descr: Any) -> np.dtype:
     return structured
 
 
+#: Non-void typestrs the full validator has accepted -> their dtype.
+_FAST_TYPESTRS: dict[str, np.dtype] = {}
+
+
+def _parse_fast(desc: Any) -> CAIDesc | None:
+    """`parse_cai` for the well-formed dictionaries real producers send: exact
+    types, a typestr already seen, no mask.  None: use the full validator
+    (which also writes every error message)."""
+    if type(desc) is not dict:
+        return None
+    get = desc.get
+    version, shape, data = get("version"), get("shape"), get("data")
+    typestr = get("typestr")
+    dtype = _FAST_TYPESTRS.get(typestr) if type(typestr) is str else None
+    if (dtype is None or type(version) is not int or not 0 <= version <= 3
+            or type(shape) is not tuple or len(shape) > _MAX_NDIM
+            or type(data) is not tuple or len(data) != 2 or get("mask") is not None):
+        return None
+    size = 1
+    for n in shape:
+        if type(n) is not int or n < 0:
+            return None
+        size *= n
+    ptr, readonly = data
+    if (type(ptr) is not int or type(readonly) is not bool or not 0 <= ptr < 2**64
+            or (ptr == 0 and size) or size * dtype.itemsize > _INT64_MAX):
+        return None
+    strides = get("strides")
+    if strides is None:
+        strides = _c_strides(shape, dtype.itemsize)
+    elif type(strides) is not tuple or len(strides) != len(shape) or any(
+            type(s) is not int or abs(s) > _INT64_MAX for s in strides):
+        return None
+    stream = get("stream")
+    if stream is not None and (type(stream) is not int or not 0 < stream < 2**64):
+        return None
+    return CAIDesc(ptr=ptr, shape=shape, strides=strides, dtype=dtype, readonly=readonly,
+                   stream=stream, version=version, typestr=typestr, descr=get("descr"))
+
+
 def parse_cai(desc: Any) -> CAIDesc:
     """Validate a ``__cuda_array_interface__`` dict (versions 0 to 3).
 
@@ -252,6 +292,9 @@ def parse_cai(desc: Any) -> CAIDesc:
     >>> d.strides, d.dtype, d.stream
     ((12, 4), dtype('float32'), 1)
     """
+    fast = _parse_fast(desc)
+    if fast is not None:
+        return fast
     if not isinstance(desc, dict):
         raise TypeError(f"__cuda_array_interface__ must be a dict, got {_show(desc)}")
     version_value = _required(desc, "version")
@@ -313,6 +356,9 @@ def parse_cai(desc: Any) -> CAIDesc:
         if not 0 < stream < 2**64:
             raise _bad("stream", stream_value, "must be None, 1, 2 or a stream handle")
 
+    if (dtype.kind != "V" and type(typestr) is str and dtype.isnative
+            and len(_FAST_TYPESTRS) < 256):
+        _FAST_TYPESTRS[typestr] = dtype
     return CAIDesc(ptr=ptr, shape=shape, strides=strides, dtype=dtype,
                    readonly=bool(readonly), stream=stream, version=version,
                    typestr=typestr, descr=descr)
