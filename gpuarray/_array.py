@@ -392,6 +392,16 @@ class DeviceNDArray:
 
     def _assign(self, value: Any, s: Stream) -> None:
         self._check_writeable("assignment")
+        if type(value) in _SCALARS or isinstance(value, np.generic):
+            # A scalar: the fill kernel casts it with NumPy's assignment rules.
+            if s is self.stream:
+                _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
+                                      self.shape, value)
+            else:
+                with _transfer.on_stream(s, self.stream):
+                    _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
+                                          self.shape, value)
+            return
         from ._coerce import as_device_source  # interop-aware coercion (upper layer)
 
         src = as_device_source(value, self.device)
@@ -437,7 +447,7 @@ class DeviceNDArray:
         DeviceNDArray
             ``self``.
         """
-        if np.ndim(value) != 0:
+        if type(value) not in _SCALARS and np.ndim(value) != 0:
             raise ValueError(f"fill() takes a scalar, got an array of shape {np.shape(value)}")
         self._assign(value, self._stream(stream))
         return self
@@ -598,6 +608,9 @@ class DeviceNDArray:
         return dataclasses.replace(handle, factory=DeviceNDArray,
                                    factory_args=(self.shape, self.strides, self.dtype, None),
                                    origin=-lo)
+
+
+_SCALARS = frozenset((int, float, complex, bool))
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:

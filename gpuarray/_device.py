@@ -10,9 +10,7 @@ first call that needs it, never at import.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from typing import Iterator
 
 from ._driver import get_backend
 
@@ -113,19 +111,9 @@ class Device:
         if b.ctx_get_current() != self._ctx:
             b.ctx_set_current(self._ctx)
 
-    @contextlib.contextmanager
-    def activate(self) -> Iterator["Device"]:
-        """Make this device current for the block, then restore the previous context."""
-        b = get_backend()
-        prev = b.ctx_get_current()
-        if prev == self._ctx:
-            yield self
-            return
-        b.ctx_set_current(self._ctx)
-        try:
-            yield self
-        finally:
-            b.ctx_set_current(prev)
+    def activate(self) -> "_Activation":
+        """Make this device current for a ``with`` block, then restore the previous context."""
+        return _Activation(self._ctx)
 
     def __enter__(self) -> "Device":
         b = get_backend()
@@ -159,6 +147,27 @@ class Device:
 
 
 _TOKEN = object()
+
+
+class _Activation:
+    """``with device.activate():`` -- a class, not a generator: it is on every hot path."""
+
+    __slots__ = ("_ctx", "_prev")
+
+    def __init__(self, ctx: int) -> None:
+        self._ctx = ctx
+        self._prev = None
+
+    def __enter__(self) -> None:
+        b = get_backend()
+        prev = b.ctx_get_current()
+        if prev != self._ctx:
+            b.ctx_set_current(self._ctx)
+            self._prev = prev
+
+    def __exit__(self, *exc) -> None:
+        if self._prev is not None:
+            get_backend().ctx_set_current(self._prev)
 
 
 def device_count() -> int:

@@ -175,4 +175,4 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
     arr = DeviceNDArray._make(tuple(t.shape), tuple(t.byte_strides), t.dtype, t.data_ptr, mem,
                               default_stream(dev), bool(t.readonly), dev)
     arr._dl = t.device_type
-    return arr.copy() if copy else arr
+    return arr.copy() if copy and not t.is_copied else arr  # the producer may have copied
