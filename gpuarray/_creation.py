@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _layout, _transfer
+from . import _layout
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
 from ._device import get_device

@@ -481,7 +481,7 @@ def as_stream(obj: Any, device: Device | None = None) -> Stream:
         handle = proto()[1] if callable(proto) else proto[1]
     elif hasattr(obj, "cuda_stream"):
         handle = obj.cuda_stream
-    elif hasattr(obj, "ptr") and isinstance(getattr(obj, "ptr"), int):
+    elif hasattr(obj, "ptr") and isinstance(obj.ptr, int):
         handle = obj.ptr
     elif hasattr(getattr(obj, "handle", None), "value"):
         handle = obj.handle.value or 0

@@ -106,7 +106,6 @@ def htod(device: Device, s: Stream, dst_ptr: int, dst_shape, dst_strides, dst_dt
     nbytes = int(np.prod(shape)) * dst_dtype.itemsize
     c = _layout.is_c_contiguous(shape, dst_strides, dst_dtype.itemsize)
     f = not c and _layout.is_f_contiguous(shape, dst_strides, dst_dtype.itemsize)
-    b = get_backend()
     if (c or f) and host.dtype == dst_dtype and (
             host.flags.c_contiguous if c else host.flags.f_contiguous):
         _upload(device, s, dst_ptr, host, nbytes)

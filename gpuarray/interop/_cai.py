@@ -101,7 +101,7 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
     dev, kind = _device_of(d.ptr if d.size else 0)
     lo = hi = 0  # the extent, as _layout.extent, on already validated ints
     if d.size:
-        for n, st in zip(d.shape, d.strides):
+        for n, st in zip(d.shape, d.strides, strict=True):
             if st < 0:
                 lo += st * (n - 1)
             else:

@@ -40,7 +40,7 @@ def _nbytes(shape, dtype, strides) -> tuple[tuple[int, ...], np.dtype, int]:
         raise ValueError(f"strides {strides!r} must be non-negative for a new array")
     if 0 in shape:
         return shape, dtype, 0
-    return shape, dtype, sum((n - 1) * s for n, s in zip(shape, strides)) + dtype.itemsize
+    return shape, dtype, sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + dtype.itemsize
 
 
 def pinned_array(shape, dtype=np.float64, strides=None, order: str = "C") -> np.ndarray:
