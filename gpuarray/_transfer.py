@@ -28,7 +28,7 @@ from ._kernels import _dtypes
 from ._device import Device
 from ._driver import get_backend
 from ._stream import Stream, order_after
-from .memory import allocate
+from .memory import allocate, allocation_stream
 
 #: dtypes the copy/cast kernels convert between (same-dtype copies and fills
 #: work for any non-object dtype: the kernels move raw bytes).
@@ -37,11 +37,16 @@ KERNEL_DTYPES = frozenset(np.dtype(c if c != "b1" else "?") for c in _dtypes.CAS
 
 @contextlib.contextmanager
 def on_stream(s: Stream, *streams: Stream) -> Iterator[Stream]:
-    """Run a block on ``s``, funnelled with the default streams of the arrays involved."""
+    """Run a block on ``s``, funnelled with the default streams of the arrays involved.
+
+    Temporaries allocated in the block are published as used on ``s``, so a
+    stream-ordered memory manager allocates and frees them there.
+    """
     others = [t for t in dict.fromkeys(streams) if t != s]
     for t in others:
         order_after(s, t)
-    yield s
+    with allocation_stream(s):
+        yield s
     for t in others:
         order_after(t, s)
 

@@ -29,6 +29,7 @@ def _flush():
     gc.collect()
     for i in range(gpuarray.device_count()):
         memory.get_memory_manager(gpuarray.get_device(i)).deallocations.clear()
+    gpuarray.synchronize()  # stream-ordered managers free when their streams get there
 
 
 def _state(b):

@@ -2,7 +2,12 @@
 
 This layer knows sizes and addresses, never shapes.  Every allocation of the
 library goes through :func:`allocate` / :func:`host_alloc` / :func:`host_pin`
-and therefore through the active memory manager.
+and therefore through the active memory manager.  Managers: the default one
+(``cuMemAlloc`` with deferred frees), :class:`PoolMemoryManager`
+(stream-ordered ``cuMemAllocAsync`` pool, ``set_memory_manager("pool")``) and
+the plugins of :mod:`gpuarray.memory.plugins` (CuPy, RMM, PyTorch).
+Stream-ordered frees never overtake work: see :func:`record_stream` and
+:func:`allocation_stream`.
 """
 
 from ._host import mapped_array, pinned, pinned_array
@@ -22,11 +27,22 @@ from ._manager import (
     set_memory_manager,
 )
 from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
+from ._pool import (
+    PoolMemoryManager,
+    StreamOrderedMemoryManager,
+    StreamOrderedPointer,
+    StreamUses,
+    allocation_stream,
+    current_allocation_stream,
+    record_stream,
+)
 
 __all__ = [
     "MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo", "IpcHandle",
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
-    "DefaultMemoryManager", "set_memory_manager", "get_memory_manager", "defer_cleanup",
-    "get_memory_info", "allocate", "host_alloc", "host_pin", "pinned_array", "mapped_array",
-    "pinned", "SUPPORTED_INTERFACE_VERSION",
+    "DefaultMemoryManager", "PoolMemoryManager", "StreamOrderedMemoryManager",
+    "StreamOrderedPointer", "StreamUses", "set_memory_manager", "get_memory_manager",
+    "defer_cleanup", "get_memory_info", "allocate", "allocation_stream",
+    "current_allocation_stream", "record_stream", "host_alloc", "host_pin", "pinned_array",
+    "mapped_array", "pinned", "SUPPORTED_INTERFACE_VERSION",
 ]
