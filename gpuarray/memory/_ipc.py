@@ -1,22 +1,42 @@
 """IPC handles: share a device allocation with another process.
 
-An :class:`IpcHandle` is picklable: it holds the driver's 64-byte handle of
-the *allocation*, the byte offset of the shared pointer inside it (views
-share their base allocation), the size, and the UUID of the source device.
-The receiving process calls :meth:`IpcHandle.open` once.
+An :class:`IpcHandle` is plain, picklable data: the driver's 64-byte handle of
+the *allocation* (CUDA IPC names whole allocations), the byte offset and size
+of the shared range inside it (views share their base allocation), and the
+UUID of the source device.  The receiving process calls :meth:`IpcHandle.open`
+once (or uses the handle as a context manager); :meth:`IpcHandle.close`
+unmaps.  CUDA refuses to open a handle in the process that made it.
+
+What ``open()`` returns is decided by whoever made the handle, not by this
+layer: a handle may carry a ``factory`` -- a module-level callable, pickled
+by reference -- and ``factory_args``; ``open()`` then returns
+``factory(*factory_args, memory)`` where ``memory`` points ``origin`` bytes
+into the shared range.  ``DeviceNDArray.get_ipc_handle()`` puts the array
+class and its shape, strides and dtype there, so the other process gets an
+array while this layer never imports the array layer nor knows shapes.  A
+handle without a factory (``get_memory_manager().get_ipc_handle(ptr)``)
+opens as a :class:`MemoryPointer`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from typing import Any
 
-from .._device import Device, get_device
+from .._device import Device, device_count, get_device
 from .._driver import get_backend
 from ._pointer import MemoryPointer
 
 __all__ = ["IpcHandle"]
+
+
+def _close_mapping(backend, device: Device, base: int) -> None:
+    # Work queued on the mapping must finish before it goes away.
+    with device.activate():
+        backend.ctx_synchronize()
+        backend.ipc_close_mem_handle(base)
 
 
 @dataclasses.dataclass
@@ -33,25 +53,39 @@ class IpcHandle:
         UUID of the device holding the memory.
     offset : int
         Byte offset of the shared memory inside the allocation.
+    factory : callable, optional
+        What ``open()`` builds over the memory: ``factory(*factory_args,
+        memory)``; a module-level callable (pickled by reference).  None:
+        ``open()`` returns the :class:`MemoryPointer`.
+    factory_args : tuple
+        Leading arguments of ``factory`` (for arrays: shape, strides, dtype,
+        stream).
+    origin : int
+        Byte offset, inside the shared range, of the pointer given to
+        ``factory`` (an array's element [0, ..., 0]: non-zero for negative
+        strides).
 
     Examples
     --------
-    >>> h = arr.get_ipc_handle()          # doctest: +SKIP
-    >>> with h as mem: ...                 # in another process   # doctest: +SKIP
+    >>> h = arr.get_ipc_handle()           # doctest: +SKIP
+    >>> with h as other:                    # in another process   # doctest: +SKIP
+    ...     other[0] = 1
     """
 
     handle: bytes
     size: int
     source_uuid: bytes
     offset: int = 0
+    factory: Any = None
+    factory_args: tuple = ()
+    origin: int = 0
 
     def __post_init__(self) -> None:
-        self._opened: MemoryPointer | None = None
+        self._mapping: MemoryPointer | None = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"handle": self.handle, "size": self.size, "source_uuid": self.source_uuid,
-                "offset": self.offset}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -64,7 +98,19 @@ class IpcHandle:
         Parameters
         ----------
         memory : MemoryPointer
+            Device memory from ``cuMemAlloc`` (or a view of it).
+
+        Returns
+        -------
+        IpcHandle
+
+        Raises
+        ------
+        ValueError
+            For empty memory.
         """
+        if memory.size == 0 or not memory.device_pointer:
+            raise ValueError("cannot share empty memory through IPC")
         b = get_backend()
         dev = memory.context if isinstance(memory.context, Device) else get_device()
         with dev.activate():
@@ -73,46 +119,77 @@ class IpcHandle:
             raw = b.ipc_get_mem_handle(base)
         return cls(raw, memory.size, dev.uuid, memory.device_pointer - base)
 
-    def open(self, device: Device | None = None) -> MemoryPointer:
-        """Map the memory into this process (once per handle).
+    @property
+    def is_open(self) -> bool:
+        """Whether this handle's memory is mapped in this process."""
+        return self._mapping is not None
+
+    def _local_device(self) -> Device:
+        # The device with the source UUID when this process sees it, else the current one.
+        for i in range(device_count()):
+            dev = get_device(i)
+            if dev.uuid == self.source_uuid:
+                return dev
+        return get_device()
+
+    def open(self, device: Device | None = None) -> Any:
+        """Map the memory into this process (once per handle until :meth:`close`).
 
         Parameters
         ----------
         device : Device, optional
-            Default: the current device.
+            Where to map it.  Default: the local device with the source
+            device's UUID, else the current device.
 
         Returns
         -------
-        MemoryPointer
-            Closes the mapping when its last reference dies.
+        object
+            ``factory(*factory_args, memory)`` when the handle has a factory
+            (a :class:`~gpuarray.DeviceNDArray` for handles from
+            ``DeviceNDArray.get_ipc_handle()``), else the
+            :class:`MemoryPointer` of the shared range.  Either keeps the
+            mapping alive; :meth:`close` unmaps it at once.
 
         Raises
         ------
         ValueError
-            If this handle was already opened.
+            If this handle is already open.
+        CudaError
+            From ``cuIpcOpenMemHandle``: ``CUDA_ERROR_INVALID_CONTEXT`` in the
+            process that made the handle.
         """
         with self._lock:
-            if self._opened is not None:
-                raise ValueError("this IpcHandle is already open; close() it first")
-            dev = device if device is not None else get_device()
+            if self._mapping is not None:
+                raise ValueError("this IpcHandle is already open in this process; close() it "
+                                 "before opening it again (or unpickle another copy)")
+            dev = device if device is not None else self._local_device()
             b = get_backend()
             with dev.activate():
                 base = b.ipc_open_mem_handle(self.handle)
-
-            def close(base=base, dev=dev):
-                with dev.activate():
-                    b.ipc_close_mem_handle(base)
-
-            whole = MemoryPointer(dev, base, self.offset + self.size, finalizer=close)
-            self._opened = whole.view(self.offset, self.offset + self.size)
-            return self._opened
+            whole = MemoryPointer(dev, base, self.offset + self.size,
+                                  finalizer=functools.partial(_close_mapping, b, dev, base))
+            self._mapping = whole
+        if self.factory is None:
+            return whole.view(self.offset, self.offset + self.size)
+        start = self.offset + self.origin
+        try:
+            return self.factory(*self.factory_args, whole.view(start, self.offset + self.size))
+        except BaseException:
+            self.close()  # nothing was handed out: do not leave the memory mapped
+            raise
 
     def close(self) -> None:
-        """Drop this handle's reference to the opened memory."""
-        with self._lock:
-            self._opened = None
+        """Unmap the memory now (``cuIpcCloseMemHandle``), after the device's queued work.
 
-    def __enter__(self) -> MemoryPointer:
+        Arrays or pointers still over the memory must not be used afterwards.
+        Closing a handle that is not open does nothing; it can be opened again.
+        """
+        with self._lock:
+            whole, self._mapping = self._mapping, None
+        if whole is not None:
+            whole.free()
+
+    def __enter__(self) -> Any:
         return self.open()
 
     def __exit__(self, *exc: Any) -> None:

@@ -16,7 +16,6 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import threading
@@ -35,6 +34,7 @@ from .._base import (
     Backend,
     PointerInfo,
 )
+from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault, read_host, write_host
 from ._sched import Op, Scheduler, SimEvent, SimStream
 
@@ -160,6 +160,7 @@ class SimBackend(Backend):
         self._modules: dict[int, tuple[SimContext, bytes]] = {}
         self._functions: dict[int, tuple[SimContext, str, Any]] = {}
         self._release_threshold = [0] * devices
+        self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
         for d in range(devices):
@@ -779,11 +780,15 @@ class SimBackend(Backend):
                            f"kernel {name}", acc)
 
     # ----------------------------------------------------------------- IPC
+    # Across processes through shared memory: see _ipc.py.
+    @_locked
     def ipc_get_mem_handle(self, ptr: int) -> bytes:
-        raise CudaError(801, "cuIpcGetMemHandle", "(IPC is not simulated yet)")
+        return self._ipc.get_handle(int(ptr))
 
+    @_locked
     def ipc_open_mem_handle(self, handle: bytes) -> int:
-        raise CudaError(801, "cuIpcOpenMemHandle", "(IPC is not simulated yet)")
+        return self._ipc.open(bytes(handle))
 
+    @_locked
     def ipc_close_mem_handle(self, ptr: int) -> None:
-        raise CudaError(801, "cuIpcCloseMemHandle", "(IPC is not simulated yet)")
+        self._ipc.close(int(ptr))
