@@ -64,6 +64,12 @@ class Config:
         ``GPUARRAY_MAX_PENDING_DEALLOCS_COUNT`` (default 10).
     max_pending_deallocs_ratio : float
         ``GPUARRAY_MAX_PENDING_DEALLOCS_RATIO`` (default 0.2 of device memory).
+    staging_min : int
+        ``GPUARRAY_STAGING_MIN``: smallest pageable transfer that goes through
+        the page-locked staging ring (default 4 MiB; 0: never).
+    staging_chunk : int
+        ``GPUARRAY_STAGING_CHUNK``: bytes per staging slot (default 4 MiB,
+        at least 4096).
     """
 
     per_thread_default_stream: bool = False
@@ -72,6 +78,8 @@ class Config:
     memory_manager: str = ""
     max_pending_deallocs_count: int = 10
     max_pending_deallocs_ratio: float = 0.2
+    staging_min: int = 4 << 20
+    staging_chunk: int = 4 << 20
 
 
 _config: Config | None = None
@@ -87,6 +95,8 @@ def reload() -> Config:
         memory_manager=os.environ.get("GPUARRAY_MEMORY_MANAGER", "").strip(),
         max_pending_deallocs_count=_number("GPUARRAY_MAX_PENDING_DEALLOCS_COUNT", 10, int, 0),
         max_pending_deallocs_ratio=_number("GPUARRAY_MAX_PENDING_DEALLOCS_RATIO", 0.2, float, 0),
+        staging_min=_number("GPUARRAY_STAGING_MIN", 4 << 20, int, 0),
+        staging_chunk=_number("GPUARRAY_STAGING_CHUNK", 4 << 20, int, 4096),
     )
     return _config
 

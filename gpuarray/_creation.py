@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _layout
+from . import _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
 from ._device import get_device
@@ -318,17 +318,27 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
             raise TypeError(f"to= must be a DeviceNDArray, got {type(to).__name__}")
         to.copy_to_device(obj, stream=stream)
         return to
-    src = as_device_source(obj)
-    if isinstance(src, DeviceNDArray):
-        out = _new(src.shape, src.dtype, None, _like_order(src, "K"), stream if stream is not None else src.stream)
-        if copy:
-            out.copy_to_device(src, stream=stream)
-        return out
-    host = _host_array(src)
-    order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
+    if type(obj) is np.ndarray and obj.dtype.isnative and not obj.dtype.hasobject:
+        host = obj  # the common case: skip the coercion probes
+    else:
+        src = as_device_source(obj)
+        if isinstance(src, DeviceNDArray):
+            out = _new(src.shape, src.dtype, None, _like_order(src, "K"),
+                       stream if stream is not None else src.stream)
+            if copy:
+                out.copy_to_device(src, stream=stream)
+            return out
+        host = _host_array(src)
+    c = host.flags.c_contiguous
+    order = "F" if host.flags.f_contiguous and not c else "C"
     out = _new(host.shape, host.dtype, None, order, stream)
-    if copy:
-        out._assign(host, out.stream)
+    if copy and host.size:
+        if c or order == "F":
+            # Same layout on both sides and a new array on its own stream: one
+            # copy, no temporaries, nothing to order with.
+            _transfer.upload(out.device, out.stream, out._ptr, host, host.nbytes)
+        else:
+            out._assign(host, out.stream)
     return out
 
 

@@ -20,11 +20,11 @@ Used for pageable transfers of at least ``GPUARRAY_STAGING_MIN`` bytes
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 
+from . import _config
 from ._device import Device
 from ._driver import get_backend
 from ._stream import Event, Stream
@@ -36,22 +36,9 @@ __all__ = ["staging_threshold", "htod", "dtoh"]
 _SLOTS = 4
 
 
-def _env_bytes(name: str, default: int) -> int:
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a number of bytes") from None
-    if value < 0:
-        raise ValueError(f"{name}={text!r} must not be negative")
-    return value
-
-
 def staging_threshold() -> int:
     """Smallest pageable transfer that goes through the ring (0: never)."""
-    return _env_bytes("GPUARRAY_STAGING_MIN", 4 << 20)
+    return _config.get().staging_min
 
 
 class _Ring:
@@ -70,7 +57,7 @@ _rings_lock = threading.Lock()
 
 
 def _ring(device: Device) -> _Ring:
-    chunk = max(_env_bytes("GPUARRAY_STAGING_CHUNK", 4 << 20), 4096)
+    chunk = _config.get().staging_chunk
     key = (device.id, chunk)
     ring = _rings.get(key)
     if ring is None:

@@ -91,7 +91,7 @@ def _pageable_and_large(device: Device, host_ptr: int, nbytes: int) -> bool:
         return get_backend().pointer_info(host_ptr).memory_type == 0
 
 
-def _upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: int) -> None:
+def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: int) -> None:
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
     if _pageable_and_large(device, host.ctypes.data, nbytes):
@@ -113,13 +113,13 @@ def htod(device: Device, s: Stream, dst_ptr: int, dst_shape, dst_strides, dst_dt
     f = not c and _layout.is_f_contiguous(shape, dst_strides, dst_dtype.itemsize)
     if (c or f) and host.dtype == dst_dtype and (
             host.flags.c_contiguous if c else host.flags.f_contiguous):
-        _upload(device, s, dst_ptr, host, nbytes)
+        upload(device, s, dst_ptr, host, nbytes)
         return
     # Make a contiguous host copy in the destination dtype, upload it, and
     # scatter it into the destination layout on the device.
     staged = np.ascontiguousarray(host, dtype=dst_dtype)  # NumPy casting rules, on the host
     tmp = allocate(staged.nbytes, device)
-    _upload(device, s, tmp.device_pointer, staged, staged.nbytes)
+    upload(device, s, tmp.device_pointer, staged, staged.nbytes)
     device_copy(device, s, dst_ptr, dst_strides, dst_dtype, tmp.device_pointer,
                 _layout.c_strides(shape, staged.dtype.itemsize), staged.dtype, shape)
 

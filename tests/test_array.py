@@ -331,6 +331,7 @@ def test_pinned_array_async_copy_to_host_needs_a_sync():
 @pytest.mark.parametrize("nbytes", [4 << 20, (13 << 20) + 12])
 def test_large_pageable_transfers_go_through_the_staging_ring(monkeypatch, nbytes):
     monkeypatch.setenv("GPUARRAY_STAGING_CHUNK", str(1 << 20))  # many chunks, slots reused
+    gpuarray._config.reload()
     host = np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8)
     calls = []
     real_htod, real_dtoh = gpuarray._staging.htod, gpuarray._staging.dtoh
