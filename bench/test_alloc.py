@@ -20,11 +20,12 @@ simulator's host overheads anyway, and sizes are small).
 from __future__ import annotations
 
 import importlib
+import os
 
 import pytest
+from _harness import FULL, TARGETS, KiB, MiB, ctx, host, ids, peer
 
 import gpuarray
-from _harness import FULL, KiB, MiB, TARGETS, ctx, host, ids, peer
 from gpuarray import memory
 
 SIZES = [256, 64 * KiB, 1 * MiB, 16 * MiB] if FULL else [256, 64 * KiB]
@@ -46,6 +47,8 @@ def manager(request):
             importlib.import_module(f"gpuarray.memory.plugins.{name}")
         except ImportError as e:
             pytest.skip(str(e))
+    if os.environ.get("GPUARRAY_MEMORY_MANAGER"):
+        pytest.skip(f"GPUARRAY_MEMORY_MANAGER is set, so the manager cannot be switched to {name!r}")
     previous = type(memory.get_memory_manager())
     gpuarray.set_memory_manager(name)
     try:

@@ -8,6 +8,8 @@ the rest includes the simulator's bookkeeping.
 
 from __future__ import annotations
 
+import os
+
 import _impls
 import numpy as np
 import pytest
@@ -222,28 +224,14 @@ def test_alloc(benchmark, impl):
          note="cupy and torch: their caching pools")
 
 
-def _pool_manager():
-    import gpuarray.memory as mem
-
-    if isinstance(getattr(mem, "PoolMemoryManager", None), type):
-        return mem.PoolMemoryManager
-    for name in dir(mem):
-        obj = getattr(mem, name)
-        if (isinstance(obj, type) and issubclass(obj, mem.BaseCUDAMemoryManager)
-                and ("pool" in name.lower() or "async" in name.lower())):
-            return obj
-    return None
-
-
 def test_alloc_pool(benchmark):
-    cls = _pool_manager()
-    if cls is None:
-        pytest.skip("gpuarray has no pool memory manager yet (gpuarray.memory exports no "
-                    "*Pool*/*Async* BaseCUDAMemoryManager)")
-    from gpuarray.memory import get_memory_manager, set_memory_manager
+    if os.environ.get("GPUARRAY_MEMORY_MANAGER"):
+        pytest.skip("GPUARRAY_MEMORY_MANAGER is set, so the manager cannot be switched to 'pool'")
+    from gpuarray.memory import PoolMemoryManager, get_memory_manager, set_memory_manager
 
+    cls = PoolMemoryManager
     previous = type(get_memory_manager())
-    set_memory_manager(cls)
+    set_memory_manager("pool")
     try:
         n, s = SIZES["alloc"], ctx().stream
         host(benchmark, suite="host", case="alloc (pool manager)", impl="gpuarray",

@@ -221,3 +221,16 @@ def test_a_spawned_process_reads_and_writes_the_array(monkeypatch):
     assert out["freed"] == MAP_FAILED
     expected[0, 0] = 42.0
     np.testing.assert_array_equal(d.copy_to_host(), expected)  # the child's writes
+
+
+def test_cuMemFree_refuses_an_ipc_mapping(sim):
+    """CUDA frees IPC mappings only through cuIpcCloseMemHandle."""
+    from gpuarray._driver.sim._memory import Allocation
+
+    sim.init()
+    sim.ctx_set_current(sim.primary_ctx_retain(0))
+    mapping = sim.memory.alloc_device(0, 64, kind="ipc")
+    with pytest.raises(gpuarray.CudaError, match="cuIpcCloseMemHandle") as e:
+        sim.mem_free(mapping.base)
+    assert e.value.name == "CUDA_ERROR_INVALID_VALUE"
+    assert isinstance(mapping, Allocation) and mapping.alive

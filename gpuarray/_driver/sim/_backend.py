@@ -392,6 +392,10 @@ class SimBackend(Backend):
 
     @_locked
     def mem_free(self, ptr: int) -> None:
+        a = self.memory.find(int(ptr))
+        if a is not None and a.alive and a.kind == "ipc":
+            raise CudaError(INVALID_VALUE, "cuMemFree", f"0x{int(ptr):x} is an IPC mapping: "
+                                                        "close it with cuIpcCloseMemHandle")
         self._sync("cuMemFree", lambda: self.sched.complete_all())
         for ctx in self._contexts:
             for s in self.sched.streams_by_ctx.get(id(ctx), ()):
