@@ -29,7 +29,7 @@ help:
 	@echo "make bench      run bench/ with pytest-benchmark, JSON into $(RESULTS)/"
 	@echo "                (simulator unless GPUARRAY_BACKEND=cuda)"
 	@echo "make docs       build the Sphinx docs, warnings as errors, into docs/_build/html"
-	@echo "make lint       run ruff"
+	@echo "make lint       run ruff and mypy"
 	@echo "make gpu-check  on a GPU machine: tests on the CUDA backend + benchmarks, no installs"
 	@echo "make clean      remove build outputs and caches (keeps .venv)"
 
@@ -68,9 +68,15 @@ bench: $(VENV)/.stamp-bench
 docs: $(VENV)/.stamp-docs
 	$(VPY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
+# Both tools run even when the first finds something; the exit status is
+# non-zero if either did. mypy's targets and options are in pyproject.toml.
 lint: $(VENV)/.stamp-base
 	@$(VPY) -m ruff --version >/dev/null 2>&1 || $(VPY) -m pip install ruff
-	$(VPY) -m ruff check .
+	@$(VPY) -m mypy --version >/dev/null 2>&1 || $(VPY) -m pip install mypy
+	@status=0; \
+	echo "$(VPY) -m ruff check ."; $(VPY) -m ruff check . || status=$$?; \
+	echo "$(VPY) -m mypy"; $(VPY) -m mypy || status=$$?; \
+	exit $$status
 
 # Runs on the GPU machine: system python3, no venv, no downloads. Every step
 # runs even after a failure; the exit status is non-zero if any step failed.

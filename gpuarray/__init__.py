@@ -37,8 +37,6 @@ from ._stream import (
     stream,
     synchronize,
 )
-from .interop._cai import as_cuda_array, from_cuda_array_interface, is_cuda_array
-from .interop._dlpack import from_dlpack
 from .errors import (
     CudaError,
     CudaOutOfMemoryError,
@@ -46,6 +44,8 @@ from .errors import (
     NvrtcError,
     StreamOrderError,
 )
+from .interop._cai import as_cuda_array, from_cuda_array_interface, is_cuda_array
+from .interop._dlpack import from_dlpack
 from .memory import (
     BaseCUDAMemoryManager,
     GetIpcHandleMixin,

@@ -17,7 +17,7 @@ import importlib.metadata
 import os
 import sys
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

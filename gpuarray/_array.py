@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -63,6 +63,17 @@ class DeviceNDArray:
 
     __slots__ = ("shape", "strides", "dtype", "_ptr", "_mem", "stream", "readonly", "device",
                  "_cai", "_dl", "_cf", "__weakref__")
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+    _ptr: int
+    _mem: MemoryPointer
+    stream: Stream
+    readonly: bool
+    device: Device
+    _cai: dict[str, Any] | None
+    _dl: int
+    _cf: tuple[bool, bool] | None
 
     def __init__(self, shape, strides, dtype, stream: Any = None, gpu_data: MemoryPointer | None = None) -> None:
         dtype = _check_dtype(dtype)
@@ -95,12 +106,12 @@ class DeviceNDArray:
         record_stream(mem, stream)  # stream-ordered frees wait for this array's stream
 
     @classmethod
-    def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device) -> "DeviceNDArray":
+    def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device) -> DeviceNDArray:
         self = object.__new__(cls)
         self._init(shape, strides, dtype, ptr, mem, stream, readonly, device)
         return self
 
-    def _view(self, shape, strides, offset: int = 0, dtype=None) -> "DeviceNDArray":
+    def _view(self, shape, strides, offset: int = 0, dtype=None) -> DeviceNDArray:
         v = DeviceNDArray._make(tuple(shape), tuple(strides), self.dtype if dtype is None else dtype,
                                 self._ptr + offset, self._mem, self.stream, self.readonly, self.device)
         v._dl = self._dl
@@ -161,7 +172,7 @@ class DeviceNDArray:
         return self._ptr if self.size else 0
 
     @property
-    def T(self) -> "DeviceNDArray":
+    def T(self) -> DeviceNDArray:
         """The transposed view."""
         return self.transpose()
 
@@ -197,7 +208,7 @@ class DeviceNDArray:
             raise ValueError(f"{what}: this DeviceNDArray is read-only (it was imported read-only)")
 
     # --------------------------------------------------------------- views
-    def transpose(self, *axes: Any) -> "DeviceNDArray":
+    def transpose(self, *axes: Any) -> DeviceNDArray:
         """Permute the axes (a view).
 
         Parameters
@@ -209,14 +220,15 @@ class DeviceNDArray:
         -------
         DeviceNDArray
         """
+        perm: Any = axes
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
-            axes = axes[0]
-        if not axes:  # the common case needs no validation
+            perm = axes[0]
+        if not perm:  # the common case needs no validation
             return self._view(self.shape[::-1], self.strides[::-1])
-        shape, strides = _layout.transpose(self.shape, self.strides, axes)
+        shape, strides = _layout.transpose(self.shape, self.strides, perm)
         return self._view(shape, strides)
 
-    def reshape(self, *newshape: Any, order: str = "C", copy: bool | None = None) -> "DeviceNDArray":
+    def reshape(self, *newshape: Any, order: str = "C", copy: bool | None = None) -> DeviceNDArray:
         """Give the array a new shape: a view when possible, else a copy (as NumPy).
 
         Parameters
@@ -256,11 +268,11 @@ class DeviceNDArray:
                              "without copying (copy=False)")
         return self.copy(order=order).reshape(shape, order=order)
 
-    def ravel(self, order: str = "C") -> "DeviceNDArray":
+    def ravel(self, order: str = "C") -> DeviceNDArray:
         """A 1-D array of the elements (a view when possible, else a copy)."""
         return self.reshape(-1, order=order)
 
-    def view(self, dtype: Any) -> "DeviceNDArray":
+    def view(self, dtype: Any) -> DeviceNDArray:
         """The same memory read as ``dtype`` (NumPy's ``ndarray.view`` rules).
 
         Parameters
@@ -275,12 +287,12 @@ class DeviceNDArray:
         shape, strides = _layout.view_as_dtype(self.shape, self.strides, self.dtype.itemsize, dt.itemsize)
         return self._view(shape, strides, dtype=dt)
 
-    def squeeze(self, axis: Any = None) -> "DeviceNDArray":
+    def squeeze(self, axis: Any = None) -> DeviceNDArray:
         """Remove axes of length one (a view)."""
         shape, strides = _layout.squeeze(self.shape, self.strides, axis)
         return self._view(shape, strides)
 
-    def bind(self, stream: Any = None) -> "DeviceNDArray":
+    def bind(self, stream: Any = None) -> DeviceNDArray:
         """The same array with another default stream (a view).
 
         Parameters
@@ -296,7 +308,7 @@ class DeviceNDArray:
         record_stream(v._mem, v.stream)
         return v
 
-    def split(self, section: int, stream: Any = None) -> list["DeviceNDArray"]:
+    def split(self, section: int, stream: Any = None) -> list[DeviceNDArray]:
         """Split a 1-D array into views of ``section`` elements (the last may be shorter).
 
         Parameters
@@ -354,7 +366,8 @@ class DeviceNDArray:
         """
         s = self._stream(stream)
         if ary is None:
-            order = "F" if self.is_f_contiguous() and not self.is_c_contiguous() else "C"
+            order: Literal["C", "F"] = \
+                "F" if self.is_f_contiguous() and not self.is_c_contiguous() else "C"
             ary = np.empty(self.shape, dtype=self.dtype, order=order)
         elif not isinstance(ary, np.ndarray):
             raise TypeError(f"copy_to_host(ary=...) needs a NumPy array, got {type(ary).__name__}")
@@ -434,7 +447,7 @@ class DeviceNDArray:
         self._view(r.shape, r.strides, r.offset)._assign(value, self.stream)
 
     # ------------------------------------------------------------ compute
-    def fill(self, value: Any, stream: Any = None) -> "DeviceNDArray":
+    def fill(self, value: Any, stream: Any = None) -> DeviceNDArray:
         """Set every element to ``value`` (cast as NumPy).
 
         Parameters
@@ -452,7 +465,7 @@ class DeviceNDArray:
         self._assign(value, self._stream(stream))
         return self
 
-    def copy(self, order: str = "C", stream: Any = None) -> "DeviceNDArray":
+    def copy(self, order: str = "C", stream: Any = None) -> DeviceNDArray:
         """A new array with a copy of the data.
 
         Parameters
@@ -468,7 +481,7 @@ class DeviceNDArray:
         """
         return self.astype(self.dtype, order=order, stream=stream)
 
-    def astype(self, dtype: Any, order: str = "K", copy: bool = True, stream: Any = None) -> "DeviceNDArray":
+    def astype(self, dtype: Any, order: str = "K", copy: bool = True, stream: Any = None) -> DeviceNDArray:
         """A copy cast to ``dtype`` (NumPy's unsafe casting).
 
         Parameters

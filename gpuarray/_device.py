@@ -17,7 +17,7 @@ from ._driver import get_backend
 __all__ = ["Device", "get_device", "select_device", "device_count"]
 
 _lock = threading.Lock()
-_devices: dict[int, "Device"] = {}
+_devices: dict[int, Device] = {}
 _initialised = False
 
 
@@ -111,11 +111,11 @@ class Device:
         if b.ctx_get_current() != self._ctx:
             b.ctx_set_current(self._ctx)
 
-    def activate(self) -> "_Activation":
+    def activate(self) -> _Activation:
         """Make this device current for a ``with`` block, then restore the previous context."""
         return _Activation(self._ctx)
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         b = get_backend()
         stack = getattr(self._scratch, "stack", None)
         if stack is None:
@@ -156,7 +156,7 @@ class _Activation:
 
     def __init__(self, ctx: int) -> None:
         self._ctx = ctx
-        self._prev = None
+        self._prev: int | None = None
 
     def __enter__(self) -> None:
         b = get_backend()

@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from . import _config
 from ._device import Device, get_device
@@ -63,12 +64,17 @@ class Stream:
     """
 
     __slots__ = ("handle", "device", "kind", "_owner", "_finalizer", "__weakref__")
+    handle: int
+    device: Device
+    kind: str
+    _owner: Any
+    _finalizer: weakref.finalize | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(f"Stream objects are made by {_FACTORIES}")
 
     @classmethod
-    def _make(cls, handle: int, device: Device, kind: str, owner: Any = None) -> "Stream":
+    def _make(cls, handle: int, device: Device, kind: str, owner: Any = None) -> Stream:
         self = object.__new__(cls)
         self.handle = int(handle)
         self.device = device
@@ -102,7 +108,7 @@ class Stream:
         with self.device.activate():
             return get_backend().stream_query(self.handle)
 
-    def wait_event(self, ev: "Event") -> None:
+    def wait_event(self, ev: Event) -> None:
         """Make later work on this stream wait for ``ev`` (no host blocking).
 
         Parameters
@@ -112,7 +118,7 @@ class Stream:
         with self.device.activate():
             get_backend().stream_wait_event(self.handle, ev.handle)
 
-    def record(self, ev: "Event | None" = None) -> "Event":
+    def record(self, ev: Event | None = None) -> Event:
         """Record an event on this stream.
 
         Parameters
@@ -130,7 +136,7 @@ class Stream:
         ev.record(self)
         return ev
 
-    def wait_stream(self, other: "Stream") -> None:
+    def wait_stream(self, other: Stream) -> None:
         """Make later work on this stream wait for the work queued on ``other`` so far.
 
         Parameters
@@ -140,7 +146,7 @@ class Stream:
         order_after(self, other)
 
     @contextlib.contextmanager
-    def auto_synchronize(self) -> Iterator["Stream"]:
+    def auto_synchronize(self) -> Iterator[Stream]:
         """Context manager that synchronises the stream when the block ends."""
         try:
             yield self
@@ -185,12 +191,16 @@ class Event:
     """
 
     __slots__ = ("handle", "device", "timing", "_finalizer", "__weakref__")
+    handle: int
+    device: Device
+    timing: bool
+    _finalizer: weakref.finalize
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Event objects are made by gpuarray.event(timing=True)")
 
     @classmethod
-    def _make(cls, device: Device, timing: bool) -> "Event":
+    def _make(cls, device: Device, timing: bool) -> Event:
         self = object.__new__(cls)
         self.device = device
         self.timing = bool(timing)
@@ -200,7 +210,7 @@ class Event:
         self._finalizer.atexit = False
         return self
 
-    def record(self, stream: Stream | None = None) -> "Event":
+    def record(self, stream: Stream | None = None) -> Event:
         """Record the event on ``stream`` (the library default stream when omitted).
 
         Parameters
@@ -232,7 +242,7 @@ class Event:
         s = stream if stream is not None else default_stream(self.device)
         s.wait_event(self)
 
-    def elapsed_time(self, end: "Event") -> float:
+    def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event to ``end`` (both recorded and completed, timing on).
 
         Parameters

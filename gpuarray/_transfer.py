@@ -19,14 +19,14 @@ without blocking the host.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
 from . import _kernels, _layout, _staging
-from ._kernels import _dtypes
 from ._device import Device
 from ._driver import get_backend
+from ._kernels import _dtypes
 from ._stream import Stream, order_after
 from .memory import allocate, allocation_stream
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 # CAI / driver stream handle encodings.
 STREAM_LEGACY = 1

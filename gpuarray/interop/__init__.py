@@ -2,7 +2,8 @@
 
 Pure halves (no array knowledge): ``_cai_desc`` validates and builds CAI
 dictionaries; ``_dlpack_capsule`` makes and consumes DLPack capsules over
-ctypes.  Glue: ``_cai`` (``as_cuda_array``, ``from_cuda_array_interface``,
+ctypes, and ``_dlpack_protocol`` checks ``__dlpack__`` keywords and maps
+dtypes to DLPack codes.  Glue: ``_cai`` (``as_cuda_array``, ``from_cuda_array_interface``,
 ``is_cuda_array``) and ``_dlpack`` (``from_dlpack`` and the array's
 ``__dlpack__``).  The glue modules import the array class, which itself uses
 the pure halves, so they are loaded on first access.

@@ -229,7 +229,9 @@ def _parse_fast(desc: Any) -> CAIDesc | None:
     get = desc.get
     version, shape, data = get("version"), get("shape"), get("data")
     typestr = get("typestr")
-    dtype = _FAST_TYPESTRS.get(typestr) if type(typestr) is str else None
+    if type(typestr) is not str:
+        return None
+    dtype = _FAST_TYPESTRS.get(typestr)
     if (dtype is None or type(version) is not int or not 0 <= version <= 3
             or type(shape) is not tuple or len(shape) > _MAX_NDIM
             or type(data) is not tuple or len(data) != 2 or get("mask") is not None):

@@ -1,8 +1,8 @@
 """DLPack glue: the array's ``__dlpack__`` and the consumer ``from_dlpack``.
 
-Capsule mechanics (structs, deleters, names, versions) live in
-``_dlpack_capsule``; this module decides what to export and how to order
-streams.  Producer: the consumer's stream waits on an event recorded on the
+Capsule mechanics (structs, deleters, names) live in ``_dlpack_capsule``,
+``__dlpack__`` keywords and version negotiation in ``_dlpack_protocol``; this
+module decides what to export and how to order streams.  Producer: the consumer's stream waits on an event recorded on the
 array's stream (none for ``stream=-1``).  Consumer: the producer is asked to
 order its work before our default stream; the producer's memory stays alive
 until the last array viewing it dies, then its deleter runs once.
@@ -21,7 +21,6 @@ from .._device import Device, get_device
 from .._stream import default_stream, external_stream, order_after
 from ..memory import MemoryPointer
 from ._dlpack_capsule import (
-    DLPACK_MAX_VERSION,
     ImportedTensor,
     consume_capsule,
     kDLCPU,
@@ -29,8 +28,8 @@ from ._dlpack_capsule import (
     kDLCUDAHost,
     kDLCUDAManaged,
     make_capsule,
-    parse_dlpack_request,
 )
+from ._dlpack_protocol import DLPACK_MAX_VERSION, parse_dlpack_request
 
 __all__ = ["from_dlpack", "export_capsule"]
 
@@ -107,7 +106,9 @@ def _host_view(t: ImportedTensor) -> np.ndarray:
     if hi == lo:
         return np.empty(t.shape, dtype=t.dtype)
     buf = (ctypes.c_uint8 * (hi - lo)).from_address(t.data_ptr + lo)
-    return np.ndarray(t.shape, t.dtype, buffer=buf, offset=-lo, strides=t.byte_strides)
+    # A ctypes array exports the buffer protocol; NumPy's stub lists only some buffer types.
+    return np.ndarray(t.shape, t.dtype, buffer=buf,  # type: ignore[arg-type]
+                      offset=-lo, strides=t.byte_strides)
 
 
 def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> DeviceNDArray:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -19,12 +20,19 @@ from ._pointer import PinnedMemory
 
 __all__ = ["pinned_array", "mapped_array", "pinned", "host_array_over"]
 
+_Order = Literal["K", "A", "C", "F"]
+
 
 def host_array_over(mem: PinnedMemory, shape, dtype, strides=None, order: str = "C") -> np.ndarray:
     """A NumPy array over page-locked memory ``mem`` that keeps ``mem`` alive."""
     buf = (ctypes.c_uint8 * max(mem.size, 1)).from_address(mem.host_pointer)
-    buf._gpuarray_memory = mem  # the ctypes buffer is the array's base: it owns mem
-    return np.ndarray(shape, dtype=dtype, buffer=buf, strides=strides, order=order)
+    # The ctypes buffer is the array's base: it owns mem.  ctypes instances
+    # take new attributes, which typeshed cannot declare.
+    buf._gpuarray_memory = mem  # type: ignore[attr-defined]
+    # A ctypes array exports the buffer protocol; NumPy's stub lists only
+    # some buffer types.  NumPy validates ``order`` (public API: a str).
+    return np.ndarray(shape, dtype=dtype, buffer=buf,  # type: ignore[arg-type]
+                      strides=strides, order=cast(_Order, order))
 
 
 def _nbytes(shape, dtype, strides) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -127,8 +135,9 @@ def pinned(*arrays: Any) -> Iterator[None]:
                 raise TypeError(f"pinned() takes NumPy arrays, got {type(a).__name__}")
             if a.nbytes == 0:
                 continue
+            # np.byte_bounds is NumPy 1.x only; mypy checks against NumPy 2's stubs.
             lo, hi = np.lib.array_utils.byte_bounds(a) if hasattr(np.lib, "array_utils") \
-                else np.byte_bounds(a)
+                else np.byte_bounds(a)  # type: ignore[attr-defined]
             pins.append(host_pin(a, lo, hi - lo))
         yield
     finally:

@@ -92,7 +92,7 @@ class IpcHandle:
         self.__post_init__()
 
     @classmethod
-    def from_memory(cls, memory: MemoryPointer) -> "IpcHandle":
+    def from_memory(cls, memory: MemoryPointer) -> IpcHandle:
         """The handle of the allocation containing ``memory``.
 
         Parameters

@@ -33,7 +33,8 @@ import functools
 import importlib
 import threading
 import warnings
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .. import _config
 from .._device import Device, get_device

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 __all__ = ["MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo"]
 
@@ -96,7 +97,7 @@ class MemoryPointer:
         return ctypes.c_void_p(self.device_pointer or None)
 
     @property
-    def base(self) -> "MemoryPointer":
+    def base(self) -> MemoryPointer:
         """The allocation this pointer is a view of (itself for an allocation)."""
         p = self
         while isinstance(p.owner, MemoryPointer) and p._finalizer is None:
@@ -108,7 +109,7 @@ class MemoryPointer:
         """False once the finalizer has run (memory released)."""
         return self._finalizer is None or self._finalizer.alive
 
-    def view(self, start: int, stop: int | None = None) -> "MemoryPointer":
+    def view(self, start: int, stop: int | None = None) -> MemoryPointer:
         """A pointer to bytes ``[start, stop)`` that keeps this allocation alive.
 
         Parameters

@@ -19,7 +19,8 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, overload
 
 import numpy as np
 
@@ -62,6 +63,14 @@ def _parse_size(name: str, text: str) -> int:
     return value
 
 
+@overload
+def _env_int(name: str, default: int, minimum: int) -> int: ...
+
+
+@overload
+def _env_int(name: str, default: None, minimum: int) -> int | None: ...
+
+
 def _env_int(name: str, default: int | None, minimum: int) -> int | None:
     text = os.environ.get(name, "").strip()
     if not text:
@@ -97,7 +106,7 @@ def _locked(method):
 class _KernelMemory:
     """The ``SimMemoryAccess`` given to reference kernels of one launch."""
 
-    def __init__(self, backend: "SimBackend", ctx: SimContext, kernel: str) -> None:
+    def __init__(self, backend: SimBackend, ctx: SimContext, kernel: str) -> None:
         self._b = backend
         self._ctx = ctx
         self._kernel = kernel
@@ -169,7 +178,7 @@ class SimBackend(Backend):
             self._contexts.append(ctx)
 
     @classmethod
-    def from_environment(cls) -> "SimBackend":
+    def from_environment(cls) -> SimBackend:
         """Build a simulator from the ``GPUARRAY_SIM_*`` environment variables.
 
         ``GPUARRAY_SIM_DEVICES`` (default 1), ``GPUARRAY_SIM_MEMORY`` (per
@@ -766,11 +775,11 @@ class SimBackend(Backend):
         if s.ctx is not ctx:
             raise CudaError(INVALID_HANDLE, call, f"{name}: stream of device {s.ctx.device}, "
                                                   f"module of device {ctx.device}")
-        grid = tuple(int(g) for g in grid)
-        block = tuple(int(b) for b in block)
-        if (len(grid) != 3 or len(block) != 3 or min(grid + block) < 1 or grid[0] > 2**31 - 1
-                or max(grid[1:]) > 65535 or block[0] * block[1] * block[2] > 1024 or block[2] > 64):
-            raise CudaError(INVALID_VALUE, call, f"{name}: grid {grid} block {block}")
+        g = tuple(int(x) for x in grid)
+        b = tuple(int(x) for x in block)
+        if (len(g) != 3 or len(b) != 3 or min(g + b) < 1 or g[0] > 2**31 - 1
+                or max(g[1:]) > 65535 or b[0] * b[1] * b[2] > 1024 or b[2] > 64):
+            raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
         if shared_mem > 48 << 10:
             raise CudaError(INVALID_VALUE, call, f"{name}: {shared_mem} bytes of shared memory")
         try:
@@ -780,7 +789,7 @@ class SimBackend(Backend):
                             f"{[type(p).__name__ for p in params]}") from None
         acc = impl.accesses(snap)
         mem = _KernelMemory(self, ctx, name)
-        self.sched.enqueue(s, lambda: impl.run(mem, grid, block, shared_mem, snap),
+        self.sched.enqueue(s, lambda: impl.run(mem, g, b, shared_mem, snap),
                            f"kernel {name}", acc)
 
     # ----------------------------------------------------------------- IPC

@@ -42,8 +42,10 @@ import dataclasses
 import itertools
 import os
 import struct
+import sys
 import threading
 import weakref
+from collections.abc import Sized
 from multiprocessing import resource_tracker, shared_memory
 from typing import TYPE_CHECKING
 
@@ -108,22 +110,21 @@ def _attach(name: str) -> shared_memory.SharedMemory:
     the *exporter's* registration from a tracker shared with a spawned child.
     So registration is skipped for the duration of the attach.
     """
-    try:
-        return shared_memory.SharedMemory(name=name, track=False)  # Python 3.13+
-    except TypeError:
-        pass
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
     with _attach_lock:
         register = resource_tracker.register
 
-        def skip_shared_memory(rname: str, rtype: str) -> None:
+        # register's own signature (parameter names included), so it type-checks
+        def skip_shared_memory(name: Sized, rtype: str) -> None:
             if rtype != "shared_memory":
-                register(rname, rtype)
+                register(name, rtype)
 
-        resource_tracker.register = skip_shared_memory  # type: ignore[assignment]
+        resource_tracker.register = skip_shared_memory
         try:
             return shared_memory.SharedMemory(name=name)
         finally:
-            resource_tracker.register = register  # type: ignore[assignment]
+            resource_tracker.register = register
 
 
 def parse_handle(raw: bytes) -> tuple[int, int, int, int, str]:
@@ -148,7 +149,7 @@ class _Import:
 class SimIpc:
     """The IPC state of one simulated driver (exports and open mappings)."""
 
-    def __init__(self, backend: "SimBackend") -> None:
+    def __init__(self, backend: SimBackend) -> None:
         self._b = backend
         self._exports: dict[int, bytes] = {}  # allocation base -> handle
         self._imports: dict[tuple[int, bytes], _Import] = {}  # (device, handle) -> mapping

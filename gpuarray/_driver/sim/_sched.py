@@ -30,10 +30,14 @@ import random
 import threading
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ...errors import StreamOrderError
 from ._memory import AddressSpace, Allocation
+
+if TYPE_CHECKING:  # the backend imports this module
+    from ._backend import SimContext
 
 
 class Op:
@@ -41,8 +45,8 @@ class Op:
 
     __slots__ = ("seq", "stream", "fn", "deps", "done", "desc", "vc", "t_done", "error")
 
-    def __init__(self, seq: int, stream: "SimStream", fn: Callable[[], None] | None,
-                 deps: list["Op"], desc: str, vc: dict[int, int]) -> None:
+    def __init__(self, seq: int, stream: SimStream, fn: Callable[[], object] | None,
+                 deps: list[Op], desc: str, vc: dict[int, int]) -> None:
         self.seq = seq
         self.stream = stream
         self.fn = fn
@@ -57,7 +61,7 @@ class Op:
 class SimStream:
     """A simulated stream.  ``kind``: legacy, per_thread, blocking, non_blocking."""
 
-    def __init__(self, sid: int, handle: int, ctx: "object", kind: str) -> None:
+    def __init__(self, sid: int, handle: int, ctx: SimContext, kind: str) -> None:
         self.id = sid
         self.handle = handle
         self.ctx = ctx
@@ -126,7 +130,7 @@ class Scheduler:
         self.streams_by_ctx: dict[int, list[SimStream]] = {}
 
     # ------------------------------------------------------------- streams
-    def new_stream(self, handle: int, ctx, kind: str) -> SimStream:
+    def new_stream(self, handle: int, ctx: SimContext, kind: str) -> SimStream:
         self._sid += 1
         s = SimStream(self._sid, handle, ctx, kind)
         self.streams_by_ctx.setdefault(id(ctx), []).append(s)
@@ -137,7 +141,7 @@ class Scheduler:
         s.destroyed = True
         self.prune_streams(s.ctx)
 
-    def prune_streams(self, ctx) -> None:
+    def prune_streams(self, ctx: SimContext) -> None:
         """Drop destroyed streams whose work the host has seen complete."""
         lst = self.streams_by_ctx.get(id(ctx))
         if lst:
@@ -145,8 +149,8 @@ class Scheduler:
                       if not (s.destroyed and s.clock <= self.host_vc.get(s.id, 0))]
 
     # ------------------------------------------------------------- enqueue
-    def enqueue(self, stream: SimStream, fn: Callable[[], None] | None, desc: str,
-                accesses: list[tuple[int, int, bool]] = (), extra_deps: list[Op] = (),
+    def enqueue(self, stream: SimStream, fn: Callable[[], object] | None, desc: str,
+                accesses: Sequence[tuple[int, int, bool]] = (), extra_deps: Sequence[Op] = (),
                 extra_vc: dict[int, int] | None = None) -> Op:
         """Queue ``fn`` on ``stream``; ``accesses`` are ``(address, nbytes, is_write)``."""
         deps: list[Op] = []
@@ -230,7 +234,7 @@ class Scheduler:
             oldest = next(iter(self.pending.values()))
             self.complete(oldest)
 
-    def complete_all(self, ctx=None) -> None:
+    def complete_all(self, ctx: SimContext | None = None) -> None:
         for op in list(self.pending.values()):
             if ctx is None or op.stream.ctx is ctx:
                 self.complete(op)

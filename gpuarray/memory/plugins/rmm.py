@@ -47,7 +47,7 @@ rmm = _require("rmm", "rmm", "pip install rmm-cu13 (or rmm-cu12), or conda insta
 try:
     from rmm.pylibrmm import stream as _rmm_stream  # RMM >= 24.12
 except ImportError:
-    from rmm._cuda import stream as _rmm_stream  # type: ignore[no-redef]  # older RMM
+    from rmm._cuda import stream as _rmm_stream  # older RMM
 
 __all__ = ["RMMMemoryManager"]
 
