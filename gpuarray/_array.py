@@ -193,6 +193,7 @@ class DeviceNDArray:
         return self._contiguity()[1]
 
     def __len__(self) -> int:
+        """Length of the first axis; ``TypeError`` for a 0-d array, as NumPy."""
         if not self.shape:
             raise TypeError("len() of unsized object (a 0-d DeviceNDArray)")
         return self.shape[0]
@@ -269,7 +270,17 @@ class DeviceNDArray:
         return self.copy(order=order).reshape(shape, order=order)
 
     def ravel(self, order: str = "C") -> DeviceNDArray:
-        """A 1-D array of the elements (a view when possible, else a copy)."""
+        """A 1-D array of the elements (a view when possible, else a copy).
+
+        Parameters
+        ----------
+        order : {"C", "F", "A"}
+            Read the elements in C or Fortran order.
+
+        Returns
+        -------
+        DeviceNDArray
+        """
         return self.reshape(-1, order=order)
 
     def view(self, dtype: Any) -> DeviceNDArray:
@@ -288,7 +299,23 @@ class DeviceNDArray:
         return self._view(shape, strides, dtype=dt)
 
     def squeeze(self, axis: Any = None) -> DeviceNDArray:
-        """Remove axes of length one (a view)."""
+        """Remove axes of length one (a view).
+
+        Parameters
+        ----------
+        axis : int or tuple of int, optional
+            The axes to remove (each must have length one); all length-one
+            axes when omitted.
+
+        Returns
+        -------
+        DeviceNDArray
+
+        Raises
+        ------
+        ValueError
+            If a selected axis does not have length one.
+        """
         shape, strides = _layout.squeeze(self.shape, self.strides, axis)
         return self._view(shape, strides)
 
@@ -337,6 +364,12 @@ class DeviceNDArray:
         return out
 
     def __getitem__(self, key: Any) -> Any:
+        """Basic indexing as NumPy: a view, or a NumPy scalar when every axis gets an int.
+
+        Ints, slices with any step, Ellipsis and None; anything else (lists,
+        arrays, booleans) raises ``IndexError`` naming the key.  A scalar
+        result is copied to the host and complete on return.
+        """
         r = _layout.index(self.shape, self.strides, key)
         v = self._view(r.shape, r.strides, r.offset)
         if r.scalar:
@@ -381,10 +414,21 @@ class DeviceNDArray:
         return ary
 
     def get(self, stream: Any = None) -> np.ndarray:
-        """Copy to a new host array (CuPy's name for :meth:`copy_to_host`)."""
+        """Copy to a new host array (CuPy's name for :meth:`copy_to_host`).
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            As for :meth:`copy_to_host`.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return self.copy_to_host(stream=stream)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """A host copy for NumPy (``np.asarray(arr)``); ``copy=False`` raises ValueError."""
         if copy is False:
             raise ValueError("a DeviceNDArray cannot be viewed as a NumPy array without copying")
         host = self.copy_to_host()
@@ -442,6 +486,12 @@ class DeviceNDArray:
             _transfer.htod(self.device, s, self._ptr, self.shape, self.strides, self.dtype, host)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        """Assign to a basic-indexing selection, broadcasting and casting as NumPy.
+
+        ``value`` may be a scalar, host data, a DeviceNDArray, or an object
+        exporting ``__cuda_array_interface__`` or ``__dlpack__``; overlapping
+        sources give NumPy's result.  Runs on the array's stream.
+        """
         self._check_writeable("assignment")
         r = _layout.index(self.shape, self.strides, key)
         self._view(r.shape, r.strides, r.offset)._assign(value, self.stream)
@@ -533,8 +583,14 @@ class DeviceNDArray:
         return cai
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        """``(device_type, device_id)``: ``(2, ordinal)`` for device memory,
-        ``(3, 0)`` for page-locked host memory, ``(13, 0)`` for managed memory."""
+        """The DLPack device of the array's memory.
+
+        Returns
+        -------
+        tuple of int
+            ``(2, ordinal)`` for device memory, ``(3, 0)`` for page-locked
+            host memory, ``(13, 0)`` for managed memory.
+        """
         return (2, self.device.id) if self._dl == 2 else (self._dl, 0)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,

@@ -238,7 +238,13 @@ class Event:
             return get_backend().event_query(self.handle)
 
     def wait(self, stream: Stream | None = None) -> None:
-        """Make ``stream`` (default: the library default stream) wait for this event."""
+        """Make ``stream`` wait for this event (no host blocking).
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            Default: the library default stream of the event's device.
+        """
         s = stream if stream is not None else default_stream(self.device)
         s.wait_event(self)
 

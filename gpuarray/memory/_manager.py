@@ -79,16 +79,58 @@ class BaseCUDAMemoryManager(abc.ABC):
 
     @abc.abstractmethod
     def memalloc(self, size: int) -> MemoryPointer:
-        """Allocate ``size`` bytes of device memory in the current context."""
+        """Allocate ``size`` bytes of device memory in the current context.
+
+        Parameters
+        ----------
+        size : int
+            Bytes, greater than zero.
+
+        Returns
+        -------
+        MemoryPointer
+            Whose finalizer releases the memory.
+        """
 
     @abc.abstractmethod
     def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False,
                      wc: bool = False) -> PinnedMemory:
-        """Allocate page-locked host memory; a ``MappedMemory`` when ``mapped``."""
+        """Allocate page-locked host memory.
+
+        Parameters
+        ----------
+        size : int
+        mapped : bool
+            Also map it into the device address space.
+        portable : bool
+            Page-locked for every context.
+        wc : bool
+            Write-combined.
+
+        Returns
+        -------
+        PinnedMemory or MappedMemory
+            A ``MappedMemory`` when ``mapped``.
+        """
 
     @abc.abstractmethod
     def mempin(self, owner: Any, pointer: int, size: int, mapped: bool = False) -> PinnedMemory:
-        """Page-lock existing host memory owned by ``owner``."""
+        """Page-lock existing host memory owned by ``owner``.
+
+        Parameters
+        ----------
+        owner : object
+            Kept alive while the memory is pinned.
+        pointer : int
+            Host address of the first byte.
+        size : int
+        mapped : bool
+            Also map it into the device address space.
+
+        Returns
+        -------
+        PinnedMemory or MappedMemory
+        """
 
     @abc.abstractmethod
     def initialize(self) -> None:
@@ -100,7 +142,17 @@ class BaseCUDAMemoryManager(abc.ABC):
 
     @abc.abstractmethod
     def get_ipc_handle(self, memory: MemoryPointer) -> Any:
-        """An ``IpcHandle`` for an allocation."""
+        """An ``IpcHandle`` for an allocation.
+
+        Parameters
+        ----------
+        memory : MemoryPointer
+            The allocation (or a view of one) to share.
+
+        Returns
+        -------
+        IpcHandle
+        """
 
     @abc.abstractmethod
     def reset(self) -> None:
