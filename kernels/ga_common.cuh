@@ -317,6 +317,21 @@ GA_DEV unsigned int ga_umulhi(unsigned int a, unsigned int b) {
 #endif
 }
 
+// __byte_perm (PRMT): byte n of the result is byte ((s >> 4n) & 7) of the
+// 8-byte value y:x (bytes 0..3 of x, then 4..7 of y).  Selector nibbles are
+// below 8 wherever it is used (no sign replication).
+GA_DEV unsigned int ga_prmt(unsigned int x, unsigned int y, unsigned int s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned int r = 0;
+    for (int n = 0; n < 4; ++n)
+        r |= (unsigned int)((v >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+    return r;
+#endif
+}
+
 GA_DEV int ga_div(int n, int d, unsigned int magic, unsigned int shift) {
     (void)d;
     return (int)((ga_umulhi((unsigned int)n, magic) + (unsigned int)n) >> shift);

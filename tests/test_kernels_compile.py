@@ -5,7 +5,8 @@ Two compilers, no GPU needed:
 - NVRTC (a dependency, so these never skip): every kernel family --
   conversions covering every source and destination type, every variant,
   1..8 dimensions, 32- and 64-bit indices, fills of every unit, transposes
-  of every unit -- for EVERY architecture NVRTC supports (with the fast
+  of every unit, word transposes (``w``: 1, 2 and 4-byte elements, raw and
+  converting, both index widths) -- for EVERY architecture NVRTC supports (with the fast
   options the simulator uses), the same with the release options for the
   oldest supported architecture and sm_90, and all 14 x 14 conversion pairs
   in one translation unit.
@@ -15,7 +16,10 @@ Two compilers, no GPU needed:
   ``__syncthreads`` in the transpose), driven by the real planner and
   parameter blocks, checked against NumPy.  This runs the kernels' index
   math, vector paths, variants and conversions; only the float16 hardware
-  conversions (``cvt``) are replaced by their bit-level equivalents.
+  conversions (``cvt``) and ``__byte_perm`` are replaced by their bit-level
+  equivalents.  The transposes also run with guard bytes around every
+  destination and, in a child process, with operands that end at an
+  unreadable page, so an access past an operand fails the test.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,7 +61,17 @@ def representative_specs() -> list:
             specs.append(_specs.transpose_spec(r, r, idx))
     specs.append(_specs.transpose_spec("f2", "f4", "i32"))
     specs.append(_specs.transpose_spec("c16", "b1", "i64"))
+    # word transposes: one per element size (each has its own register transpose)
+    for r, idx in [("u1", "i32"), ("u2", "i64"), ("u4", "i32")]:
+        specs.append(_specs.transpose_spec(r, r, idx, "w"))
     return specs
+
+
+def word_transpose_specs() -> list:
+    """Word transposes: every element size with both index widths, raw and converting."""
+    return [_specs.transpose_spec(d, s, idx, "w") for d, s, idx in [
+        ("u1", "u1", "i32"), ("u1", "u1", "i64"), ("b1", "i1", "i32"), ("u2", "u2", "i32"),
+        ("u2", "u2", "i64"), ("f2", "i2", "i64"), ("u4", "u4", "i32"), ("i4", "f4", "i64")]]
 
 
 def _compile(specs, target, fast):
@@ -79,6 +95,13 @@ def test_representative_set_covers_every_type_and_variant():
     assert {s.index for s in specs} == {"i32", "i64"}
     assert {s.dst for s in specs if s.family == "fill"} == set(RAW)
     assert {s.dst for s in specs if s.family == "transpose"} >= set(RAW)
+    words = [s for s in specs if s.family == "transpose" and s.variant == "w"]
+    assert {_dtypes.code_itemsize(s.src) for s in words} == {1, 2, 4}
+    words = word_transpose_specs()
+    size = {s: _dtypes.code_itemsize(s.src) for s in words}
+    assert {(size[s], s.index) for s in words} == {(e, i) for e in (1, 2, 4) for i in ("i32", "i64")}
+    assert {size[s] for s in words if s.dst != s.src} == {1, 2, 4}
+    assert {_specs.transpose_word(s) for s in words} == {4, 8}
     assert len({s.symbol for s in specs}) == len(specs)
 
 
@@ -98,8 +121,11 @@ def test_every_family_compiles_for_every_supported_architecture():
 
 @pytest.mark.parametrize("arch", sorted({min(_nvrtc.supported_archs()), 90}))
 def test_every_family_compiles_with_release_options(arch):
-    image = _compile(representative_specs(), _nvrtc.Target("cubin", f"sm_{arch}"), fast=False)
+    specs = list(dict.fromkeys(representative_specs() + word_transpose_specs()))
+    image = _compile(specs, _nvrtc.Target("cubin", f"sm_{arch}"), fast=False)
     assert image[:4] == b"\x7fELF"
+    for s in specs:
+        assert s.symbol.encode() in image, (arch, s.symbol)
 
 
 def test_all_conversion_pairs_compile_in_one_unit():
@@ -110,7 +136,8 @@ def test_all_conversion_pairs_compile_in_one_unit():
 
 def test_ptx_fallback_names_every_entry():
     specs = [_specs.copy_spec("f2", "f8", 3, "i64", "g"), _specs.fill_spec("v16", 1, "i32", "c"),
-             _specs.transpose_spec("u1", "u1", "i32")]
+             _specs.transpose_spec("u1", "u1", "i32"), _specs.transpose_spec("u1", "u1", "i32", "w"),
+             _specs.transpose_spec("u4", "u4", "i64", "w")]
     arch = min(_nvrtc.supported_archs())
     ptx = _compile(specs, _nvrtc.Target("ptx", f"compute_{arch}"), fast=False)
     assert ptx.endswith(b"\0")
@@ -157,7 +184,7 @@ def test_large_arrays_select_64_bit_indexing_which_compiles():
     # a 2-D transpose and a fill past 2**31 elements
     (op3,) = _plan.plan_copy(0x10000, (2**16 * 2, 2), "u2", 0x1_0000_0000, (2, 2**16 * 2),
                              "u2", (2**16, 2**16))
-    assert op3.spec.family == "transpose" and op3.spec.index == "i64"
+    assert op3.spec.family == "transpose" and op3.spec.index == "i64" and op3.spec.variant == "w"
     (op4,) = _plan.plan_fill(0x10000, (8,), "f8", (n,), 1.5)
     assert op4.spec.index == "i64" and op4.spec.variant == "c"
     image = _compile([op.spec, op2.spec, op3.spec, op4.spec], _nvrtc.select_target(9, 0), False)
@@ -212,36 +239,46 @@ _PRELUDE = r"""
 #include <thread>
 #include <vector>
 struct ga_dim3 { unsigned int x, y, z; };
-static thread_local ga_dim3 threadIdx;
-static ga_dim3 blockIdx, blockDim, gridDim;
+static thread_local ga_dim3 threadIdx, blockIdx;
+static ga_dim3 blockDim, gridDim;
 static std::barrier<>* ga_bar = nullptr;
 static inline void __syncthreads() { ga_bar->arrive_and_wait(); }
 #define __global__
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 """
 
 _RUNNER = r"""
+// Blocks run one after another; the threads of a block run concurrently (one
+// OS thread per CUDA thread, created once per launch, looping over the blocks
+// with a barrier between blocks, since the next block reuses __shared__).
 static void ga_run(unsigned grid, unsigned bx, unsigned by, bool sync,
                    const std::function<void()>& k) {
     gridDim = {grid, 1, 1};
     blockDim = {bx, by, 1};
-    for (unsigned b = 0; b < grid; ++b) {
-        blockIdx = {b, 0, 0};
-        if (!sync) {
+    if (!sync) {
+        for (unsigned b = 0; b < grid; ++b) {
+            blockIdx = {b, 0, 0};
             for (unsigned y = 0; y < by; ++y)
                 for (unsigned x = 0; x < bx; ++x) { threadIdx = {x, y, 0}; k(); }
-            continue;
         }
-        std::barrier<> bar(bx * by);
-        ga_bar = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned y = 0; y < by; ++y)
-            for (unsigned x = 0; x < bx; ++x)
-                ts.emplace_back([=, &k] { threadIdx = {x, y, 0}; k(); });
-        for (auto& t : ts) t.join();
-        ga_bar = nullptr;
+        return;
     }
+    std::barrier<> bar(bx * by);
+    ga_bar = &bar;
+    std::vector<std::thread> ts;
+    for (unsigned y = 0; y < by; ++y)
+        for (unsigned x = 0; x < bx; ++x)
+            ts.emplace_back([=, &k, &bar] {
+                threadIdx = {x, y, 0};
+                for (unsigned b = 0; b < grid; ++b) {
+                    blockIdx = {b, 0, 0};
+                    k();
+                    bar.arrive_and_wait();
+                }
+            });
+    for (auto& t : ts) t.join();
+    ga_bar = nullptr;
 }
 """
 
@@ -443,10 +480,152 @@ def _conversion_edge_cases():
     return cases
 
 
+_WORD = {1: 4, 2: 4, 4: 8}  # element size -> word of the ``w`` transpose (as documented)
+
+
+def _word_aligned(dst, src, word) -> bool:
+    """The documented rule, from 2-D/3-D views with non-negative strides: both pointers,
+    pitches and batch strides (every stride but the element-sized ones) are multiples of
+    ``word``."""
+    vals = [dst.ctypes.data, src.ctypes.data]
+    vals += [st for a in (dst, src) for st in a.strides if st != a.itemsize]
+    return all(v % word == 0 for v in vals)
+
+
+_GUARD = 64  # bytes of 0xA5 on both sides of every transpose destination buffer
+
+
+def _guarded_zeros(shape, dtype):
+    """Zeros in a buffer with guard bytes around it (``.base`` chain ends at the buffer)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.full(nbytes + 2 * _GUARD, 0xA5, np.uint8)
+    out = buf[_GUARD:_GUARD + nbytes].view(dtype).reshape(shape)
+    out[...] = 0
+    return out
+
+
+def _root(a):
+    while a.base is not None:
+        a = a.base
+    return a
+
+
+def _transpose_cases(rng):
+    """(label, dst, src, expected transpose variant, or None: no transpose at all).
+
+    uint8, int16 and float16 (raw moves of 1/2-byte units), float32 (8-byte
+    words), and same-size conversions, over awkward shapes: single rows and
+    columns, 31 x 33 / 33 x 31, 64 x 4097, odd batches, ragged extents with
+    word-aligned pitches (edge tiles of the word kernel), full tiles with a
+    grid-stride loop, negative pitches, and misaligned pointers or pitches
+    (the per-element fallback).
+    """
+    main = [("u1", "u1"), ("i2", "i2"), ("f2", "f2")]
+    pairs = main + [("f4", "f4"), ("b1", "u1"), ("u1", "b1"), ("i2", "f2"), ("f2", "i2"),
+                    ("i4", "f4"), ("f4", "f2")]
+    out = []
+    for d, s in pairs:  # the slow (fallback, many-tile) shapes for the three main types only
+        out += _transpose_pair_cases(d, s, rng, big=(d, s) in main)
+    return out
+
+
+def _transpose_pair_cases(d, s, rng, big):
+    D, S = _dtypes.code_dtype(d), _dtypes.code_dtype(s)
+    word = _WORD.get(S.itemsize) if D.itemsize == S.itemsize else None
+    out = []
+
+    def add(label, dst, src, expect="auto"):
+        if expect == "auto":
+            expect = "w" if word and _word_aligned(dst, src, word) else ""
+        out.append((f"{d}<-{s} {label}", dst, src, expect))
+
+    def pad(shape, cols):  # a C array of `shape` rows with `cols` columns, sliced
+        return _sample(s, (shape[0], cols), rng)[:, :shape[1]]
+
+    for r, c in [(1, 50), (50, 1)]:
+        add(f"{r}x{c}", _guarded_zeros((c, r), D), _sample(s, (r, c), rng).T, None)
+    for r, c in [(31, 33), (33, 31), (200, 300), (256, 384)] + big * [(64, 4097), (4097, 64)]:
+        add(f"{r}x{c} contiguous", _guarded_zeros((c, r), D), _sample(s, (r, c), rng).T)
+    # ragged extents, pitches padded to a multiple of 8 bytes / 4 elements
+    add("31x33 padded", _guarded_zeros((33, 40), D)[:, :31], pad((31, 33), 36).T)
+    add("33x31 padded", _guarded_zeros((31, 36), D)[:, :33], pad((33, 31), 40).T)
+    # one element short of / past a tile (128 for 1-byte, 64 for 2 and 4-byte elements)
+    t = 32 * _WORD[S.itemsize] // S.itemsize if word else 64
+    for r, c in [(t + 1, t - 1), (t - 1, t + 1)]:
+        add(f"{r}x{c} padded", _guarded_zeros((c, r + 8 - r % 8), D)[:, :r],
+            pad((r, c), c + 8 - c % 8).T)
+    if big or d == s:
+        add("64x4097 padded", _guarded_zeros((4097, 64), D), pad((64, 4097), 4104).T)
+        add("4097x64 padded", _guarded_zeros((64, 4104), D)[:, :4097],
+            _sample(s, (4097, 64), rng).T)
+    # misaligned pointers (one and two elements in), aligned pitches
+    base = _sample(s, (40, 40), rng)
+    add("src +1", _guarded_zeros((32, 32), D), base[:32, 1:33].T)
+    add("src +2", _guarded_zeros((32, 32), D), base[:32, 2:34].T)
+    add("dst +1", _guarded_zeros((32, 40), D)[:, 1:33], base[:32, :32].T)
+    # negative source pitch (a reversed view), and a reversed destination
+    src = base[::-1, :32].T  # (32, 40), pitch -40 elements, pointer at row 39
+    add("negative src pitch", _guarded_zeros((32, 40), D), src,
+        "w" if word and 39 * 40 * S.itemsize % word == 0 else "")
+    # (the planner flips the reversed destination: source pitch -40 elements, at column 39)
+    add("negative dst", _guarded_zeros((32, 40), D)[:, ::-1], base.T[:32], "w" if word else "")
+    # batches: odd, ragged, aligned or not; more tiles than blocks
+    x = _sample(s, (3, 37, 45), rng)
+    add("batch 3x37x45", _guarded_zeros((3, 45, 37), D), x.transpose(0, 2, 1))
+    xb = _sample(s, (3, 40, 48), rng)[:, :37, :45]
+    add("batch 3x37x45 padded", _guarded_zeros((3, 45, 40), D)[:, :, :37], xb.transpose(0, 2, 1))
+    flat = _sample(s, (3 * 36 * 48 + 8,), rng)  # batch stride 36*48 + 1 elements
+    xs = np.lib.stride_tricks.as_strided(flat, (3, 36, 44), (
+        (36 * 48 + 1) * S.itemsize, 48 * S.itemsize, S.itemsize))
+    add("batch stride +1", _guarded_zeros((3, 44, 36), D), xs.transpose(0, 2, 1))
+    dflat = _guarded_zeros((3 * 44 * 40 + 8,), D)  # destination batch stride 44*40 + 2
+    dview = np.lib.stride_tricks.as_strided(dflat, (3, 44, 36), (
+        (44 * 40 + 2) * D.itemsize, 40 * D.itemsize, D.itemsize))
+    add("dst batch stride +2", dview, _sample(s, (3, 36, 44), rng).transpose(0, 2, 1),
+        "w" if word and 2 * D.itemsize % word == 0 else "")
+    if big:
+        add("batch 5x256x384", _guarded_zeros((5, 384, 256), D),
+            _sample(s, (5, 256, 384), rng).transpose(0, 2, 1))
+    for n, c, h, w in [(5, 24, 6, 6), (5, 24, 5, 7), (3, 128, 8, 16)]:  # NCHW -> NHWC
+        x4 = _sample(s, (n, c, h, w), rng)
+        dst = _guarded_zeros((n, h, w, c), D).transpose(0, 3, 1, 2)
+        expect = "w" if word and (h * w * S.itemsize) % word == 0 and (
+            c * D.itemsize) % word == 0 else ""
+        add(f"NCHW {n}x{c}x{h}x{w}", dst, x4, expect)
+    return out
+
+
+def _transpose_ops(dst, src, expect, force_i64=False):
+    """Plan ``dst[...] = src``; check the transpose variant the planner chose."""
+    ops = _plan.plan_copy(dst.ctypes.data, dst.strides, dst.dtype, src.ctypes.data, src.strides,
+                          src.dtype, dst.shape)
+    tr = [op for op in ops if isinstance(op, _plan.Launch) and op.spec.family == "transpose"]
+    if expect is None:
+        assert tr == [], ops
+    else:
+        assert len(tr) == 1 and tr[0].spec.variant == expect, (expect, ops)
+    if force_i64:  # the 64-bit index build of the same kernel, same parameters
+        ops = [op._replace(spec=_specs.transpose_spec(op.spec.dst, op.spec.src, "i64",
+                                                      op.spec.variant))
+               if op in tr else op for op in ops]
+    return ops
+
+
 @pytest.fixture(scope="module")
-def host_kernels(host_cases, tmp_path_factory):
+def transpose_cases():
+    rng = np.random.default_rng(4321)
+    cases = []
+    for k, (label, dst, src, expect) in enumerate(_transpose_cases(rng)):
+        cases.append((label, dst, src, _transpose_ops(dst, src, expect, force_i64=k % 5 == 0)))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def host_kernels(host_cases, transpose_cases, tmp_path_factory):
     edge = _conversion_edge_cases()
-    specs = [op.spec for c in host_cases + edge for op in c[3] if isinstance(op, _plan.Launch)]
+    specs = [op.spec for c in host_cases + edge + transpose_cases for op in c[3]
+             if isinstance(op, _plan.Launch)]
     hk = HostKernels(specs, tmp_path_factory.mktemp("host_kernels"))
     hk.edge = edge
     return hk
@@ -472,3 +651,87 @@ def test_host_emulated_kernels_match_numpy_for_every_pair_and_layout(host_cases,
 def test_host_emulated_conversions_round_and_wrap_like_numpy(host_kernels):
     for kind, dst, src, ops in host_kernels.edge:
         _check(kind, dst, src, ops, host_kernels)
+
+
+def test_host_emulated_transposes_match_numpy(transpose_cases, host_kernels):
+    """The word kernel (full and edge tiles, both index widths) and its fallback, on the CPU."""
+    specs = {op.spec for c in transpose_cases for op in c[3] if isinstance(op, _plan.Launch)}
+    words = {s for s in specs if s.family == "transpose" and s.variant == "w"}
+    assert {(_dtypes.code_itemsize(s.src), s.index) for s in words} == {
+        (e, i) for e in (1, 2, 4) for i in ("i32", "i64")}
+    assert any(s.dst != s.src for s in words)
+    assert any(s.family == "transpose" and s.variant == "" for s in specs)
+    for label, dst, src, ops in transpose_cases:
+        buf = _root(dst)  # the whole guarded buffer: padding and guards must stay as they were
+        expect = buf.copy()
+        view = np.ndarray(dst.shape, dst.dtype, expect, dst.ctypes.data - buf.ctypes.data,
+                          dst.strides)
+        view[...] = _astype(src, dst.dtype)
+        host_kernels.execute(ops)
+        assert buf.tobytes() == expect.tobytes(), (
+            label, [getattr(o, "spec", o) for o in ops], np.array_equal(dst, view))
+
+
+# A child process: operands placed so that their last byte is followed by an
+# unreadable page (PROT_NONE); a kernel that reads or writes past an operand
+# kills the child with SIGSEGV instead of passing unnoticed.
+_GUARD_CHILD = r"""
+import ctypes, mmap, sys
+import numpy as np
+from gpuarray._kernels import _plan
+from tests import test_kernels_compile as T
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+PAGE = mmap.PAGESIZE
+keep = []
+
+def flush(shape, dtype, strides, align):
+    dtype = np.dtype(dtype)
+    extent = sum((n - 1) * st for n, st in zip(shape, strides)) + dtype.itemsize
+    pages = -(-extent // PAGE) + 2
+    m = mmap.mmap(-1, pages * PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    for p in (base, base + (pages - 1) * PAGE):
+        assert libc.mprotect(p, PAGE, 0) == 0
+    off = ((pages - 1) * PAGE - extent) // align * align
+    assert off + extent == (pages - 1) * PAGE, "not flush"
+    keep.append(m)
+    return np.ndarray(shape, dtype, m, off, strides)
+
+hk = T.HostKernels.__new__(T.HostKernels)
+hk.libs = [ctypes.CDLL(p) for p in sys.argv[1:]]
+rng = np.random.default_rng(7)
+seen = []
+# code, source lines (the destination's contiguous axis), line pitch, line length
+for code, lines, pitch, rows, align in [
+        ("u1", 44, 40, 36, 4), ("u1", 132, 256, 256, 4), ("u1", 31, 33, 33, 1),
+        ("i2", 70, 72, 66, 4), ("f2", 33, 31, 31, 2), ("f4", 70, 72, 66, 8)]:
+    D = T._dtypes.code_dtype(code)
+    e = D.itemsize
+    src = flush((lines, rows), D, (pitch * e, e), align)
+    src[...] = T._sample(code, (lines, rows), rng)
+    dst = flush((rows, lines), D, (lines * e, e), align)
+    ops = _plan.plan_copy(dst.ctypes.data, dst.strides, D, src.ctypes.data, src.T.strides, D,
+                          dst.shape)
+    hk.execute(ops)
+    assert np.array_equal(dst, src.T), (code, lines, pitch, rows)
+    seen += [op.spec.symbol for op in ops]
+print(" ".join(seen))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="mprotect guard pages")
+def test_host_emulated_transposes_stay_inside_their_operands(host_kernels):
+    """Sources and destinations end at an unreadable page: no access past either."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    r = subprocess.run([sys.executable, "-c", _GUARD_CHILD,
+                        *[lib._name for lib in host_kernels.libs]],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (f"exit {r.returncode} (-11: an access past an operand)",
+                               r.stdout[-2000:], r.stderr[-3000:])
+    used = r.stdout.split()
+    assert "ga_transpose__u1__u1__i32__w" in used and "ga_transpose__u4__u4__i32__w" in used
+    assert "ga_transpose__u2__u2__i32__w" in used and "ga_transpose__u1__u1__i32" in used

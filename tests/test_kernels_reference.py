@@ -305,19 +305,147 @@ def test_plan_wide_rows_use_memcpy2d_and_narrow_rows_the_kernel():
 
 def test_plan_transposes():
     (op,) = _plan.plan_copy(256, (400, 4), "f4", 1 << 20, (4, 400), "f4", (100, 100))
-    assert op.spec.symbol == "ga_transpose__u4__u4__i32"
+    assert op.spec.symbol == "ga_transpose__u4__u4__i32__w"
     assert (op.fields["rows"], op.fields["cols"], op.fields["batch"]) == (100, 100, 1)
+    (op,) = _plan.plan_copy(256, (404, 4), "f4", 1 << 20, (4, 404), "f4", (101, 101))
+    assert op.spec.symbol == "ga_transpose__u4__u4__i32"  # pitches not multiples of 8
     # NCHW -> NHWC: batch 32, rows H*W, cols C
     n, c, h, w = 32, 256, 56, 56
     src = (c * h * w * 2, h * w * 2, w * 2, 2)
     dst = (h * w * c * 2, 2, w * c * 2, c * 2)  # NHWC memory, indexed as NCHW
     (op,) = _plan.plan_copy(256, dst, "f2", 1 << 40, src, "f2", (n, c, h, w))
-    assert op.spec.family == "transpose" and op.spec.dst == "u2"
+    assert op.spec.symbol == "ga_transpose__u2__u2__i32__w"
     assert (op.fields["batch"], op.fields["rows"], op.fields["cols"]) == (n, h * w, c)
     (op,) = _plan.plan_copy(256, (200, 2), "f2", 1 << 20, (8, 800), "f8", (100, 100))
     assert op.spec.symbol == "ga_transpose__f2__f8__i32"
     (op,) = _plan.plan_copy(256, (16, 4), "f4", 1 << 20, (4, 16), "f4", (4, 4))  # too small
     assert op.spec.family == "copy"
+
+
+# the PERF shapes: uint8 32768 x 8192, float16 16384 x 8192, float32 8192 x 8192 (a.T -> C order)
+@pytest.mark.parametrize("dtype,shape,word", [("u1", (32768, 8192), 4), ("f2", (16384, 8192), 4),
+                                              ("f4", (8192, 8192), 8), ("f8", (4096, 4096), 0)])
+def test_plan_word_transposes_for_the_benchmark_shapes(dtype, shape, word):
+    k = _dtypes.code_itemsize(dtype)
+    r, c = shape
+    (op,) = _plan.plan_copy(1 << 20, (r * k, k), dtype, 1 << 34, (k, c * k), dtype, (c, r))
+    assert op.spec.family == "transpose" and op.spec.index == "i32"
+    assert op.spec.variant == ("w" if word else "")
+    if word:
+        assert _specs.transpose_word(op.spec) == word
+        tile = _specs.transpose_tile(op.spec)
+        assert tile == 32 * word // k
+        assert _launch.grid_for(op, 132) == (min(8 * 132, (r // tile) * (c // tile)), 1, 1)
+
+
+def test_plan_word_transpose_falls_back_on_any_misaligned_field():
+    # batched u1 transpose, everything a multiple of 4: word kernel
+    shape = (3, 40, 48)
+    ds = (40 * 48, 1, 48)  # destination (b, c, r) memory: rows of 48
+    ss = (40 * 52, 52, 1)  # source (b, c, r): contiguous along r (the last axis)
+    good = dict(dst=1 << 20, src=1 << 30, ds=ds, ss=ss)
+
+    def variant(dst, src, ds, ss):
+        (op,) = _plan.plan_copy(dst, ds, "u1", src, ss, "u1", shape)
+        assert op.spec.family == "transpose"
+        return op.spec.variant
+
+    assert variant(**good) == "w"
+    for field, bad in [("dst", (1 << 20) + 2), ("src", (1 << 30) + 1),
+                       ("ds", (40 * 48 + 2, 1, 48)), ("ss", (40 * 52 + 1, 52, 1)),
+                       ("ds", (40 * 50, 1, 50)), ("ss", (40 * 54, 54, 1))]:
+        assert variant(**{**good, field: bad}) == "", (field, bad)
+    # conversions: equal sizes use words, different sizes never
+    (op,) = _plan.plan_copy(1 << 20, ds, "b1", 1 << 30, ss, "u1", shape)
+    assert op.spec.symbol == "ga_transpose__b1__u1__i32__w"
+    (op,) = _plan.plan_copy(1 << 20, tuple(2 * x for x in ds), "f2", 1 << 30, ss, "u1", shape)
+    assert op.spec.variant == ""
+
+
+def test_plan_word_transposes_can_be_switched_off(monkeypatch):
+    args = (256, (400, 4), "f4", 1 << 20, (4, 400), "f4", (100, 100))
+    assert _plan.plan_copy(*args)[0].spec.variant == "w"
+    monkeypatch.setattr(_plan, "WORD_TRANSPOSE_SIZES", frozenset({1, 2}))
+    assert _plan.plan_copy(*args)[0].spec.variant == ""
+
+
+def test_word_transpose_specs_and_geometry():
+    s = _specs.transpose_spec("u1", "u1", "i64", "w")
+    assert s.symbol == "ga_transpose__u1__u1__i64__w"
+    assert "ga_transpose_w<ga_u1, ga_u1, long long, 4>(a);" in s.instantiation()
+    assert _specs.transpose_spec("u4", "u4", "i32").symbol == "ga_transpose__u4__u4__i32"
+    geometry = {c: (_specs.transpose_word(_specs.transpose_spec(c, c, "i32", "w")),
+                    _specs.transpose_tile(_specs.transpose_spec(c, c, "i32", "w")))
+                for c in ("u1", "b1", "i2", "f2", "u4", "f4")}
+    assert geometry == {"u1": (4, 128), "b1": (4, 128), "i2": (4, 64), "f2": (4, 64),
+                        "u4": (8, 64), "f4": (8, 64)}
+    for d, s_ in [("u8", "u8"), ("v16", "v16"), ("f2", "f4"), ("c8", "c8")]:
+        with pytest.raises(ValueError, match="word transpose"):
+            _specs.transpose_spec(d, s_, "i32", "w")
+    with pytest.raises(ValueError, match="variant"):
+        _specs.transpose_spec("u1", "u1", "i32", "x")
+
+
+def _transpose_layouts(code, rng, dcode=None):
+    """(label, dst view, src view) of awkward transposes from ``code`` (to ``dcode``)."""
+    D = _dtypes.code_dtype(dcode or code)
+    for r, c in [(1, 50), (50, 1), (31, 33), (33, 31), (64, 4097), (64, 4096), (200, 300)]:
+        yield f"{r}x{c}", np.zeros((c, r), D), _sample(code, (r, c), rng).T
+    yield "31x33 padded", np.zeros((33, 40), D)[:, :31], _sample(code, (31, 40), rng)[:, :33].T
+    yield "129x127 padded", np.zeros((127, 136), D)[:, :129], _sample(code, (129, 128), rng)[
+        :, :127].T
+    base = _sample(code, (40, 40), rng)
+    yield "src +1", np.zeros((32, 32), D), base[:32, 1:33].T
+    yield "negative src pitch", np.zeros((32, 40), D), base[::-1, :32].T
+    yield "batch 3x37x45", np.zeros((3, 45, 37), D), _sample(code, (3, 37, 45), rng).transpose(
+        0, 2, 1)
+    yield "batch 5x36x44 padded", np.zeros((5, 44, 40), D)[:, :, :36], _sample(
+        code, (5, 36, 48), rng)[:, :, :44].transpose(0, 2, 1)
+    yield "NCHW", np.zeros((3, 6, 6, 24), D).transpose(0, 3, 1, 2), _sample(code, (3, 24, 6, 6), rng)
+
+
+@pytest.mark.parametrize("code", ["u1", "i1", "b1", "i2", "u2", "f2", "f4", "i4"])
+def test_reference_transposes_match_numpy(code):
+    rng = np.random.default_rng(17)
+    variants = set()
+    for label, dst, src in _transpose_layouts(code, rng):
+        out, ops = fake_copy(dst, src)
+        assert np.array_equal(out, src), (code, label, ops)
+        variants |= {op.spec.variant for op in ops if isinstance(op, _plan.Launch)
+                     and op.spec.family == "transpose"}
+    assert variants == {"", "w"}
+    # same-size conversions through the word kernel
+    other = {"u1": "b1", "i1": "u1", "b1": "i1", "i2": "f2", "u2": "f2", "f2": "i2",
+             "f4": "i4", "i4": "f4"}[code]
+    variants.clear()
+    for label, dst, src in _transpose_layouts(code, rng, other):
+        out, ops = fake_copy(dst, src)
+        assert np.array_equal(out, _astype(src, dst.dtype)), (code, other, label, ops)
+        variants |= {op.spec.variant for op in ops if isinstance(op, _plan.Launch)
+                     and op.spec.family == "transpose"}
+    assert variants == {"", "w"}
+
+
+def test_reference_word_transpose_refuses_misaligned_parameters():
+    mem = FakeMemory()
+    src = np.arange(64 * 48, dtype=np.uint8).reshape(64, 48)
+    sp = mem.put(src)
+    dp = mem.alloc(64 * 48 + 64)
+    (op,) = _plan.plan_copy(dp, (64, 1), "u1", sp, (1, 48), "u1", (48, 64))
+    assert op.spec.variant == "w"
+    ref = _reference.reference_kernel(op.spec)
+    for field, delta in [("dst", 1), ("src", 2), ("dst_pitch", 1), ("src_pitch", 3),
+                         ("dst_bstride", 2), ("src_bstride", 1)]:
+        p = _launch.params_for(op)
+        setattr(p, field, getattr(p, field) + delta)
+        if field.endswith("bstride"):
+            p.batch = 2  # with one batch the kernel only ever adds 0 * stride
+        with pytest.raises(CudaError, match="misaligned") as ei:
+            ref.run(mem, (1, 1, 1), (32, 8, 1), 0, [p])
+        assert ei.value.code == 716 and field in str(ei.value)
+    p = _launch.params_for(op)
+    ref.run(mem, (3, 1, 1), (32, 8, 1), 0, [p])
+    assert (mem.get(dp, np.zeros((48, 64), np.uint8)) == src.T).all()
 
 
 def test_plan_conversion_variants():
@@ -513,6 +641,40 @@ def test_launch_loads_each_kernel_once_per_context(backend, monkeypatch):
     assert (_download(backend, dp, np.zeros(64, np.float32)) == a).all()
     backend.mem_free(sbase)
     backend.mem_free(dbase)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float16, np.float32, np.bool_])
+def test_array_transpose_copy_matches_numpy(backend, dtype, monkeypatch):
+    """``to_device(x).T.copy()`` and batched permutes: word kernel or fallback, NumPy's answer."""
+    import gpuarray
+
+    chosen = []
+    real = _plan.plan_copy
+
+    def spy(*a, **k):
+        ops = real(*a, **k)
+        chosen.extend(op.spec.variant for op in ops
+                      if isinstance(op, _plan.Launch) and op.spec.family == "transpose")
+        return ops
+
+    monkeypatch.setattr(_plan, "plan_copy", spy)
+
+    def arange(n):  # distinct-ish values, exact in every dtype (uint8 wraps, as astype does)
+        return np.arange(n).astype(dtype) if dtype == np.uint8 else (
+            np.arange(n) % (3 if dtype == np.bool_ else 2039)).astype(dtype)
+
+    for a, b in [(64, 4096), (4096, 64), (31, 33), (33, 31), (1, 50), (50, 1), (200, 300),
+                 (64, 4097), (129, 127)]:
+        host = arange(a * b).reshape(a, b)
+        out = gpuarray.to_device(host).T.copy().copy_to_host()
+        assert out.shape == (b, a) and np.array_equal(out, host.T), (a, b)
+    host = arange(3 * 24 * 36).reshape(3, 24, 6, 6)  # NCHW -> NHWC
+    out = gpuarray.to_device(host).transpose(0, 2, 3, 1).copy().copy_to_host()
+    assert np.array_equal(out, host.transpose(0, 2, 3, 1))
+    host = arange(40 * 48).reshape(40, 48)
+    out = gpuarray.to_device(host)[:, 1:45].T.copy().copy_to_host()  # misaligned pointer
+    assert np.array_equal(out, host[:, 1:45].T)
+    assert "w" in chosen and "" in chosen
 
 
 def test_sim_registers_references_and_compiles_the_real_source(backend, monkeypatch):

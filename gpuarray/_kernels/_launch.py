@@ -3,8 +3,9 @@
 :func:`copy` and :func:`fill` plan the operation (:mod:`._plan`), then issue
 the driver calls and kernel launches, in order, on ``stream`` in the calling
 thread's current context.  Launch configuration: 256 threads per block (32 x
-8 for transposes), a 1-D grid of at most ``8 * multiprocessor_count`` blocks
-(``MAX_GRID`` at most) with grid-stride loops in the kernels.  Nothing here
+8 for transposes, whatever their tile), a 1-D grid of at most
+``8 * multiprocessor_count`` blocks (``MAX_GRID`` at most; transposes: at
+most one block per tile) with grid-stride loops in the kernels.  Nothing here
 allocates memory and nothing synchronises.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from .._driver import get_backend
 from . import _plan
 from ._loader import get_kernel
-from ._specs import BLOCK, TILE, TILE_ROWS, UNROLL, divider, params_type
+from ._specs import BLOCK, TILE, TILE_ROWS, UNROLL, divider, params_type, transpose_tile
 
 __all__ = ["copy", "fill", "execute"]
 
@@ -182,7 +183,8 @@ def grid_for(op: _plan.Launch, sms: int) -> tuple[int, int, int]:
     s = op.spec
     if s.family == "transpose":
         f = op.fields
-        work = f["batch"] * (-(-f["rows"] // TILE)) * (-(-f["cols"] // TILE))
+        t = transpose_tile(s)
+        work = f["batch"] * (-(-f["rows"] // t)) * (-(-f["cols"] // t))
     else:
         per_block = BLOCK * (4 if s.variant == "c" else UNROLL)
         work = -(-op.n // per_block)

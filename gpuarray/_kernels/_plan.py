@@ -22,13 +22,18 @@ copy, no conversion (same dtype, or integers of one size):
   1. one contiguous run -> ``cuMemcpyDtoDAsync``;
   2. two dimensions, rows contiguous in both, row >= 512 bytes, positive
      pitches -> ``cuMemcpy2DAsync``;
-  3. a (batched) 2-D permutation -> the tiled transpose kernel;
+  3. a (batched) 2-D permutation -> the tiled transpose kernel: the word
+     variant ``w`` for element sizes in :data:`WORD_TRANSPOSE_SIZES` when
+     both pointers, pitches and batch strides are multiples of its word
+     (4 bytes for 1/2-byte elements, 8 for 4-byte ones), else the
+     per-element kernel;
   4. otherwise the N-d kernel (variant ``d`` when the destination is
      C-contiguous, ``g`` otherwise).
 copy with conversion:
   an operand whose pointer or a stride is not a multiple of its itemsize
   selects variant ``u`` (byte-wise access); otherwise 1-D contiguous ->
-  variant ``c``, a 2-D permutation -> transpose kernel, else ``d``/``g``.
+  variant ``c``, a 2-D permutation -> transpose kernel (``w`` under the
+  same conditions when both element sizes are equal), else ``d``/``g``.
 fill:
   the value becomes its dtype's bytes (NumPy assignment semantics); a
   contiguous run whose pattern repeats every 1, 2 or 4 bytes ->
@@ -58,6 +63,7 @@ from ._specs import (
     BLOCK,
     MAX_NDIM,
     UNROLL,
+    WORD_TRANSPOSE_WORDS,
     KernelSpec,
     copy_spec,
     fill_spec,
@@ -77,6 +83,7 @@ __all__ = [
     "MAX_GRID",
     "MEMCPY2D_MIN_WIDTH",
     "TRANSPOSE_MIN",
+    "WORD_TRANSPOSE_SIZES",
 ]
 
 #: Grid size cap of the grid-stride kernels (index slack depends on it).
@@ -88,6 +95,10 @@ _SLACK = MAX_GRID * BLOCK * UNROLL
 MEMCPY2D_MIN_WIDTH: int | None = 512
 #: Both transposed extents must be at least this for the tiled kernel.
 TRANSPOSE_MIN = 16
+#: Element sizes whose aligned transposes use the word kernel (``w``); a
+#: subset of 1, 2, 4 (an empty set: always the per-element kernel, e.g. to
+#: compare both on a GPU).
+WORD_TRANSPOSE_SIZES: frozenset[int] = frozenset({1, 2, 4})
 
 
 class Memcpy(NamedTuple):
@@ -339,7 +350,12 @@ def _plan_kernel(shape, ptrs, strides, dcode, scode, dsz, ssz, aligned: bool) ->
         sbs = ss[0] if len(shape) == 3 else 0
         n = batch * rows * cols
         idx = index_type(n, [_extent(shape, ds, dsz), _extent(shape, ss, ssz)])
-        spec = transpose_spec(dcode, scode, idx)
+        variant = ""
+        if dsz == ssz and dsz in WORD_TRANSPOSE_SIZES:
+            word = WORD_TRANSPOSE_WORDS[dsz]
+            if all(v % word == 0 for v in (ptrs[0], ptrs[1], ds[-2], ss[-1], dbs, sbs)):
+                variant = "w"
+        spec = transpose_spec(dcode, scode, idx, variant)
         return [Launch(spec, n, dict(dst=ptrs[0], src=ptrs[1], rows=rows, cols=cols,
                                      batch=batch, dst_pitch=ds[-2], src_pitch=ss[-1],
                                      dst_bstride=dbs, src_bstride=sbs))]

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import CudaError
 from . import _dtypes
-from ._specs import BLOCK, TILE, TILE_ROWS, KernelSpec
+from ._specs import BLOCK, TILE, TILE_ROWS, KernelSpec, transpose_word
 
 __all__ = ["reference_kernel", "CopyReference", "FillReference", "TransposeReference"]
 
@@ -146,7 +146,13 @@ class CopyReference(_Reference):
 
 
 class TransposeReference(_Reference):
-    """Reference of ``ga_transpose__*``."""
+    """Reference of ``ga_transpose__*`` (both variants).
+
+    The word variant (``w``) moves the same elements; like the CUDA kernel on
+    a GPU, it fails with ``CUDA_ERROR_MISALIGNED_ADDRESS`` (716) when a
+    pointer, pitch or batch stride is not a multiple of its word, which the
+    planner must have ruled out.
+    """
 
     def operands(self, p):
         s = self.spec
@@ -162,6 +168,16 @@ class TransposeReference(_Reference):
         p = params[0]
         if p.batch <= 0 or p.rows <= 0 or p.cols <= 0:
             return
+        if self.spec.variant == "w":
+            word = transpose_word(self.spec)
+            fields: tuple[str, ...] = ("dst", "src", "dst_pitch", "src_pitch")
+            if p.batch > 1:  # batch 0 only adds 0 * stride
+                fields += ("dst_bstride", "src_bstride")
+            bad = [f"{f}={getattr(p, f):#x}" for f in fields if getattr(p, f) % word]
+            if bad:
+                raise CudaError(716, "cuLaunchKernel",
+                                f"{self.spec.symbol} moves {word}-byte words: misaligned "
+                                + ", ".join(bad))
         dst, src = self.operands(p)
         _, sview = src.load(mem)
         values = _astype(sview, self.spec.dst, self.spec.src)

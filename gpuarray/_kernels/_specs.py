@@ -10,7 +10,12 @@ simulator finds reference implementations by symbol name:
   access), ``c`` both contiguous (``ndim`` 1, vectorised);
 - ``ga_fill__<type>__<ndim>__<index>__<variant>`` -- fill with a raw unit
   (``u1``, ``u2``, ``u4``, ``u8``, ``v16``); variants ``g`` and ``c``;
-- ``ga_transpose__<dst>__<src>__<index>`` -- tiled (batched) 2-D transpose.
+- ``ga_transpose__<dst>__<src>__<index>`` -- tiled (batched) 2-D transpose,
+  one element per thread per access (variant ``""``);
+- ``ga_transpose__<dst>__<src>__<index>__w`` -- the same moved as 4-byte
+  (1 and 2-byte elements) or 8-byte (4-byte elements) words, transposed in
+  registers (variant ``w``; equal element sizes; both pointers, pitches and
+  batch strides must be multiples of the word size, see :func:`transpose_word`).
 
 ``<index>`` is ``i32`` or ``i64``.  The kernel parameter block is one
 ``ctypes.Structure`` (built here, mirroring the C structs ``ga_nd_args``,
@@ -25,7 +30,7 @@ import ctypes
 import dataclasses
 import functools
 
-from ._dtypes import CAST_CODES, RAW_CODES
+from ._dtypes import CAST_CODES, RAW_CODES, code_itemsize
 
 __all__ = [
     "KernelSpec",
@@ -37,6 +42,10 @@ __all__ = [
     "copy_spec",
     "fill_spec",
     "transpose_spec",
+    "transpose_word",
+    "transpose_tile",
+    "WORD_TRANSPOSE_WORDS",
+    "WORD_TRANSPOSE_MIN_BLOCKS",
     "params_type",
     "divider",
     "program_source",
@@ -51,6 +60,16 @@ UNROLL = 4
 #: Transpose tile edge and rows of threads per block (``GA_TILE``, ``GA_TILE_ROWS``).
 TILE = 32
 TILE_ROWS = 8
+#: Element size -> word size of the ``w`` transpose kernel (``ga_transpose_w``).
+WORD_TRANSPOSE_WORDS = {1: 4, 2: 4, 4: 8}
+#: ``__launch_bounds__(BLOCK, 4)`` for the ``w`` transposes: lets ptxas use up
+#: to 64 registers, so that all 16 (8) word loads of a thread are issued
+#: before the first is used.  With ``__launch_bounds__(BLOCK)`` alone, ptxas
+#: (CUDA 13, sm_90) fits the uint8 and 4-byte kernels in 32 registers by
+#: splitting the loads into 4 rounds that each wait for memory (seen in the
+#: SASS); 4 resident blocks x 256 threads x 64 B is still 64 KB in flight
+#: per SM.
+WORD_TRANSPOSE_MIN_BLOCKS = 4
 
 _INDEX_C = {"i32": "int", "i64": "long long"}
 _INDEX_CT = {"i32": ctypes.c_int32, "i64": ctypes.c_int64}
@@ -74,7 +93,7 @@ class KernelSpec:
     index : {"i32", "i64"}
         Index and offset arithmetic width.
     variant : str
-        ``g``, ``d``, ``u`` or ``c`` (``""`` for transpose).
+        ``g``, ``d``, ``u`` or ``c`` for copies; ``""`` or ``w`` for transposes.
     """
 
     family: str
@@ -91,6 +110,8 @@ class KernelSpec:
             return f"ga_copy__{self.dst}__{self.src}__{self.ndim}__{self.index}__{self.variant}"
         if self.family == "fill":
             return f"ga_fill__{self.dst}__{self.ndim}__{self.index}__{self.variant}"
+        if self.variant:
+            return f"ga_transpose__{self.dst}__{self.src}__{self.index}__{self.variant}"
         return f"ga_transpose__{self.dst}__{self.src}__{self.index}"
 
     @property
@@ -102,7 +123,8 @@ class KernelSpec:
         """The C++ line that defines this kernel from its template."""
         idx = _INDEX_C[self.index]
         sym = self.symbol
-        head = f'extern "C" __global__ void __launch_bounds__({BLOCK}) {sym}'
+        bounds = f"{BLOCK}, {WORD_TRANSPOSE_MIN_BLOCKS}" if self.variant == "w" else f"{BLOCK}"
+        head = f'extern "C" __global__ void __launch_bounds__({bounds}) {sym}'
         if self.family == "copy":
             args = f"ga_nd_args<{self.ndim}, {idx}>"
             if self.variant == "c":
@@ -120,7 +142,11 @@ class KernelSpec:
                 body = f"ga_fill_nd<ga_{self.dst}, {self.ndim}, {idx}>(a);"
         else:
             args = f"ga_tr_args<{idx}>"
-            body = f"ga_transpose<ga_{self.dst}, ga_{self.src}, {idx}>(a);"
+            if self.variant == "w":
+                body = (f"ga_transpose_w<ga_{self.dst}, ga_{self.src}, {idx}, "
+                        f"{transpose_word(self)}>(a);")
+            else:
+                body = f"ga_transpose<ga_{self.dst}, ga_{self.src}, {idx}>(a);"
         return f"{head}({args} a) {{ {body} }}"
 
 
@@ -151,12 +177,41 @@ def fill_spec(unit: str, ndim: int, index: str, variant: str) -> KernelSpec:
 
 
 @functools.lru_cache(maxsize=1024)
-def transpose_spec(dst: str, src: str, index: str) -> KernelSpec:
-    """Spec of a tiled transpose kernel."""
+def transpose_spec(dst: str, src: str, index: str, variant: str = "") -> KernelSpec:
+    """Spec of a tiled transpose kernel (variant ``""`` per element, ``w`` in words)."""
     _check(dst in _ALL_CODES and src in _ALL_CODES, f"types {dst!r}, {src!r}")
     _check(("v16" not in (dst, src)) or dst == src, "v16 is only moved")
     _check(index in _INDEX_C, f"index {index!r}")
-    return KernelSpec("transpose", dst, src, 0, index, "")
+    _check(variant in ("", "w"), f"variant {variant!r}")
+    if variant == "w":
+        size = code_itemsize(dst)
+        _check(size == code_itemsize(src) and size in WORD_TRANSPOSE_WORDS,
+               f"word transpose of {dst!r} <- {src!r} (equal sizes of 1, 2 or 4 bytes)")
+    return KernelSpec("transpose", dst, src, 0, index, variant)
+
+
+def transpose_word(spec: KernelSpec) -> int:
+    """Word size in bytes of a ``w`` transpose kernel.
+
+    The kernel needs both pointers, both pitches and both batch strides to be
+    multiples of it (the planner checks; the simulator's reference too).
+    """
+    _check(spec.family == "transpose" and spec.variant == "w", f"{spec.symbol} has no words")
+    return WORD_TRANSPOSE_WORDS[code_itemsize(spec.src)]
+
+
+def transpose_tile(spec: KernelSpec) -> int:
+    """Edge, in elements, of a transpose kernel's square tile (``GA_TILE`` x elements per word).
+
+    Examples
+    --------
+    >>> transpose_tile(transpose_spec("u1", "u1", "i32", "w")), transpose_tile(
+    ...     transpose_spec("f4", "f4", "i32"))
+    (128, 32)
+    """
+    if spec.variant == "w":
+        return TILE * WORD_TRANSPOSE_WORDS[code_itemsize(spec.src)] // code_itemsize(spec.src)
+    return TILE
 
 
 def program_source(specs) -> str:
