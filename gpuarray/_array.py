@@ -91,7 +91,8 @@ class DeviceNDArray:
         self._init(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
                    as_stream(stream, device), False, device)
 
-    def _init(self, shape, strides, dtype, ptr, mem, stream, readonly, device) -> None:
+    def _init(self, shape, strides, dtype, ptr, mem, stream, readonly, device,
+              record: bool = True) -> None:
         self.shape = shape
         self.strides = strides
         self.dtype = dtype
@@ -103,17 +104,21 @@ class DeviceNDArray:
         self._cai = None
         self._cf = None  # cached (C-contiguous, F-contiguous): the layout never changes
         self._dl = 2  # DLPack device type of the memory: 2 device, 3 page-locked host, 13 managed
-        record_stream(mem, stream)  # stream-ordered frees wait for this array's stream
+        if record:  # stream-ordered frees wait for this array's stream
+            record_stream(mem, stream)
 
     @classmethod
-    def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device) -> DeviceNDArray:
+    def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device,
+              record: bool = True) -> DeviceNDArray:
         self = object.__new__(cls)
-        self._init(shape, strides, dtype, ptr, mem, stream, readonly, device)
+        self._init(shape, strides, dtype, ptr, mem, stream, readonly, device, record)
         return self
 
     def _view(self, shape, strides, offset: int = 0, dtype=None) -> DeviceNDArray:
+        # Same memory, same stream: the parent already recorded the stream.
         v = DeviceNDArray._make(tuple(shape), tuple(strides), self.dtype if dtype is None else dtype,
-                                self._ptr + offset, self._mem, self.stream, self.readonly, self.device)
+                                self._ptr + offset, self._mem, self.stream, self.readonly, self.device,
+                                record=False)
         v._dl = self._dl
         return v
 

@@ -408,3 +408,21 @@ def test_many_allocate_free_cycles_leave_accounting_where_it_started(monkeypatch
     gpuarray.synchronize()
     assert _used() == start
     assert not mgr.allocations
+
+
+def test_dlpack_copy_for_a_consumer_stream_is_freed_after_the_consumer(pool, sim):
+    """__dlpack__(copy=True, stream=t) hands the consumer a copy used on t:
+    its stream-ordered free must wait for t's work (the race detector says if not)."""
+    import gc
+
+    from gpuarray.interop._dlpack_capsule import consume_capsule
+
+    a = gpuarray.to_device(np.arange(256.0))
+    t = gpuarray.stream(non_blocking=True)
+    tensor = consume_capsule(a.__dlpack__(stream=t.handle, copy=True, max_version=(1, 1)))
+    assert tensor.is_copied and tensor.data_ptr != a.ptr
+    sim.memset_d32_async(tensor.data_ptr, 0, 512, t.handle)  # the consumer works on t
+    tensor.release()
+    del tensor
+    gc.collect()
+    gpuarray.synchronize()

@@ -53,8 +53,9 @@ def export_capsule(arr: DeviceNDArray, *, stream: Any, max_version: Any, dl_devi
     if req.stream is not None:
         consumer = external_stream(req.stream, arr.device)
         if req.copy:
-            owner = arr.copy(order="K", stream=consumer)
-            owner.stream = consumer
+            # bind() records the consumer's stream, so a stream-ordered free
+            # of the copy waits for the consumer's work on it.
+            owner = arr.copy(order="K", stream=consumer).bind(consumer)
         else:
             order_after(consumer, arr.stream)
     elif req.copy:
