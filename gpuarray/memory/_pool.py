@@ -332,6 +332,35 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
         self.allocations[ptr] = size
         return StreamOrderedPointer(device, ptr, size, uses, finalizer)
 
+    def owned_pointer(self, device: Device, owner: Any, ptr: int, size: int,
+                      home: Stream) -> StreamOrderedPointer:
+        """Wrap memory that a library object ``owner`` holds (allocated on ``home``).
+
+        The free drops the last reference to ``owner`` once ``home`` waits for
+        every recorded stream, so a library that returns blocks to the pool of
+        their allocation stream (CuPy, RMM) frees in stream order.
+
+        Parameters
+        ----------
+        device : Device
+        owner : object
+            The library's handle to the memory (a CuPy block, an RMM buffer).
+        ptr, size : int
+        home : Stream
+
+        Returns
+        -------
+        StreamOrderedPointer
+        """
+        holder = [owner]
+        return self.stream_ordered_pointer(device, ptr, size, home,
+                                           lambda stream: holder.clear())
+
+    @property
+    def interface_version(self) -> int:
+        """1."""
+        return SUPPORTED_INTERFACE_VERSION
+
     # The finalizer: runs once when the last reference to the pointer dies.
     def _finalize(self, backend, uses: StreamUses, ptr: int, size: int,
                   release: Callable[[Stream], None]) -> None:
@@ -560,11 +589,6 @@ class PoolMemoryManager(StreamOrderedMemoryManager):
             "memory from the stream-ordered pool manager (cuMemAllocAsync) cannot be shared "
             "through IPC: cuIpcGetMemHandle only accepts cuMemAlloc memory. Allocate the array "
             "to share under the default memory manager")
-
-    @property
-    def interface_version(self) -> int:
-        """1."""
-        return SUPPORTED_INTERFACE_VERSION
 
 
 #: ``GPUARRAY_MEMORY_MANAGER=gpuarray.memory._pool`` (or ``=pool``) selects it.

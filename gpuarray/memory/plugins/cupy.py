@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._device import Device, get_device
-from .._manager import SUPPORTED_INTERFACE_VERSION, GetIpcHandleMixin
+from .._manager import GetIpcHandleMixin
 from .._pointer import MemoryInfo, MemoryPointer
 from .._pool import StreamOrderedMemoryManager
 from . import _require
@@ -98,14 +98,8 @@ class CuPyMemoryManager(GetIpcHandleMixin, StreamOrderedMemoryManager):
 
         block = self.allocate_with_retry(dev, size, attempt, (cupy.cuda.memory.OutOfMemoryError,),
                                          "cupy.cuda.MemoryPool.malloc")
-        holder = [block]
-
-        def release(stream: Any) -> None:
-            # `stream` (home, now ordered after every user) is where CuPy put the
-            # block: dropping the last reference returns it to that free list.
-            holder.clear()
-
-        return self.stream_ordered_pointer(dev, int(block.ptr), size, home, release)
+        # CuPy frees on the allocation stream (home), which waits for every user.
+        return self.owned_pointer(dev, block, int(block.ptr), size, home)
 
     def get_memory_info(self) -> MemoryInfo:
         """Free and total device memory; free counts the pool's unused cached bytes.
@@ -118,11 +112,6 @@ class CuPyMemoryManager(GetIpcHandleMixin, StreamOrderedMemoryManager):
         with cupy.cuda.Device(dev.id):
             free, total = cupy.cuda.runtime.memGetInfo()
             return MemoryInfo(int(free) + int(self.get_pool().free_bytes()), int(total))
-
-    @property
-    def interface_version(self) -> int:
-        """1."""
-        return SUPPORTED_INTERFACE_VERSION
 
 
 #: ``GPUARRAY_MEMORY_MANAGER=gpuarray.memory.plugins.cupy`` (or ``=cupy``) selects it.

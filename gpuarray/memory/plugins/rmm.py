@@ -38,7 +38,7 @@ from typing import Any
 from ..._device import Device, get_device
 from ..._driver import get_backend
 from ..._stream import Stream, legacy_default_stream
-from .._manager import SUPPORTED_INTERFACE_VERSION, GetIpcHandleMixin
+from .._manager import GetIpcHandleMixin
 from .._pointer import MemoryInfo, MemoryPointer
 from .._pool import StreamOrderedMemoryManager
 from . import _require
@@ -115,14 +115,8 @@ class RMMMemoryManager(GetIpcHandleMixin, StreamOrderedMemoryManager):
                     return rmm.DeviceBuffer(size=size, stream=rstream)
 
         buf = self.allocate_with_retry(dev, size, attempt, (MemoryError,), "rmm.DeviceBuffer")
-        holder = [buf]
-
-        def release(stream: Any) -> None:
-            # The buffer deallocates on the stream it was made on (home), which
-            # now waits for every user: dropping it is a stream-ordered free.
-            holder.clear()
-
-        return self.stream_ordered_pointer(dev, int(buf.ptr), size, home, release)
+        # RMM frees on the allocation stream (home), which waits for every user.
+        return self.owned_pointer(dev, buf, int(buf.ptr), size, home)
 
     def get_memory_info(self) -> MemoryInfo:
         """Free and total device memory (memory RMM's pools hold counts as used).
@@ -132,11 +126,6 @@ class RMMMemoryManager(GetIpcHandleMixin, StreamOrderedMemoryManager):
         MemoryInfo
         """
         return MemoryInfo(*get_backend().mem_get_info())
-
-    @property
-    def interface_version(self) -> int:
-        """1."""
-        return SUPPORTED_INTERFACE_VERSION
 
 
 #: ``GPUARRAY_MEMORY_MANAGER=gpuarray.memory.plugins.rmm`` (or ``=rmm``) selects it.

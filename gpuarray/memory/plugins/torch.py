@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._device import Device, get_device
-from .._manager import SUPPORTED_INTERFACE_VERSION, GetIpcHandleMixin
+from .._manager import GetIpcHandleMixin
 from .._pointer import MemoryInfo, MemoryPointer
 from .._pool import StreamOrderedMemoryManager
 from . import _require
@@ -105,11 +105,6 @@ class TorchMemoryManager(GetIpcHandleMixin, StreamOrderedMemoryManager):
         free, total = torch.cuda.mem_get_info(dev.id)
         cached = torch.cuda.memory_reserved(dev.id) - torch.cuda.memory_allocated(dev.id)
         return MemoryInfo(int(free) + int(cached), int(total))
-
-    @property
-    def interface_version(self) -> int:
-        """1."""
-        return SUPPORTED_INTERFACE_VERSION
 
 
 #: ``GPUARRAY_MEMORY_MANAGER=gpuarray.memory.plugins.torch`` (or ``=torch``) selects it.
