@@ -79,6 +79,7 @@ def test_deferred_frees_flush_past_the_size_threshold(make_sim, monkeypatch):
     del a
     gc.collect()
     assert mgr.deallocations.pending_count == 1
+    assert mgr.deallocations.pending_size == 200 << 10  # under 25% of 1 MiB: held
     del b
     gc.collect()
     assert mgr.deallocations.pending_count == 0
