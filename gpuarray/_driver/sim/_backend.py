@@ -10,7 +10,11 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
   ``CUDA_ERROR_ILLEGAL_ADDRESS`` at once);
 - host-to-device copies from pageable memory read the source at the call;
   device-to-host copies into pageable memory complete before returning;
-  copies to or from page-locked memory are fully asynchronous;
+  copies to or from page-locked memory are fully asynchronous, and the
+  page-locked destination of a queued copy reads as ``0xFF`` bytes until the
+  copy completes, except bytes that work queued ahead of it still reads:
+  those keep their value until that work is done (``_poisoner``), so an
+  unsynchronised host read sees garbage and valid programs see their data;
 - ``cuMemFree`` and ``cuMemFreeHost`` wait for all queued work, as in CUDA.
 """
 
@@ -510,13 +514,39 @@ class SimBackend(Backend):
             write_host(dst_host, self.memory.read(a, off, nbytes))
 
         acc = [(src, nbytes, False)] + ([(dst_host, nbytes, True)] if pinned else [])
-        op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc)
+        poison = self._poisoner(dst_host, nbytes, None) if pinned else None
+        op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc,
+                                on_ready=poison[1] if poison else None)
         if not pinned:  # pageable destination: returns once the copy is done
             self._complete(op, call)
-        else:
-            # Until the copy completes the destination is undefined: make a
-            # read before synchronising show garbage, not plausible old data.
-            write_host(dst_host, np.full(nbytes, 0xFF, np.uint8))
+        elif poison is not None:
+            poison[0]()
+
+    def _poisoner(self, dst: int, span: int, mask: np.ndarray | None):
+        """``(now, when_ready)``: poison a page-locked copy destination.
+
+        Until a copy into page-locked memory completes, its destination is
+        undefined: a host read before synchronising must show garbage
+        (``0xFF`` bytes), not plausible old data.  But bytes that work queued
+        ahead of the copy still reads keep their value until then: ``now``
+        poisons the rest (call it once the copy is queued), ``when_ready``
+        poisons every byte the copy writes when the copy is next to run.
+        ``mask`` (``span`` booleans) selects the bytes written; None: all.
+        """
+        full = np.ones(span, bool) if mask is None else mask
+        now_mask = full.copy()
+        for lo, hi in self.sched.pending_reads(dst, dst + span):
+            now_mask[lo - dst:hi - dst] = False
+
+        def fill(m: np.ndarray) -> None:
+            if m.all():
+                write_host(dst, np.full(span, 0xFF, np.uint8))
+            elif m.any():
+                buf = read_host(dst, span)
+                buf[m] = 0xFF
+                write_host(dst, buf)
+
+        return (lambda: fill(now_mask)), (lambda: fill(full))
 
     def _complete(self, op: Op, call: str) -> None:
         self._sync(call, lambda: self.sched.complete(op))
@@ -597,13 +627,17 @@ class SimBackend(Backend):
             acc.append((src, src_span, False))
         if dst_is_device or pinned_dst is not None:
             acc.append((dst, dst_span, True))
-        op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc)
+        poison = None
+        if pinned_dst is not None:  # undefined until complete (see _poisoner)
+            mask = np.zeros(dst_span, bool)
+            rows(mask, dst_pitch)[...] = True
+            poison = self._poisoner(dst, dst_span, mask)
+        op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc,
+                                on_ready=poison[1] if poison else None)
         if not dst_is_device and pinned_dst is None:
             self._complete(op, call)
-        elif pinned_dst is not None:  # undefined until complete (see memcpy_dtoh_async)
-            dbuf = read_host(dst, dst_span)
-            rows(dbuf, dst_pitch)[...] = 0xFF
-            write_host(dst, dbuf)
+        elif poison is not None:
+            poison[0]()
 
     def _memset(self, bits: int, dst: int, value: int, count: int, stream: int) -> None:
         call = f"cuMemsetD{bits}Async"
