@@ -201,17 +201,34 @@ class _PendingDeallocs:
             self.clear()
 
     def clear(self) -> None:
-        """Run the pending frees now (unless cleanup is deferred)."""
+        """Run the pending frees now (unless cleanup is deferred).
+
+        Every item is freed even when some fail (a failure must not leak the
+        rest of the batch); then the first error is raised, with the others
+        added to it as notes.
+        """
         with self._lock:
             if self._disabled:
                 return
             items, self._items, self._size = self._items, [], 0
         if not items:
             return
+        errors: list[Exception] = []
         ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
         with ctx:
             for free, handle, _ in items:
-                free(handle)
+                try:
+                    free(handle)
+                except Exception as e:  # each item must be tried
+                    errors.append(e)
+        if errors:
+            first = errors[0]
+            add_note = getattr(first, "add_note", None)  # Python 3.11+
+            for other in errors[1:]:
+                if add_note is not None:
+                    add_note(f"another deferred free in the same batch failed too: "
+                             f"{type(other).__name__}: {other}")
+            raise first
 
     @contextlib.contextmanager
     def disable(self) -> Iterator[None]:
@@ -567,13 +584,31 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
     ------
     CudaOutOfMemoryError
         When the device has no room, after one flush of deferred frees.
+    TypeError
+        When the active manager's ``memalloc`` returns something that is not
+        a :class:`MemoryPointer` (the message names the manager class).
     """
     dev = device if device is not None else get_device()
     if nbytes == 0:
         return MemoryPointer(dev, 0, 0)
     mgr = get_memory_manager(dev)
     with dev.activate():
-        return mgr.memalloc(nbytes)
+        return _checked(mgr, "memalloc", nbytes, mgr.memalloc(nbytes), MemoryPointer)
+
+
+def _checked(mgr: Any, method: str, size: int, result: Any, expected: type) -> Any:
+    """``result`` of ``mgr.method(size, ...)`` when it is an ``expected``, else TypeError.
+
+    The boundary between gpuarray and a plugin: a wrong return value is
+    reported here, naming the plugin, not as an AttributeError deep inside
+    a transfer.
+    """
+    if isinstance(result, expected):
+        return result
+    cls = type(mgr)
+    raise TypeError(f"memory manager {cls.__module__}.{cls.__qualname__}.{method}({size}, ...) "
+                    f"returned {type(result).__name__} {result!r}, not a "
+                    f"gpuarray.memory.{expected.__name__}")
 
 
 def host_alloc(nbytes: int, mapped: bool = False, portable: bool = False, wc: bool = False,
@@ -595,10 +630,18 @@ def host_alloc(nbytes: int, mapped: bool = False, portable: bool = False, wc: bo
     Returns
     -------
     PinnedMemory or MappedMemory
+
+    Raises
+    ------
+    TypeError
+        When the active manager's ``memhostalloc`` returns something that is
+        not a :class:`PinnedMemory`.
     """
     dev = device if device is not None else get_device()
+    mgr = get_memory_manager(dev)
     with dev.activate():
-        return get_memory_manager(dev).memhostalloc(max(nbytes, 1), mapped, portable, wc)
+        return _checked(mgr, "memhostalloc", max(nbytes, 1),
+                        mgr.memhostalloc(max(nbytes, 1), mapped, portable, wc), PinnedMemory)
 
 
 def host_pin(owner: Any, pointer: int, nbytes: int, mapped: bool = False,
@@ -620,10 +663,18 @@ def host_pin(owner: Any, pointer: int, nbytes: int, mapped: bool = False,
     Returns
     -------
     PinnedMemory or MappedMemory
+
+    Raises
+    ------
+    TypeError
+        When the active manager's ``mempin`` returns something that is not a
+        :class:`PinnedMemory`.
     """
     dev = device if device is not None else get_device()
+    mgr = get_memory_manager(dev)
     with dev.activate():
-        return get_memory_manager(dev).mempin(owner, pointer, nbytes, mapped)
+        return _checked(mgr, "mempin", nbytes, mgr.mempin(owner, pointer, nbytes, mapped),
+                        PinnedMemory)
 
 
 @contextlib.contextmanager
