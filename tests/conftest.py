@@ -15,6 +15,7 @@ import pytest
 
 import gpuarray
 from gpuarray import _config, _device, _driver, _staging, _stream
+from gpuarray._driver import _finalize
 from gpuarray.memory import _manager
 
 
@@ -54,7 +55,12 @@ def _fresh_state():
     else:
         _reset_library_state()
     yield
+    # An error of a finalizer that no later call raised: the test lost a fault.
+    lost = _finalize.take_pending()
     _reset_library_state()
+    _finalize.take_pending()  # what the reset's own releases raised
+    if lost is not None:
+        pytest.fail(f"an error raised in a finalizer was never reported: {lost!r}", pytrace=False)
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from typing import Any
 from .. import _config
 from .._device import Device, get_device
 from .._driver import get_backend
+from .._driver._finalize import cleanup
 from ..errors import CudaOutOfMemoryError
 from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
 
@@ -215,7 +216,7 @@ class _PendingDeallocs:
             return
         errors: list[Exception] = []
         ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
-        with ctx:
+        with cleanup(), ctx:
             for free, handle, _ in items:
                 try:
                     free(handle)
@@ -265,14 +266,27 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         self.deallocations = _PendingDeallocs(context)
 
     # Releases go to the backend that made the allocation (captured when
-    # allocating), never to whatever backend is installed when the GC runs.
+    # allocating), never to whatever backend is installed when the GC runs;
+    # a backend replaced since (tests) took its memory with it.  They run
+    # with this manager's device current: from the deferred-free queue
+    # (which activates it) or, for _unpin, through _in_context.
     def _free_host(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        backend.mem_free_host(ptr)
+        if get_backend() is backend:
+            backend.mem_free_host(ptr)
 
     def _unpin(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        backend.mem_host_unregister(ptr)
+        if get_backend() is backend:
+            backend.mem_host_unregister(ptr)
+
+    def _in_context(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` with this manager's device current (finalizers)."""
+        if self.context is None:
+            fn(*args)
+        else:
+            with self.context.activate():
+                fn(*args)
 
     def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False,
                      wc: bool = False) -> PinnedMemory:
@@ -328,7 +342,7 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
             if dealloc.is_disabled:
                 dealloc.add_item(functools.partial(self._unpin, b), ptr, size)
             else:
-                self._unpin(b, ptr)
+                self._in_context(self._unpin, b, ptr)
 
         if mapped:
             mem: PinnedMemory = MappedMemory(self.context, ptr, size, owner, finalizer,
@@ -416,7 +430,8 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
 
     def _free_device(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        backend.mem_free(ptr)
+        if get_backend() is backend:  # else the replaced backend (tests) took it
+            backend.mem_free(ptr)
 
     def get_memory_info(self) -> MemoryInfo:
         """Free and total memory of this manager's device.

@@ -39,6 +39,7 @@ from .._base import (
     Backend,
     PointerInfo,
 )
+from . import _sticky
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault, read_host, write_host
 from ._sched import Op, Scheduler, SimEvent, SimStream
@@ -96,6 +97,8 @@ class SimContext:
         self.legacy: SimStream = None  # type: ignore[assignment]
         self.per_thread: dict[int, SimStream] = {}
         self.peers: set[int] = set()
+        #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
+        self.sticky: tuple[int, str] | None = None
 
 
 def _locked(method):
@@ -176,6 +179,7 @@ class SimBackend(Backend):
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
+        self.sched.on_fault = self._fault_while_draining
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
             ctx.legacy = self.sched.new_stream(STREAM_LEGACY, ctx, "legacy")
@@ -304,11 +308,18 @@ class SimBackend(Backend):
         return self._dev(ordinal, "cuDeviceCanAccessPeer") != self._dev(peer, "cuDeviceCanAccessPeer")
 
     # ------------------------------------------------------------ contexts
-    def _current(self, call: str) -> SimContext:
+    def _current(self, call: str, work: bool = True) -> SimContext:
+        """The current context; INVALID_CONTEXT when none, its sticky error when ``work``."""
         ctx = getattr(self._tls, "ctx", None)
         if ctx is None:
             raise CudaError(INVALID_CONTEXT, call, "(no context is current on this thread)")
+        if work and ctx.sticky is not None:
+            _sticky.check(ctx, call)
         return ctx
+
+    def _check_current(self, call: str) -> None:
+        """The sticky error of the current context, if one is current (else nothing)."""
+        _sticky.check(getattr(self._tls, "ctx", None), call)
 
     def _ctx_by_handle(self, handle: int, call: str) -> SimContext:
         for ctx in self._contexts:
@@ -328,6 +339,12 @@ class SimBackend(Backend):
         if ctx.refs <= 0:
             raise CudaError(INVALID_CONTEXT, "cuDevicePrimaryCtxRelease", f"device {ordinal} was not retained")
         ctx.refs -= 1
+        if ctx.refs == 0:  # CUDA: "automatically reset once the last reference is released"
+            _sticky.reset(self, ctx)
+
+    @_locked
+    def primary_ctx_reset(self, ordinal: int) -> None:
+        _sticky.reset(self, self._contexts[self._dev(ordinal, "cuDevicePrimaryCtxReset")])
 
     def ctx_set_current(self, ctx: int) -> None:
         self._tls.ctx = None if not ctx else self._ctx_by_handle(ctx, "cuCtxSetCurrent")
@@ -337,7 +354,7 @@ class SimBackend(Backend):
         return 0 if ctx is None else ctx.handle
 
     def ctx_get_device(self) -> int:
-        return self._current("cuCtxGetDevice").device
+        return self._current("cuCtxGetDevice", work=False).device
 
     @_locked
     def ctx_synchronize(self) -> None:
@@ -359,11 +376,29 @@ class SimBackend(Backend):
 
     # ------------------------------------------------------------- helpers
     def _sync(self, call: str, fn) -> None:
-        """Run queued work; device faults become CudaError of ``call``."""
+        """Run queued work; device faults become CudaError of ``call`` (sticky ones poison)."""
         try:
             fn()
         except DeviceFault as f:
+            self._poison_if_sticky(f.code, f.detail)
             raise CudaError(f.code, call, f.detail) from None
+        except CudaError as e:  # raised by a kernel's reference (launch checks)
+            self._poison_if_sticky(e.code, e.detail)
+            raise
+
+    def _poison_if_sticky(self, code: int, detail: str) -> bool:
+        op = self.sched.failed_op
+        if code not in _sticky.STICKY_CODES or op is None:
+            return False
+        _sticky.poison(self, op.stream.ctx, code, detail)
+        return True
+
+    def _fault_while_draining(self, op: Op, e: BaseException) -> bool:
+        # Work that ran because the queue grew: no call is synchronising, so
+        # a sticky fault is reported by the context's next call, as on CUDA.
+        if isinstance(e, (DeviceFault, CudaError)):
+            return self._poison_if_sticky(e.code, e.detail)
+        return False
 
     def _stream(self, handle: int, call: str) -> SimStream:
         if handle in (0, STREAM_LEGACY):
@@ -378,6 +413,8 @@ class SimBackend(Backend):
         s = self._streams.get(handle)
         if s is None or s.destroyed:
             raise CudaError(INVALID_HANDLE, call, f"stream 0x{int(handle):x} does not exist (destroyed?)")
+        if s.ctx.sticky is not None:
+            _sticky.check(s.ctx, call)
         return s
 
     def _check_range(self, address: int, nbytes: int, call: str, role: str) -> Allocation:
@@ -409,6 +446,9 @@ class SimBackend(Backend):
         if a is not None and a.alive and a.kind == "ipc":
             raise CudaError(INVALID_VALUE, "cuMemFree", f"0x{int(ptr):x} is an IPC mapping: "
                                                         "close it with cuIpcCloseMemHandle")
+        if a is not None and 0 <= a.device < self.devices:
+            _sticky.check(self._contexts[a.device], "cuMemFree")
+        self._check_current("cuMemFree")
         self._sync("cuMemFree", lambda: self.sched.complete_all())
         for ctx in self._contexts:
             for s in self.sched.streams_by_ctx.get(id(ctx), ()):
@@ -443,26 +483,31 @@ class SimBackend(Backend):
     @_locked
     def mem_host_alloc(self, nbytes: int, mapped: bool = False, portable: bool = False,
                        write_combined: bool = False) -> int:
+        self._current("cuMemHostAlloc")  # allocates for the current context (see _current)
         self._fault("alloc", "cuMemHostAlloc")
         return self.memory.alloc_host(int(nbytes), mapped).base
 
     @_locked
     def mem_free_host(self, ptr: int) -> None:
+        self._check_current("cuMemFreeHost")
         self._sync("cuMemFreeHost", lambda: self.sched.complete_all())
         self.memory.free_host(int(ptr))
 
     @_locked
     def mem_host_register(self, ptr: int, nbytes: int, mapped: bool = False, portable: bool = False) -> None:
+        self._current("cuMemHostRegister")
         self._fault("alloc", "cuMemHostRegister")
         self.memory.register_host(int(ptr), int(nbytes), mapped)
 
     @_locked
     def mem_host_unregister(self, ptr: int) -> None:
+        self._check_current("cuMemHostUnregister")
         self._sync("cuMemHostUnregister", lambda: self.sched.complete_all())
         self.memory.unregister_host(int(ptr))
 
     @_locked
     def mem_host_get_device_pointer(self, host_ptr: int) -> int:
+        self._check_current("cuMemHostGetDevicePointer")
         a = self.memory.host_kind(int(host_ptr), 1)
         if a is None:
             raise CudaError(INVALID_VALUE, "cuMemHostGetDevicePointer", f"0x{int(host_ptr):x} is not page-locked")
@@ -470,6 +515,7 @@ class SimBackend(Backend):
 
     @_locked
     def pointer_info(self, ptr: int) -> PointerInfo:
+        self._check_current("cuPointerGetAttributes")
         a = self.memory.find(int(ptr))
         if a is None or not a.alive:
             return PointerInfo(0, -1, 0, 0)
@@ -720,14 +766,15 @@ class SimBackend(Backend):
         ev = self._events.get(event)
         if ev is None:
             raise CudaError(INVALID_HANDLE, call, f"event 0x{int(event):x} does not exist (destroyed?)")
+        _sticky.check(ev.ctx, call)
         return ev
 
     @_locked
     def event_create(self, timing: bool = True, interprocess: bool = False) -> int:
-        self._current("cuEventCreate")
+        ctx = self._current("cuEventCreate")
         self._fault("stream", "cuEventCreate")
         h = self._handle()
-        self._events[h] = SimEvent(h, timing)
+        self._events[h] = SimEvent(h, timing, ctx)
         return h
 
     @_locked
@@ -780,14 +827,18 @@ class SimBackend(Backend):
 
     @_locked
     def module_unload(self, module: int) -> None:
-        if self._modules.pop(module, None) is None:
+        entry = self._modules.get(module)
+        if entry is None:
             raise CudaError(INVALID_HANDLE, "cuModuleUnload", f"module 0x{int(module):x}")
+        _sticky.check(entry[0], "cuModuleUnload")
+        del self._modules[module]
 
     @_locked
     def module_get_function(self, module: int, name: str) -> int:
         entry = self._modules.get(module)
         if entry is None:
             raise CudaError(INVALID_HANDLE, "cuModuleGetFunction", f"module 0x{int(module):x}")
+        _sticky.check(entry[0], "cuModuleGetFunction")
         impl = sim_kernels.lookup(name)
         if impl is None:
             raise CudaError(NOT_FOUND, "cuModuleGetFunction",

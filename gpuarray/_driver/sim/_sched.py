@@ -88,8 +88,9 @@ class SimStream:
 
 
 class SimEvent:
-    def __init__(self, handle: int, timing: bool) -> None:
+    def __init__(self, handle: int, timing: bool, ctx: SimContext | None = None) -> None:
         self.handle = handle
+        self.ctx = ctx  # the context it was created in
         self.timing = timing
         self.op: Op | None = None
         self.vc: dict[int, int] = {}
@@ -133,6 +134,12 @@ class Scheduler:
         self._sid = 0
         self.streams_by_ctx: dict[int, list[SimStream]] = {}
         self._waiting_ready: list[Op] = []  # ops with an on_ready not yet run
+        #: The op whose error the last raise of ``complete`` reports.
+        self.failed_op: Op | None = None
+        #: Called with ``(op, error)`` when queued work fails while the queue
+        #: drains (no synchronising call to report it); returns True when it
+        #: took care of the error (a sticky fault: later calls report it).
+        self.on_fault: Callable[[Op, BaseException], bool] | None = None
 
     # ------------------------------------------------------------- streams
     def new_stream(self, handle: int, ctx: SimContext, kind: str) -> SimStream:
@@ -224,6 +231,7 @@ class Scheduler:
             self._run_ready_hooks()
         if op.error is not None:
             err, op.error = op.error, None
+            self.failed_op = op
             raise err
 
     def pending_reads(self, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -277,7 +285,23 @@ class Scheduler:
         """Run the oldest work until the queue is half its limit (GPU progress)."""
         while len(self.pending) > self.max_queue // 2:
             oldest = next(iter(self.pending.values()))
-            self.complete(oldest)
+            try:
+                self.complete(oldest)
+            except Exception as e:
+                op = self.failed_op
+                if op is None or self.on_fault is None or not self.on_fault(op, e):
+                    raise
+
+    def discard(self, ctx: SimContext) -> None:
+        """Drop the queued work of ``ctx`` (after a sticky fault, or a reset)."""
+        now = time.perf_counter()
+        for op in list(self.pending.values()):
+            if op.stream.ctx is ctx:
+                del self.pending[op.seq]
+                op.fn = op.on_ready = None
+                op.deps = []
+                op.done = True
+                op.t_done = now
 
     def complete_all(self, ctx: SimContext | None = None) -> None:
         for op in list(self.pending.values()):
