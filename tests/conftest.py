@@ -16,6 +16,7 @@ import pytest
 import gpuarray
 from gpuarray import _config, _device, _driver, _staging, _stream
 from gpuarray._driver import _finalize
+from gpuarray._driver.sim._sticky import STICKY_CODES
 from gpuarray.memory import _manager
 
 
@@ -59,7 +60,8 @@ def _fresh_state():
     lost = _finalize.take_pending()
     _reset_library_state()
     _finalize.take_pending()  # what the reset's own releases raised
-    if lost is not None:
+    if lost is not None and getattr(lost, "code", None) not in STICKY_CODES:
+        # (a sticky fault makes every release fail: the test saw it already)
         pytest.fail(f"an error raised in a finalizer was never reported: {lost!r}", pytrace=False)
 
 

@@ -57,8 +57,8 @@ def check(ctx: SimContext | None, call: str) -> None:
     if ctx is not None and ctx.sticky is not None:
         code, detail = ctx.sticky
         raise CudaError(code, call, f"(sticky: the context of device {ctx.device} is unusable "
-                                    f"since an earlier fault: {detail}; reset it with "
-                                    "cuDevicePrimaryCtxReset or restart the process)")
+                                    f"since an earlier fault: {detail}; restart the process, "
+                                    "or reset the primary context: cuDevicePrimaryCtxReset)")
 
 
 def reset(backend: SimBackend, ctx: SimContext) -> None:
