@@ -15,7 +15,18 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
   copy completes, except bytes that work queued ahead of it still reads:
   those keep their value until that work is done (``_poisoner``), so an
   unsynchronised host read sees garbage and valid programs see their data;
-- ``cuMemFree`` and ``cuMemFreeHost`` wait for all queued work, as in CUDA.
+- ``cuMemFree`` and ``cuMemFreeHost`` wait for all queued work, as in CUDA;
+- faults of queued work are sticky (``_sticky.py``);
+- a thread with no current context gets ``CUDA_ERROR_INVALID_CONTEXT`` from
+  the calls that act on the current context: allocations (``cuMemAlloc``,
+  ``cuMemHostAlloc``, ``cuMemHostRegister``), creations (streams, events,
+  modules), ``cuMemGetInfo``, ``cuCtxSynchronize`` and the default-stream
+  handles 0/1/2.  Calls whose handle or pointer names the resource
+  (``cuStreamDestroy``, ``cuEventDestroy``, ``cuMemFree``, ``cuMemFreeHost``,
+  ``cuMemHostUnregister``, work on an explicit stream) are accepted: the
+  driver documentation lists ``CUDA_ERROR_INVALID_CONTEXT`` among their
+  results but does not ask for a current context, and drivers accept them
+  without one, so refusing them would make the simulator stricter than CUDA.
 """
 
 from __future__ import annotations
