@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 
 from ._driver import get_backend
+from ._driver._finalize import _pending as _finalizer_errors
+from ._driver._finalize import raise_pending
 
 __all__ = ["Device", "get_device", "select_device", "device_count"]
 
@@ -112,10 +114,17 @@ class Device:
             b.ctx_set_current(self._ctx)
 
     def activate(self) -> _Activation:
-        """Make this device current for a ``with`` block, then restore the previous context."""
+        """Make this device current for a ``with`` block, then restore the previous context.
+
+        Every operation enters it before calling the driver, so it is also
+        where an error first seen by a finalizer is raised (once), unless it
+        is entered by a release (see ``gpuarray/_driver/_finalize.py``).
+        """
         return _Activation(self._ctx)
 
     def __enter__(self) -> Device:
+        if _finalizer_errors:
+            raise_pending()
         b = get_backend()
         stack = getattr(self._scratch, "stack", None)
         if stack is None:
@@ -159,6 +168,8 @@ class _Activation:
         self._prev: int | None = None
 
     def __enter__(self) -> None:
+        if _finalizer_errors:  # an error first seen by a finalizer: raise it now
+            raise_pending()
         b = get_backend()
         prev = b.ctx_get_current()
         if prev != self._ctx:

@@ -25,6 +25,7 @@ from . import _config
 from ._device import Device, get_device
 from ._driver import get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
+from ._driver._finalize import call_now, run_finalizer
 
 __all__ = [
     "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
@@ -35,8 +36,15 @@ _FACTORIES = ("gpuarray.stream(), gpuarray.default_stream(), gpuarray.legacy_def
               "gpuarray.per_thread_default_stream() or gpuarray.external_stream(handle)")
 
 
-def _destroy_stream(backend, handle: int) -> None:
-    backend.stream_destroy(handle)
+# Finalizers run on whatever thread the garbage collector is on, with
+# whatever context (or none) current there: they make the resource's own
+# context current first (Device.activate, as the deferred-free queue does).
+# A backend replaced since (tests) took its resources with it.
+def _destroy_stream(device: Device, backend, handle: int) -> None:
+    if get_backend() is not backend:
+        return
+    with device.activate():
+        backend.stream_destroy(handle)
 
 
 class Stream:
@@ -82,7 +90,8 @@ class Stream:
         self._owner = owner
         self._finalizer = None
         if kind == "owned":
-            self._finalizer = weakref.finalize(self, _destroy_stream, get_backend(), self.handle)
+            self._finalizer = weakref.finalize(self, run_finalizer, _destroy_stream, device,
+                                               get_backend(), self.handle)
             self._finalizer.atexit = False
         return self
 
@@ -156,7 +165,7 @@ class Stream:
     def close(self) -> None:
         """Destroy an owned stream now (queued work still completes)."""
         if self._finalizer is not None:
-            self._finalizer()
+            call_now(self._finalizer)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Stream) and other.handle == self.handle
@@ -169,8 +178,11 @@ class Stream:
         return f"<gpuarray.Stream {self.kind} 0x{self.handle:x} on device {self.device.id}>"
 
 
-def _destroy_event(backend, handle: int) -> None:
-    backend.event_destroy(handle)
+def _destroy_event(device: Device, backend, handle: int) -> None:
+    if get_backend() is not backend:
+        return
+    with device.activate():
+        backend.event_destroy(handle)
 
 
 class Event:
@@ -206,7 +218,8 @@ class Event:
         self.timing = bool(timing)
         with device.activate():
             self.handle = get_backend().event_create(timing=self.timing)
-        self._finalizer = weakref.finalize(self, _destroy_event, get_backend(), self.handle)
+        self._finalizer = weakref.finalize(self, run_finalizer, _destroy_event, device,
+                                           get_backend(), self.handle)
         self._finalizer.atexit = False
         return self
 

@@ -613,6 +613,7 @@ def test_arguments_pass_the_bindings_conversion(restore_module_state):
         "device_can_access_peer": lambda: b.device_can_access_peer(0, 1),
         "primary_ctx_retain": lambda: b.primary_ctx_retain(0),
         "primary_ctx_release": lambda: b.primary_ctx_release(0),
+        "primary_ctx_reset": lambda: b.primary_ctx_reset(0),
         "ctx_set_current": lambda: b.ctx_set_current(0x1234),
         "ctx_set_current(0)": lambda: b.ctx_set_current(0),
         "ctx_get_current": lambda: b.ctx_get_current(),

@@ -389,16 +389,20 @@ def test_kernel_launch_runs_reference_later_and_reports_faults_at_sync():
     b.memset_d8_async(d, 1, 4, LEGACY)
     b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, LEGACY, [ctypes.c_uint64(d), ctypes.c_int64(4)])
     assert (_read(b, d, 4) == 2).all()
-    b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, LEGACY, [ctypes.c_uint64(d), ctypes.c_int64(8)])
-    with pytest.raises(CudaError) as e:
-        b.ctx_synchronize()
-    assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS" and e.value.call == "cuCtxSynchronize"
-    assert "test_add_one" in str(e.value)
     with pytest.raises(CudaError) as e:
         b.module_get_function(mod, "no_such_kernel")
     assert e.value.name == "CUDA_ERROR_NOT_FOUND"
     with pytest.raises(CudaError):
         b.launch_kernel(f, (1, 1, 1), (2048, 1, 1), 0, LEGACY, [ctypes.c_uint64(d), ctypes.c_int64(4)])
+    b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, LEGACY, [ctypes.c_uint64(d), ctypes.c_int64(8)])
+    with pytest.raises(CudaError) as e:
+        b.ctx_synchronize()
+    assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS" and e.value.call == "cuCtxSynchronize"
+    assert "test_add_one" in str(e.value)
+    # a device fault is sticky (see tests/test_sim_fidelity.py)
+    with pytest.raises(CudaError, match="sticky") as e:
+        b.module_get_function(mod, "test_add_one")
+    assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
 
 
 def test_kernel_parameters_are_copied_at_launch():
@@ -429,6 +433,8 @@ def test_peer_access_is_needed_for_kernels_but_not_copies():
     b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, LEGACY, [ctypes.c_uint64(d1), ctypes.c_int64(4)])
     with pytest.raises(CudaError, match="peer access"):
         b.ctx_synchronize()
+    b.primary_ctx_reset(0)  # the fault is sticky; a reset destroys the module too
+    f = b.module_get_function(b.module_load_data(b"x"), "test_add_one")
     b.ctx_enable_peer_access(c1)
     b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, LEGACY, [ctypes.c_uint64(d1), ctypes.c_int64(4)])
     b.ctx_synchronize()

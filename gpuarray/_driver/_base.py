@@ -16,7 +16,12 @@ Conventions shared by both implementations
 - Every failure raises :class:`gpuarray.errors.CudaError` (out-of-memory:
   :class:`gpuarray.errors.CudaOutOfMemoryError`) whose ``call`` is the CUDA
   driver function's name, e.g. ``"cuMemAlloc"``.  Errors of asynchronous work
-  may surface at a later call, as on a GPU.
+  may surface at a later call, as on a GPU.  Device faults (illegal or
+  misaligned address, launch failure, ...) are sticky: every later call in
+  the faulting context fails with the same code until
+  :meth:`Backend.primary_ctx_reset`.  Errors of release calls made by
+  finalizers are remembered by :mod:`gpuarray._driver._finalize` and raised
+  by the next gpuarray call.
 - Nothing initialises CUDA at import.  :meth:`Backend.init` is idempotent and
   is called by the device layer on first use.
 - Calls that act "on the current context" need one to be current on the
@@ -177,7 +182,14 @@ class Backend(abc.ABC):
         """Retain the device's primary context and return its handle."""
 
     @abc.abstractmethod
-    def primary_ctx_release(self, ordinal: int) -> None: ...
+    def primary_ctx_release(self, ordinal: int) -> None:
+        """Release a reference; releasing the last one resets the context (as CUDA documents)."""
+
+    @abc.abstractmethod
+    def primary_ctx_reset(self, ordinal: int) -> None:
+        """``cuDevicePrimaryCtxReset``: destroy every allocation, stream, event and module
+        of the device's primary context, and clear a sticky error (the context stays
+        retained)."""
 
     @abc.abstractmethod
     def ctx_set_current(self, ctx: int) -> None:

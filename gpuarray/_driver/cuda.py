@@ -382,6 +382,11 @@ class CudaBackend(Backend):
         dev = self._dev(ordinal)
         _check(_d.cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease")
 
+    def primary_ctx_reset(self, ordinal: int) -> None:
+        dev = self._dev(ordinal)
+        _check(_d.cuDevicePrimaryCtxReset(dev), "cuDevicePrimaryCtxReset",
+               lambda: f"for device {ordinal}")
+
     def ctx_set_current(self, ctx: int) -> None:
         if not self._ready:
             self.init()

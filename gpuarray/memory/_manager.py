@@ -39,6 +39,7 @@ from typing import Any
 from .. import _config
 from .._device import Device, get_device
 from .._driver import get_backend
+from .._driver._finalize import cleanup
 from ..errors import CudaOutOfMemoryError
 from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
 
@@ -201,17 +202,34 @@ class _PendingDeallocs:
             self.clear()
 
     def clear(self) -> None:
-        """Run the pending frees now (unless cleanup is deferred)."""
+        """Run the pending frees now (unless cleanup is deferred).
+
+        Every item is freed even when some fail (a failure must not leak the
+        rest of the batch); then the first error is raised, with the others
+        added to it as notes.
+        """
         with self._lock:
             if self._disabled:
                 return
             items, self._items, self._size = self._items, [], 0
         if not items:
             return
+        errors: list[Exception] = []
         ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
-        with ctx:
+        with cleanup(), ctx:
             for free, handle, _ in items:
-                free(handle)
+                try:
+                    free(handle)
+                except Exception as e:  # each item must be tried
+                    errors.append(e)
+        if errors:
+            first = errors[0]
+            add_note = getattr(first, "add_note", None)  # Python 3.11+
+            for other in errors[1:]:
+                if add_note is not None:
+                    add_note(f"another deferred free in the same batch failed too: "
+                             f"{type(other).__name__}: {other}")
+            raise first
 
     @contextlib.contextmanager
     def disable(self) -> Iterator[None]:
@@ -248,14 +266,27 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         self.deallocations = _PendingDeallocs(context)
 
     # Releases go to the backend that made the allocation (captured when
-    # allocating), never to whatever backend is installed when the GC runs.
+    # allocating), never to whatever backend is installed when the GC runs;
+    # a backend replaced since (tests) took its memory with it.  They run
+    # with this manager's device current: from the deferred-free queue
+    # (which activates it) or, for _unpin, through _in_context.
     def _free_host(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        backend.mem_free_host(ptr)
+        if get_backend() is backend:
+            backend.mem_free_host(ptr)
 
     def _unpin(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        backend.mem_host_unregister(ptr)
+        if get_backend() is backend:
+            backend.mem_host_unregister(ptr)
+
+    def _in_context(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` with this manager's device current (finalizers)."""
+        if self.context is None:
+            fn(*args)
+        else:
+            with self.context.activate():
+                fn(*args)
 
     def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False,
                      wc: bool = False) -> PinnedMemory:
@@ -311,7 +342,7 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
             if dealloc.is_disabled:
                 dealloc.add_item(functools.partial(self._unpin, b), ptr, size)
             else:
-                self._unpin(b, ptr)
+                self._in_context(self._unpin, b, ptr)
 
         if mapped:
             mem: PinnedMemory = MappedMemory(self.context, ptr, size, owner, finalizer,
@@ -399,7 +430,8 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
 
     def _free_device(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
-        backend.mem_free(ptr)
+        if get_backend() is backend:  # else the replaced backend (tests) took it
+            backend.mem_free(ptr)
 
     def get_memory_info(self) -> MemoryInfo:
         """Free and total memory of this manager's device.
@@ -567,13 +599,31 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
     ------
     CudaOutOfMemoryError
         When the device has no room, after one flush of deferred frees.
+    TypeError
+        When the active manager's ``memalloc`` returns something that is not
+        a :class:`MemoryPointer` (the message names the manager class).
     """
     dev = device if device is not None else get_device()
     if nbytes == 0:
         return MemoryPointer(dev, 0, 0)
     mgr = get_memory_manager(dev)
     with dev.activate():
-        return mgr.memalloc(nbytes)
+        return _checked(mgr, "memalloc", nbytes, mgr.memalloc(nbytes), MemoryPointer)
+
+
+def _checked(mgr: Any, method: str, size: int, result: Any, expected: type) -> Any:
+    """``result`` of ``mgr.method(size, ...)`` when it is an ``expected``, else TypeError.
+
+    The boundary between gpuarray and a plugin: a wrong return value is
+    reported here, naming the plugin, not as an AttributeError deep inside
+    a transfer.
+    """
+    if isinstance(result, expected):
+        return result
+    cls = type(mgr)
+    raise TypeError(f"memory manager {cls.__module__}.{cls.__qualname__}.{method}({size}, ...) "
+                    f"returned {type(result).__name__} {result!r}, not a "
+                    f"gpuarray.memory.{expected.__name__}")
 
 
 def host_alloc(nbytes: int, mapped: bool = False, portable: bool = False, wc: bool = False,
@@ -595,10 +645,18 @@ def host_alloc(nbytes: int, mapped: bool = False, portable: bool = False, wc: bo
     Returns
     -------
     PinnedMemory or MappedMemory
+
+    Raises
+    ------
+    TypeError
+        When the active manager's ``memhostalloc`` returns something that is
+        not a :class:`PinnedMemory`.
     """
     dev = device if device is not None else get_device()
+    mgr = get_memory_manager(dev)
     with dev.activate():
-        return get_memory_manager(dev).memhostalloc(max(nbytes, 1), mapped, portable, wc)
+        return _checked(mgr, "memhostalloc", max(nbytes, 1),
+                        mgr.memhostalloc(max(nbytes, 1), mapped, portable, wc), PinnedMemory)
 
 
 def host_pin(owner: Any, pointer: int, nbytes: int, mapped: bool = False,
@@ -620,10 +678,18 @@ def host_pin(owner: Any, pointer: int, nbytes: int, mapped: bool = False,
     Returns
     -------
     PinnedMemory or MappedMemory
+
+    Raises
+    ------
+    TypeError
+        When the active manager's ``mempin`` returns something that is not a
+        :class:`PinnedMemory`.
     """
     dev = device if device is not None else get_device()
+    mgr = get_memory_manager(dev)
     with dev.activate():
-        return get_memory_manager(dev).mempin(owner, pointer, nbytes, mapped)
+        return _checked(mgr, "mempin", nbytes, mgr.mempin(owner, pointer, nbytes, mapped),
+                        PinnedMemory)
 
 
 @contextlib.contextmanager

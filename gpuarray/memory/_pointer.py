@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .._driver._finalize import call_now, run_finalizer
+
 __all__ = ["MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo"]
 
 
@@ -58,7 +60,9 @@ class MemoryPointer:
         An object kept alive as long as this pointer (e.g. the base
         allocation of a view, or a foreign array).
     finalizer : callable, optional
-        Called with no arguments exactly once, when the last reference dies.
+        Called with no arguments exactly once, when the last reference dies
+        (or by :meth:`free`).  When the garbage collector runs it, an error
+        it raises is raised by the next gpuarray call instead of being lost.
 
     Examples
     --------
@@ -83,7 +87,9 @@ class MemoryPointer:
         self.owner = owner
         self._finalizer = None
         if finalizer is not None:
-            self._finalizer = weakref.finalize(self, finalizer)
+            # An error of the release (often the first sync point after a
+            # device fault) is raised by the next call: see _driver/_finalize.py.
+            self._finalizer = weakref.finalize(self, run_finalizer, finalizer)
             self._finalizer.atexit = False
 
     @property
@@ -133,9 +139,12 @@ class MemoryPointer:
         return cls(self.context, self.device_pointer + start, stop - start, owner=self)
 
     def free(self) -> None:
-        """Release the memory now (runs the finalizer; later calls do nothing)."""
+        """Release the memory now (runs the finalizer; later calls do nothing).
+
+        An error of the release propagates from here.
+        """
         if self._finalizer is not None:
-            self._finalizer()
+            call_now(self._finalizer)
 
     def __repr__(self) -> str:
         dev = getattr(self.context, "id", self.context)

@@ -10,8 +10,23 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
   ``CUDA_ERROR_ILLEGAL_ADDRESS`` at once);
 - host-to-device copies from pageable memory read the source at the call;
   device-to-host copies into pageable memory complete before returning;
-  copies to or from page-locked memory are fully asynchronous;
-- ``cuMemFree`` and ``cuMemFreeHost`` wait for all queued work, as in CUDA.
+  copies to or from page-locked memory are fully asynchronous, and the
+  page-locked destination of a queued copy reads as ``0xFF`` bytes until the
+  copy completes, except bytes that work queued ahead of it still reads:
+  those keep their value until that work is done (``_poisoner``), so an
+  unsynchronised host read sees garbage and valid programs see their data;
+- ``cuMemFree`` and ``cuMemFreeHost`` wait for all queued work, as in CUDA;
+- faults of queued work are sticky (``_sticky.py``);
+- a thread with no current context gets ``CUDA_ERROR_INVALID_CONTEXT`` from
+  the calls that act on the current context: allocations (``cuMemAlloc``,
+  ``cuMemHostAlloc``, ``cuMemHostRegister``), creations (streams, events,
+  modules), ``cuMemGetInfo``, ``cuCtxSynchronize`` and the default-stream
+  handles 0/1/2.  Calls whose handle or pointer names the resource
+  (``cuStreamDestroy``, ``cuEventDestroy``, ``cuMemFree``, ``cuMemFreeHost``,
+  ``cuMemHostUnregister``, work on an explicit stream) are accepted: the
+  driver documentation lists ``CUDA_ERROR_INVALID_CONTEXT`` among their
+  results but does not ask for a current context, and drivers accept them
+  without one, so refusing them would make the simulator stricter than CUDA.
 """
 
 from __future__ import annotations
@@ -35,6 +50,7 @@ from .._base import (
     Backend,
     PointerInfo,
 )
+from . import _sticky
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault, read_host, write_host
 from ._sched import Op, Scheduler, SimEvent, SimStream
@@ -92,6 +108,8 @@ class SimContext:
         self.legacy: SimStream = None  # type: ignore[assignment]
         self.per_thread: dict[int, SimStream] = {}
         self.peers: set[int] = set()
+        #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
+        self.sticky: tuple[int, str] | None = None
 
 
 def _locked(method):
@@ -172,6 +190,7 @@ class SimBackend(Backend):
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
+        self.sched.on_fault = self._fault_while_draining
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
             ctx.legacy = self.sched.new_stream(STREAM_LEGACY, ctx, "legacy")
@@ -300,11 +319,18 @@ class SimBackend(Backend):
         return self._dev(ordinal, "cuDeviceCanAccessPeer") != self._dev(peer, "cuDeviceCanAccessPeer")
 
     # ------------------------------------------------------------ contexts
-    def _current(self, call: str) -> SimContext:
+    def _current(self, call: str, work: bool = True) -> SimContext:
+        """The current context; INVALID_CONTEXT when none, its sticky error when ``work``."""
         ctx = getattr(self._tls, "ctx", None)
         if ctx is None:
             raise CudaError(INVALID_CONTEXT, call, "(no context is current on this thread)")
+        if work and ctx.sticky is not None:
+            _sticky.check(ctx, call)
         return ctx
+
+    def _check_current(self, call: str) -> None:
+        """The sticky error of the current context, if one is current (else nothing)."""
+        _sticky.check(getattr(self._tls, "ctx", None), call)
 
     def _ctx_by_handle(self, handle: int, call: str) -> SimContext:
         for ctx in self._contexts:
@@ -324,6 +350,12 @@ class SimBackend(Backend):
         if ctx.refs <= 0:
             raise CudaError(INVALID_CONTEXT, "cuDevicePrimaryCtxRelease", f"device {ordinal} was not retained")
         ctx.refs -= 1
+        if ctx.refs == 0:  # CUDA: "automatically reset once the last reference is released"
+            _sticky.reset(self, ctx)
+
+    @_locked
+    def primary_ctx_reset(self, ordinal: int) -> None:
+        _sticky.reset(self, self._contexts[self._dev(ordinal, "cuDevicePrimaryCtxReset")])
 
     def ctx_set_current(self, ctx: int) -> None:
         self._tls.ctx = None if not ctx else self._ctx_by_handle(ctx, "cuCtxSetCurrent")
@@ -333,7 +365,7 @@ class SimBackend(Backend):
         return 0 if ctx is None else ctx.handle
 
     def ctx_get_device(self) -> int:
-        return self._current("cuCtxGetDevice").device
+        return self._current("cuCtxGetDevice", work=False).device
 
     @_locked
     def ctx_synchronize(self) -> None:
@@ -355,11 +387,29 @@ class SimBackend(Backend):
 
     # ------------------------------------------------------------- helpers
     def _sync(self, call: str, fn) -> None:
-        """Run queued work; device faults become CudaError of ``call``."""
+        """Run queued work; device faults become CudaError of ``call`` (sticky ones poison)."""
         try:
             fn()
         except DeviceFault as f:
+            self._poison_if_sticky(f.code, f.detail)
             raise CudaError(f.code, call, f.detail) from None
+        except CudaError as e:  # raised by a kernel's reference (launch checks)
+            self._poison_if_sticky(e.code, e.detail)
+            raise
+
+    def _poison_if_sticky(self, code: int, detail: str) -> bool:
+        op = self.sched.failed_op
+        if code not in _sticky.STICKY_CODES or op is None:
+            return False
+        _sticky.poison(self, op.stream.ctx, code, detail)
+        return True
+
+    def _fault_while_draining(self, op: Op, e: BaseException) -> bool:
+        # Work that ran because the queue grew: no call is synchronising, so
+        # a sticky fault is reported by the context's next call, as on CUDA.
+        if isinstance(e, (DeviceFault, CudaError)):
+            return self._poison_if_sticky(e.code, e.detail)
+        return False
 
     def _stream(self, handle: int, call: str) -> SimStream:
         if handle in (0, STREAM_LEGACY):
@@ -374,6 +424,8 @@ class SimBackend(Backend):
         s = self._streams.get(handle)
         if s is None or s.destroyed:
             raise CudaError(INVALID_HANDLE, call, f"stream 0x{int(handle):x} does not exist (destroyed?)")
+        if s.ctx.sticky is not None:
+            _sticky.check(s.ctx, call)
         return s
 
     def _check_range(self, address: int, nbytes: int, call: str, role: str) -> Allocation:
@@ -405,6 +457,9 @@ class SimBackend(Backend):
         if a is not None and a.alive and a.kind == "ipc":
             raise CudaError(INVALID_VALUE, "cuMemFree", f"0x{int(ptr):x} is an IPC mapping: "
                                                         "close it with cuIpcCloseMemHandle")
+        if a is not None and 0 <= a.device < self.devices:
+            _sticky.check(self._contexts[a.device], "cuMemFree")
+        self._check_current("cuMemFree")
         self._sync("cuMemFree", lambda: self.sched.complete_all())
         for ctx in self._contexts:
             for s in self.sched.streams_by_ctx.get(id(ctx), ()):
@@ -439,26 +494,31 @@ class SimBackend(Backend):
     @_locked
     def mem_host_alloc(self, nbytes: int, mapped: bool = False, portable: bool = False,
                        write_combined: bool = False) -> int:
+        self._current("cuMemHostAlloc")  # allocates for the current context (see _current)
         self._fault("alloc", "cuMemHostAlloc")
         return self.memory.alloc_host(int(nbytes), mapped).base
 
     @_locked
     def mem_free_host(self, ptr: int) -> None:
+        self._check_current("cuMemFreeHost")
         self._sync("cuMemFreeHost", lambda: self.sched.complete_all())
         self.memory.free_host(int(ptr))
 
     @_locked
     def mem_host_register(self, ptr: int, nbytes: int, mapped: bool = False, portable: bool = False) -> None:
+        self._current("cuMemHostRegister")
         self._fault("alloc", "cuMemHostRegister")
         self.memory.register_host(int(ptr), int(nbytes), mapped)
 
     @_locked
     def mem_host_unregister(self, ptr: int) -> None:
+        self._check_current("cuMemHostUnregister")
         self._sync("cuMemHostUnregister", lambda: self.sched.complete_all())
         self.memory.unregister_host(int(ptr))
 
     @_locked
     def mem_host_get_device_pointer(self, host_ptr: int) -> int:
+        self._check_current("cuMemHostGetDevicePointer")
         a = self.memory.host_kind(int(host_ptr), 1)
         if a is None:
             raise CudaError(INVALID_VALUE, "cuMemHostGetDevicePointer", f"0x{int(host_ptr):x} is not page-locked")
@@ -466,6 +526,7 @@ class SimBackend(Backend):
 
     @_locked
     def pointer_info(self, ptr: int) -> PointerInfo:
+        self._check_current("cuPointerGetAttributes")
         a = self.memory.find(int(ptr))
         if a is None or not a.alive:
             return PointerInfo(0, -1, 0, 0)
@@ -510,13 +571,39 @@ class SimBackend(Backend):
             write_host(dst_host, self.memory.read(a, off, nbytes))
 
         acc = [(src, nbytes, False)] + ([(dst_host, nbytes, True)] if pinned else [])
-        op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc)
+        poison = self._poisoner(dst_host, nbytes, None) if pinned else None
+        op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc,
+                                on_ready=poison[1] if poison else None)
         if not pinned:  # pageable destination: returns once the copy is done
             self._complete(op, call)
-        else:
-            # Until the copy completes the destination is undefined: make a
-            # read before synchronising show garbage, not plausible old data.
-            write_host(dst_host, np.full(nbytes, 0xFF, np.uint8))
+        elif poison is not None:
+            poison[0]()
+
+    def _poisoner(self, dst: int, span: int, mask: np.ndarray | None):
+        """``(now, when_ready)``: poison a page-locked copy destination.
+
+        Until a copy into page-locked memory completes, its destination is
+        undefined: a host read before synchronising must show garbage
+        (``0xFF`` bytes), not plausible old data.  But bytes that work queued
+        ahead of the copy still reads keep their value until then: ``now``
+        poisons the rest (call it once the copy is queued), ``when_ready``
+        poisons every byte the copy writes when the copy is next to run.
+        ``mask`` (``span`` booleans) selects the bytes written; None: all.
+        """
+        full = np.ones(span, bool) if mask is None else mask
+        now_mask = full.copy()
+        for lo, hi in self.sched.pending_reads(dst, dst + span):
+            now_mask[lo - dst:hi - dst] = False
+
+        def fill(m: np.ndarray) -> None:
+            if m.all():
+                write_host(dst, np.full(span, 0xFF, np.uint8))
+            elif m.any():
+                buf = read_host(dst, span)
+                buf[m] = 0xFF
+                write_host(dst, buf)
+
+        return (lambda: fill(now_mask)), (lambda: fill(full))
 
     def _complete(self, op: Op, call: str) -> None:
         self._sync(call, lambda: self.sched.complete(op))
@@ -597,13 +684,17 @@ class SimBackend(Backend):
             acc.append((src, src_span, False))
         if dst_is_device or pinned_dst is not None:
             acc.append((dst, dst_span, True))
-        op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc)
+        poison = None
+        if pinned_dst is not None:  # undefined until complete (see _poisoner)
+            mask = np.zeros(dst_span, bool)
+            rows(mask, dst_pitch)[...] = True
+            poison = self._poisoner(dst, dst_span, mask)
+        op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc,
+                                on_ready=poison[1] if poison else None)
         if not dst_is_device and pinned_dst is None:
             self._complete(op, call)
-        elif pinned_dst is not None:  # undefined until complete (see memcpy_dtoh_async)
-            dbuf = read_host(dst, dst_span)
-            rows(dbuf, dst_pitch)[...] = 0xFF
-            write_host(dst, dbuf)
+        elif poison is not None:
+            poison[0]()
 
     def _memset(self, bits: int, dst: int, value: int, count: int, stream: int) -> None:
         call = f"cuMemsetD{bits}Async"
@@ -686,14 +777,15 @@ class SimBackend(Backend):
         ev = self._events.get(event)
         if ev is None:
             raise CudaError(INVALID_HANDLE, call, f"event 0x{int(event):x} does not exist (destroyed?)")
+        _sticky.check(ev.ctx, call)
         return ev
 
     @_locked
     def event_create(self, timing: bool = True, interprocess: bool = False) -> int:
-        self._current("cuEventCreate")
+        ctx = self._current("cuEventCreate")
         self._fault("stream", "cuEventCreate")
         h = self._handle()
-        self._events[h] = SimEvent(h, timing)
+        self._events[h] = SimEvent(h, timing, ctx)
         return h
 
     @_locked
@@ -746,14 +838,18 @@ class SimBackend(Backend):
 
     @_locked
     def module_unload(self, module: int) -> None:
-        if self._modules.pop(module, None) is None:
+        entry = self._modules.get(module)
+        if entry is None:
             raise CudaError(INVALID_HANDLE, "cuModuleUnload", f"module 0x{int(module):x}")
+        _sticky.check(entry[0], "cuModuleUnload")
+        del self._modules[module]
 
     @_locked
     def module_get_function(self, module: int, name: str) -> int:
         entry = self._modules.get(module)
         if entry is None:
             raise CudaError(INVALID_HANDLE, "cuModuleGetFunction", f"module 0x{int(module):x}")
+        _sticky.check(entry[0], "cuModuleGetFunction")
         impl = sim_kernels.lookup(name)
         if impl is None:
             raise CudaError(NOT_FOUND, "cuModuleGetFunction",

@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # the backend imports this module
 class Op:
     """One unit of queued work."""
 
-    __slots__ = ("seq", "stream", "fn", "deps", "done", "desc", "vc", "t_done", "error")
+    __slots__ = ("seq", "stream", "fn", "deps", "done", "desc", "vc", "t_done", "error", "on_ready",
+                 "reads")
 
     def __init__(self, seq: int, stream: SimStream, fn: Callable[[], object] | None,
                  deps: list[Op], desc: str, vc: dict[int, int]) -> None:
@@ -56,6 +57,9 @@ class Op:
         self.vc = vc
         self.t_done = 0.0
         self.error: BaseException | None = None
+        #: Run once when every dependency is done (before ``fn``): see ``enqueue``.
+        self.on_ready: Callable[[], object] | None = None
+        self.reads: list[tuple[int, int]] = []  # byte ranges [lo, hi) it reads
 
 
 class SimStream:
@@ -84,8 +88,9 @@ class SimStream:
 
 
 class SimEvent:
-    def __init__(self, handle: int, timing: bool) -> None:
+    def __init__(self, handle: int, timing: bool, ctx: SimContext | None = None) -> None:
         self.handle = handle
+        self.ctx = ctx  # the context it was created in
         self.timing = timing
         self.op: Op | None = None
         self.vc: dict[int, int] = {}
@@ -128,6 +133,13 @@ class Scheduler:
         self._seq = 0
         self._sid = 0
         self.streams_by_ctx: dict[int, list[SimStream]] = {}
+        self._waiting_ready: list[Op] = []  # ops with an on_ready not yet run
+        #: The op whose error the last raise of ``complete`` reports.
+        self.failed_op: Op | None = None
+        #: Called with ``(op, error)`` when queued work fails while the queue
+        #: drains (no synchronising call to report it); returns True when it
+        #: took care of the error (a sticky fault: later calls report it).
+        self.on_fault: Callable[[Op, BaseException], bool] | None = None
 
     # ------------------------------------------------------------- streams
     def new_stream(self, handle: int, ctx: SimContext, kind: str) -> SimStream:
@@ -151,8 +163,17 @@ class Scheduler:
     # ------------------------------------------------------------- enqueue
     def enqueue(self, stream: SimStream, fn: Callable[[], object] | None, desc: str,
                 accesses: Sequence[tuple[int, int, bool]] = (), extra_deps: Sequence[Op] = (),
-                extra_vc: dict[int, int] | None = None) -> Op:
-        """Queue ``fn`` on ``stream``; ``accesses`` are ``(address, nbytes, is_write)``."""
+                extra_vc: dict[int, int] | None = None,
+                on_ready: Callable[[], object] | None = None) -> Op:
+        """Queue ``fn`` on ``stream``; ``accesses`` are ``(address, nbytes, is_write)``.
+
+        ``on_ready`` runs when the op becomes the next thing to run on its
+        stream (every dependency done): at once when nothing is ahead of it,
+        else as soon as the work ahead of it completes.  Copies into
+        page-locked memory use it to make their destination undefined
+        (poisoned) only from the point where CUDA could start writing it,
+        never while earlier work on the stream still reads those bytes.
+        """
         deps: list[Op] = []
         if stream.tail is not None and not stream.tail.done:
             deps.append(stream.tail)
@@ -177,11 +198,18 @@ class Scheduler:
         vc[stream.id] = stream.clock
         self._seq += 1
         op = Op(self._seq, stream, fn, deps, desc, vc)
+        op.reads = [(a, a + n) for a, n, w in accesses if not w and n > 0]
         if accesses and self.racecheck != "0":
             self._check_races(op, accesses)
         stream.tail = op
         stream.vc = vc
         self.pending[op.seq] = op
+        if on_ready is not None:
+            if self._runnable(op):
+                on_ready()
+            else:
+                op.on_ready = on_ready
+                self._waiting_ready.append(op)
         if len(self.pending) > self.max_queue:
             self._drain_some()
         return op
@@ -199,9 +227,34 @@ class Scheduler:
             op.fn = None
             op.done = True
             op.t_done = time.perf_counter()
+        if self._waiting_ready:
+            self._run_ready_hooks()
         if op.error is not None:
             err, op.error = op.error, None
+            self.failed_op = op
             raise err
+
+    def pending_reads(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Parts of ``[lo, hi)`` that queued, unfinished work still reads."""
+        out = []
+        for op in self.pending.values():
+            for rlo, rhi in op.reads:
+                if rlo < hi and lo < rhi:
+                    out.append((max(lo, rlo), min(hi, rhi)))
+        return out
+
+    def _run_ready_hooks(self) -> None:
+        still: list[Op] = []
+        for w in self._waiting_ready:
+            hook = w.on_ready
+            if w.done or hook is None:
+                continue
+            if self._runnable(w):
+                w.on_ready = None
+                hook()
+            else:
+                still.append(w)
+        self._waiting_ready = still
 
     def _runnable(self, op: Op) -> bool:
         return all(d.done for d in op.deps)
@@ -232,7 +285,23 @@ class Scheduler:
         """Run the oldest work until the queue is half its limit (GPU progress)."""
         while len(self.pending) > self.max_queue // 2:
             oldest = next(iter(self.pending.values()))
-            self.complete(oldest)
+            try:
+                self.complete(oldest)
+            except Exception as e:
+                op = self.failed_op
+                if op is None or self.on_fault is None or not self.on_fault(op, e):
+                    raise
+
+    def discard(self, ctx: SimContext) -> None:
+        """Drop the queued work of ``ctx`` (after a sticky fault, or a reset)."""
+        now = time.perf_counter()
+        for op in list(self.pending.values()):
+            if op.stream.ctx is ctx:
+                del self.pending[op.seq]
+                op.fn = op.on_ready = None
+                op.deps = []
+                op.done = True
+                op.t_done = now
 
     def complete_all(self, ctx: SimContext | None = None) -> None:
         for op in list(self.pending.values()):

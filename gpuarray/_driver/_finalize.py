@@ -1,0 +1,103 @@
+"""Errors of finalizers: remembered, then raised by the next call.
+
+Resources (device and page-locked memory, streams, events, IPC mappings) are
+released by :func:`weakref.finalize` callbacks, which the garbage collector
+may run at any point of any thread.  Python cannot raise from there: an
+exception would only be printed as "Exception ignored" and every later call
+would succeed -- a lost fault.  That matters because a release is often a
+synchronisation point (``cuMemFree`` and ``cuMemFreeHost`` wait for the
+device), so it is where an asynchronous device fault shows up first.
+
+So every release callback runs through :func:`run_finalizer`, which keeps
+the first exception (later ones become notes on it) in this module, the
+driver-facing layer, so it works the same with both backends.  The device
+layer's ``Device.activate()`` -- which every operation of gpuarray enters
+before it calls the driver -- calls :func:`raise_pending`: the next call of
+gpuarray, on any thread, raises the remembered error (once).
+
+Code that releases resources (finalizers, the deferred-free queue) runs
+inside :func:`cleanup`, where :func:`raise_pending` does nothing: a pending
+error must never stop a release half-way and leak what it had still to free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["run_finalizer", "remember", "raise_pending", "cleanup", "take_pending", "call_now"]
+
+#: The remembered errors; the first one is raised, the others are notes on it.
+#: A plain list so that the hot path's test (``if _pending:``) is one load.
+_pending: list[BaseException] = []
+_lock = threading.Lock()
+_tls = threading.local()
+
+
+@contextlib.contextmanager
+def cleanup() -> Iterator[None]:
+    """Run a release: :func:`raise_pending` does nothing inside, on this thread."""
+    depth = getattr(_tls, "depth", 0)
+    _tls.depth = depth + 1
+    try:
+        yield
+    finally:
+        _tls.depth = depth
+
+
+def remember(exc: BaseException) -> None:
+    """Keep ``exc`` for the next call to raise (the first one wins)."""
+    with _lock:
+        if not _pending:
+            _pending.append(exc)
+            return
+        first = _pending[0]
+    add_note = getattr(first, "add_note", None)  # Python 3.11+
+    if add_note is not None and exc is not first:
+        add_note(f"another release failed while this error was pending: {type(exc).__name__}: {exc}")
+
+
+def run_finalizer(fn: Callable[..., Any], *args: Any) -> None:
+    """Call ``fn(*args)`` as a release; an exception is remembered, not lost."""
+    with cleanup():
+        try:
+            fn(*args)
+        except Exception as e:  # raised by the next call, see the module docstring
+            remember(e)
+
+
+def take_pending() -> BaseException | None:
+    """Forget and return the remembered error (None when there is none)."""
+    with _lock:
+        if not _pending:
+            return None
+        exc = _pending.pop(0)
+        _pending.clear()
+    return exc
+
+
+def raise_pending() -> None:
+    """Raise the remembered error, if any (nothing inside :func:`cleanup`)."""
+    if _pending and not getattr(_tls, "depth", 0):
+        exc = take_pending()
+        if exc is not None:
+            add_note = getattr(exc, "add_note", None)
+            if add_note is not None:
+                add_note("first raised while releasing a resource in a finalizer "
+                         "(garbage collection); raised by the next gpuarray call")
+            raise exc
+
+
+def call_now(fin: Any) -> None:
+    """Run a ``weakref.finalize(obj, run_finalizer, fn, *args)`` now, raising its error.
+
+    For explicit releases (``free()``, ``close()``): the caller is there to
+    see the exception, so it propagates instead of being remembered.
+    """
+    info = fin.detach()
+    if info is not None:
+        _, _run, args, _kwargs = info
+        with cleanup():
+            args[0](*args[1:])

@@ -1,0 +1,117 @@
+"""Memory managers under failure (issue 12, items 8 and 9).
+
+8. One failing free in a deferred-free batch must not leak the rest of the
+   batch: every item is freed, then the first error is raised.
+9. A plugin whose ``memalloc`` returns something that is not a
+   ``MemoryPointer`` is refused at the manager boundary, with a TypeError
+   naming the plugin class and what it returned.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import gpuarray
+from gpuarray import memory
+from gpuarray.errors import CudaError
+from gpuarray.memory import _manager
+
+from .conftest import backend_is_sim
+
+
+# ------------------------------------------------ 8. a batch frees everything
+def test_one_failing_free_does_not_leak_the_rest_of_the_batch():
+    q = _manager._PendingDeallocs(None)
+    freed: list[int] = []
+
+    def free(handle: int) -> None:
+        if handle in (2, 4):
+            raise CudaError(1, "cuMemFree", f"handle {handle}")
+        freed.append(handle)
+
+    with q.disable():
+        for h in range(6):
+            q.add_item(free, h, 8)
+    with pytest.raises(CudaError, match="handle 2") as e:
+        q.clear()
+    assert freed == [0, 1, 3, 5], "the frees after the failing one were dropped"
+    assert q.pending_count == 0 and q.pending_size == 0
+    if sys.version_info >= (3, 11):  # exception notes
+        assert "handle 4" in "\n".join(e.value.__notes__)
+
+
+@pytest.mark.skipif(not backend_is_sim(), reason="counts the simulator's allocations")
+def test_a_failing_device_free_still_frees_the_other_allocations(sim):
+    arrays = [gpuarray.empty(64, np.uint8) for _ in range(4)]
+    mgr = memory.get_memory_manager()
+    used = sim.memory.used[0]
+    ptrs = [a.gpu_data.device_pointer for a in arrays]
+    with gpuarray.defer_cleanup():
+        del arrays
+        assert mgr.deallocations.pending_count == 4
+    # the queue is flushed by the next call: make one free fail on the way
+    real_free = sim.mem_free
+
+    def flaky_free(ptr):
+        if ptr == ptrs[1]:
+            raise CudaError(1, "cuMemFree", "injected")
+        real_free(ptr)
+
+    sim.mem_free = flaky_free
+    with pytest.raises(CudaError, match="injected"):
+        mgr.deallocations.clear()
+    assert sim.memory.used[0] == used - 3 * 64
+
+
+# ------------------------------------------- 9. memalloc must return a pointer
+class _ReturnsInt(memory.HostOnlyCUDAMemoryManager):
+    def memalloc(self, size):
+        return 0x1234
+
+    def get_memory_info(self):
+        return memory.MemoryInfo(0, 0)
+
+    def get_ipc_handle(self, memory_pointer):
+        raise NotImplementedError
+
+    @property
+    def interface_version(self):
+        return 1
+
+
+class _ReturnsNone(_ReturnsInt):
+    def memalloc(self, size):
+        return None
+
+
+@pytest.mark.parametrize("plugin, shown", [(_ReturnsInt, "int 4660"), (_ReturnsNone, "NoneType None")])
+def test_memalloc_returning_a_non_pointer_is_a_type_error_naming_the_plugin(plugin, shown):
+    gpuarray.set_memory_manager(plugin)
+    with pytest.raises(TypeError) as e:
+        gpuarray.to_device(np.arange(4.0))
+    msg = str(e.value)
+    assert plugin.__name__ in msg and "memalloc" in msg and "MemoryPointer" in msg
+    assert shown in msg, msg
+
+
+class _HostReturnsInt(_ReturnsInt):
+    def memalloc(self, size):
+        return memory.DefaultMemoryManager(context=self.context).memalloc(size)
+
+    def memhostalloc(self, size, mapped=False, portable=False, wc=False):
+        return 0x5678
+
+    def mempin(self, owner, pointer, size, mapped=False):
+        return "pinned"
+
+
+def test_host_allocations_returning_a_non_pointer_are_type_errors_too():
+    gpuarray.set_memory_manager(_HostReturnsInt)
+    with pytest.raises(TypeError, match=r"_HostReturnsInt\.memhostalloc\(.*int 22136.*PinnedMemory"):
+        gpuarray.pinned_array(4)
+    with pytest.raises(TypeError, match=r"_HostReturnsInt\.mempin\(.*str 'pinned'.*PinnedMemory"):
+        with gpuarray.pinned(np.zeros(4)):
+            pass
