@@ -21,7 +21,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-
 _DESCRIPTION = "What gpuarray sees, and a quick end-to-end check."
 _EPILOG = """\
 With no command: info, then selftest.

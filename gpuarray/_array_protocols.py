@@ -13,7 +13,10 @@ Conventions:
   and ``__array_ufunc__``), and so do Python's arithmetic operators; only
   metadata queries (``np.shape``, ``np.ndim``, ``np.size``) answer.  Explicit
   host conversion stays: ``np.asarray(a)`` (``__array__``), ``a.get()``,
-  ``a.copy_to_host()``.
+  ``a.copy_to_host()``.  ``__array_ufunc__`` is a method that raises rather
+  than ``None``: both make NumPy refuse (and make ``ndarray + a`` reach the
+  array), but ``None`` gets NumPy's generic message, which says nothing about
+  what to do instead.
 - ``repr``/``str`` print the values as NumPy does, with NumPy's print options.
   Only what is printed leaves the device: when NumPy would summarise (size
   above ``threshold``), only the ``edgeitems`` corners are copied.
@@ -122,8 +125,9 @@ class ArrayProtocolsMixin:
             For every NumPy function but the metadata queries.
         """
         name = getattr(func, "__name__", repr(func))
-        if name in _METADATA_FUNCTIONS and getattr(np, name, None) is func:
-            return func._implementation(*args, **kwargs)
+        impl = getattr(func, "_implementation", None)
+        if name in _METADATA_FUNCTIONS and impl is not None and getattr(np, name, None) is func:
+            return impl(*args, **kwargs)
         module = getattr(func, "__module__", None) or "numpy"
         module = "numpy" if module.startswith("numpy") else module
         raise TypeError(no_arithmetic_message(f"{module}.{name}()"))
@@ -195,7 +199,7 @@ class ArrayProtocolsMixin:
         TypeError
             For any other size (NumPy's message).
         """
-        return float(self._scalar_source())  # type: ignore[arg-type]
+        return float(self._scalar_source())
 
     def __int__(self) -> int:
         """``int(a)`` for a size-1 array, as NumPy.
@@ -205,7 +209,7 @@ class ArrayProtocolsMixin:
         TypeError
             For any other size (NumPy's message).
         """
-        return int(self._scalar_source())  # type: ignore[call-overload]
+        return int(self._scalar_source())
 
     def __complex__(self) -> complex:
         """``complex(a)`` for a size-1 array, as NumPy.
@@ -215,7 +219,7 @@ class ArrayProtocolsMixin:
         TypeError
             For any other size (NumPy's message).
         """
-        return complex(self._scalar_source())  # type: ignore[arg-type]
+        return complex(self._scalar_source())
 
     def __index__(self) -> int:
         """``operator.index(a)`` for a 0-d integer array, as NumPy.
