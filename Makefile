@@ -3,9 +3,12 @@
 # demo, test, bench, docs and lint create .venv with `python3 -m venv` when it
 # is missing and install the project (editable) with the extras the target
 # needs; a stamp file per extra means pip runs again only when pyproject.toml
-# or setup.py change. gpu-check is different: it runs on the GPU machine,
-# which has no package registry, so it uses the system python3 on the source
-# tree (PYTHONPATH=.) and never creates a venv or installs anything.
+# or setup.py change. demo, test and bench install one CUDA extra explicitly:
+# CUDA_EXTRA=cu13 (default; CUDA 13 drivers, R580+) or CUDA_EXTRA=cu12 (CUDA
+# 12.x drivers), e.g. `make demo CUDA_EXTRA=cu12`. gpu-check is different: it
+# runs on the GPU machine, which has no package registry, so it uses the
+# system python3 on the source tree (PYTHONPATH=.) and never creates a venv or
+# installs anything.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -15,6 +18,10 @@ PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+CUDA_EXTRA ?= cu13
+ifeq ($(filter $(CUDA_EXTRA),cu12 cu13),)
+$(error CUDA_EXTRA=$(CUDA_EXTRA) is not an extra of gpuarray: use cu12 or cu13)
+endif
 BENCH_ARGS ?=
 RESULTS := bench/results
 DEPS := pyproject.toml setup.py
@@ -25,6 +32,7 @@ BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 
 help:
 	@echo "make demo       run the command-line demo (python -m gpuarray)"
+	@echo "                (demo, test, bench install gpuarray[$(CUDA_EXTRA)]; CUDA_EXTRA=cu12 for CUDA 12 drivers)"
 	@echo "make test       run the test suite on the simulator (PYTEST_ARGS='...' to pass options)"
 	@echo "make bench      run bench/ with pytest-benchmark, JSON into $(RESULTS)/"
 	@echo "                (simulator unless GPUARRAY_BACKEND=cuda)"
@@ -41,20 +49,23 @@ $(VENV)/.stamp-base: $(DEPS) | $(VPY)
 	$(VPY) -m pip install -e .
 	@touch $@
 
+# Installing one CUDA extra replaces the other's cuda-bindings: the stamps
+# that name the other extra are no longer true.
 $(VENV)/.stamp-%: $(DEPS) | $(VPY)
 	$(VPY) -m pip install -e ".[$*]"
+	@$(foreach x,cu12 cu13,$(if $(findstring $(x),$*),rm -f $(VENV)/.stamp-*$(filter-out $(x),cu12 cu13);)) true
 	@touch $@
 
-demo: $(VENV)/.stamp-base
+demo: $(VENV)/.stamp-$(CUDA_EXTRA)
 	$(VPY) -m gpuarray
 
 # pytest's own exit status is make's: 1 for failures, 5 when no test ran.
-test: $(VENV)/.stamp-test
+test: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 	GPUARRAY_BACKEND=sim $(VPY) -m pytest $(PYTEST_ARGS)
 
 # Simulator runs are smoke tests of the benchmark code, not measurements:
 # their JSON is named tmp-* (git-ignored). CUDA runs are committable.
-bench: $(VENV)/.stamp-bench
+bench: $(VENV)/.stamp-bench,$(CUDA_EXTRA)
 	@if [ -z "$(BENCH_FILES)" ]; then echo "make bench: no benchmarks (bench/test_*.py) yet" >&2; exit 1; fi
 	@mkdir -p $(RESULTS)
 	@backend=$${GPUARRAY_BACKEND:-sim}; \
@@ -92,7 +103,7 @@ gpu-check:
 	{ date -u; uname -srm; $(PYTHON) --version; \
 	  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
 	      2>/dev/null || echo "nvidia-smi: not available"; \
-	  for p in cuda-python cuda-bindings cuda-pathfinder numpy cupy-cuda13x cupy-cuda12x torch jax numba-cuda; do \
+	  for p in cuda-bindings cuda-pathfinder nvidia-cuda-nvrtc nvidia-cuda-nvrtc-cu12 numpy cupy-cuda13x cupy-cuda12x torch jax numba-cuda; do \
 	    $(PYTHON) -c 'import sys, importlib.metadata as m; print(sys.argv[1], m.version(sys.argv[1]))' \
 	        $$p 2>/dev/null || echo "$$p: not installed"; done; \
 	} 2>&1 | tee $$base.env.txt; \

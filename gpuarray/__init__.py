@@ -4,10 +4,10 @@
 and exports ``__cuda_array_interface__`` (v3) and ``__dlpack__`` (DLPack 1.x).
 Select the backend with ``GPUARRAY_BACKEND=cuda`` (default) or ``sim`` (the CPU
 simulator).  Importing gpuarray never initialises CUDA.
-
-This module only re-exports the public API; the logic lives in the layers
-described in the design document.
 """
+
+# This module only re-exports the public API; the logic lives in the layers
+# described in the design document.
 
 from . import errors
 from ._array import DeviceNDArray, is_device_array

@@ -21,14 +21,37 @@ from collections.abc import Callable
 
 import numpy as np
 
+_DESCRIPTION = "What gpuarray sees, and a quick end-to-end check."
+_EPILOG = """\
+With no command: info, then selftest.
+
+backend: GPUARRAY_BACKEND=cuda (the GPU) or GPUARRAY_BACKEND=sim (the CPU
+simulator) when set; otherwise the GPU if the CUDA driver and a device work,
+else the simulator, and the output says which and why."""
+
+
+class UsageError(Exception):
+    """A setting of the environment the command line cannot run with (exit status 2)."""
+
 
 def choose_backend() -> str:
-    """Pick the backend for the command line and say why."""
+    """Pick the backend for the command line and say why.
+
+    Raises
+    ------
+    UsageError
+        When ``GPUARRAY_BACKEND`` (or a ``GPUARRAY_SIM_*`` setting of the
+        simulator it selects) is not valid; the message names the valid values.
+    """
     from . import _driver
     from .errors import CudaUnavailableError
 
     if os.environ.get("GPUARRAY_BACKEND"):
-        name = _driver.backend_name()
+        try:
+            name = _driver.backend_name()
+            _driver.get_backend()  # reads the backend's own settings (GPUARRAY_SIM_*)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         print(f"backend: {name} (from GPUARRAY_BACKEND)")
         return name
     try:
@@ -57,9 +80,10 @@ def info() -> None:
     from gpuarray import _driver, _kernels
 
     b = _driver.get_backend()
+    simulated = " (simulated)" if b.name == "sim" else ""
     print(f"gpuarray {gpuarray.__version__}, numpy {np.__version__}, "
-          f"cuda-python {_version('cuda-python')}, cuda-bindings {_version('cuda-bindings')}")
-    print(f"driver version: {b.driver_version()}")
+          f"cuda-bindings {_version('cuda-bindings')}, cuda-pathfinder {_version('cuda-pathfinder')}")
+    print(f"driver version: {b.driver_version()}{simulated}")
     try:
         from gpuarray._kernels import _nvrtc
 
@@ -68,11 +92,11 @@ def info() -> None:
     except Exception as e:  # NVRTC missing is worth reporting, not fatal
         print(f"NVRTC: unavailable ({e})")
     n = gpuarray.device_count()
-    print(f"devices: {n}")
+    print(f"devices: {n}{simulated}")
     for i in range(n):
         dev = gpuarray.get_device(i)
         major, minor = dev.compute_capability
-        print(f"  [{i}] {dev.name}  sm_{major}{minor}  {dev.total_memory / 2**30:.1f} GiB")
+        print(f"  [{i}] {dev.name}  sm_{major}{minor}  {dev.total_memory / 2**30:.1f} GiB{simulated}")
     cache = _kernels.cache_info()
     print(f"kernel cache: {cache.get('path')} ({cache.get('entries', 0)} entries, "
           f"{cache.get('bytes', 0)} bytes)")
@@ -207,7 +231,9 @@ def selftest(backend: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m gpuarray``."""
-    parser = argparse.ArgumentParser(prog="python -m gpuarray", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m gpuarray", description=_DESCRIPTION,
+                                     epilog=_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="backend, devices, versions, kernel cache")
     sub.add_parser("selftest", help="a quick end-to-end check")
@@ -234,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "selftest"):
             print("selftest:")
             return 1 if selftest(backend) else 0
+    except UsageError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
     except CudaUnavailableError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _config, _layout, _transfer
+from ._array_protocols import ArrayProtocolsMixin
 from ._device import Device, get_device
 from ._stream import Stream, as_stream
 from .interop._cai_desc import make_cai
@@ -35,7 +36,7 @@ def _check_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
-class DeviceNDArray:
+class DeviceNDArray(ArrayProtocolsMixin):
     """An array in device memory.
 
     Most arrays come from :func:`gpuarray.to_device`, :func:`gpuarray.empty`
@@ -202,11 +203,6 @@ class DeviceNDArray:
         if not self.shape:
             raise TypeError("len() of unsized object (a 0-d DeviceNDArray)")
         return self.shape[0]
-
-    def __repr__(self) -> str:
-        ro = ", readonly" if self.readonly else ""
-        return (f"<gpuarray.DeviceNDArray shape={self.shape} dtype={self.dtype} "
-                f"strides={self.strides} device={self.device.id}{ro}>")
 
     # --------------------------------------------------------------- writes
     def _check_writeable(self, what: str) -> None:

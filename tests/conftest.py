@@ -9,6 +9,7 @@ expensive) and only library state is reset.
 
 from __future__ import annotations
 
+import collections
 import os
 
 import pytest
@@ -81,4 +82,29 @@ def make_sim():
     return fresh_sim
 
 
-__all__ = ["backend_is_sim", "fresh_sim", "gpuarray"]
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def skip_summary(reports) -> list[str]:
+    """One line per skip reason, most frequent first: ``"  105  needs the real CUDA backend"``."""
+    counts = collections.Counter(_skip_reason(r) for r in reports)
+    width = len(str(max(counts.values(), default=0)))
+    return [f"{n:>{width}}  {reason}" for reason, n in
+            sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Summarise skipped tests by reason instead of one line per test location."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.skipped]
+    if not skipped:
+        return
+    lines = skip_summary(skipped)
+    terminalreporter.write_sep("=", f"{len(skipped)} skipped, {len(lines)} reasons")
+    for line in lines:
+        terminalreporter.write_line(line)
+
+
+__all__ = ["backend_is_sim", "fresh_sim", "gpuarray", "skip_summary"]

@@ -3,12 +3,17 @@
 Builds the sdist and, from it, the wheel (``python -m build --no-isolation``,
 so no download) from a copy of the source tree, then checks the wheel: the CUDA
 C sources of ``kernels/`` under ``gpuarray/_kernel_sources/`` byte for byte,
-``py.typed``, every module of ``gpuarray/``, and the declared dependencies and extras.
+``py.typed``, every module of ``gpuarray/``, the licence and its metadata, and
+the declared dependencies and extras.  The ``network`` tests resolve the
+built wheel's CUDA extras with ``pip install --dry-run --report`` into an
+empty virtual environment (they need the package index and skip, saying so,
+when it cannot be reached).
 """
 
 from __future__ import annotations
 
 import email.parser
+import json
 import re
 import shutil
 import subprocess
@@ -53,7 +58,8 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+def wheel_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from the sdist of a copy of the source tree."""
     pytest.importorskip(
         "build", reason="needs the 'build' package (in the test extra: pip install -e '.[test]')"
     )
@@ -71,8 +77,20 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
         pytest.fail(f"python -m build failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     wheels = sorted(out.glob("gpuarray-*.whl"))
     assert len(wheels) == 1, f"expected one wheel, got {wheels}"
-    with zipfile.ZipFile(wheels[0]) as zf:
+    sdists = sorted(out.glob("gpuarray-*.tar.gz"))
+    assert len(sdists) == 1, f"expected one sdist, got {sdists}"
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def wheel(wheel_path: Path) -> Iterator[zipfile.ZipFile]:
+    with zipfile.ZipFile(wheel_path) as zf:
         yield zf
+
+
+def _metadata(wheel: zipfile.ZipFile):
+    (meta_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    return email.parser.Parser().parsestr(wheel.read(meta_name).decode())
 
 
 def _kernel_sources_on_disk() -> dict[str, Path]:
@@ -131,15 +149,15 @@ def _requirement_name(req: str) -> str:
 
 
 def test_wheel_declares_dependencies_and_extras(wheel: zipfile.ZipFile) -> None:
-    (meta_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
-    meta = email.parser.Parser().parsestr(wheel.read(meta_name).decode())
+    meta = _metadata(wheel)
     assert meta["Name"] == "gpuarray"
     assert meta["Version"] == "0.1.0"
     assert meta["Requires-Python"] == ">=3.10"
 
     requires = meta.get_all("Requires-Dist") or []
     unconditional = {_requirement_name(r) for r in requires if ";" not in r}
-    assert {"cuda-python", "numpy", "nvidia-cuda-nvrtc"} <= unconditional, requires
+    # The CUDA major version (and with it NVRTC) is chosen by an extra.
+    assert unconditional == {"numpy", "cuda-bindings", "cuda-pathfinder"}, requires
 
     extras: dict[str, set[str]] = {}
     for r in requires:
@@ -147,12 +165,93 @@ def test_wheel_declares_dependencies_and_extras(wheel: zipfile.ZipFile) -> None:
         if found:
             extras.setdefault(found.group(1), set()).add(_requirement_name(r))
     expected = {
+        "cu12": {"cuda-bindings", "nvidia-cuda-nvrtc-cu12"},
+        "cu13": {"cuda-bindings", "nvidia-cuda-nvrtc"},
         "test": {"pytest", "pytest-benchmark", "hypothesis", "ml-dtypes", "build"},
         "bench": {"pytest-benchmark", "matplotlib"},
-        "docs": {"sphinx", "numpydoc"},
+        "docs": {"sphinx", "numpydoc", "pydata-sphinx-theme"},
         "cupy": {"cupy-cuda13x"},
         "torch": {"torch"},
     }
     for extra, names in expected.items():
         assert names <= extras.get(extra, set()), f"extra {extra!r}: {extras.get(extra)}"
     assert set(expected) <= set(meta.get_all("Provides-Extra") or [])
+
+
+def test_wheel_ships_the_licence_and_its_metadata(wheel: zipfile.ZipFile) -> None:
+    licence = (ROOT / "LICENSE").read_text()
+    assert licence.startswith("BSD 3-Clause License")
+    assert "Neither the name of the copyright holder" in licence  # clause 3
+    (in_wheel,) = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(in_wheel).decode() == licence
+    meta = _metadata(wheel)
+    assert meta["License-Expression"] == "BSD-3-Clause"
+    assert meta.get_all("License-File") == ["LICENSE"]
+    assert meta["Author"] and meta["Maintainer"], (meta["Author"], meta["Maintainer"])
+
+
+def test_sdist_ships_the_licence(wheel_path: Path) -> None:
+    import tarfile
+
+    (sdist,) = wheel_path.parent.glob("gpuarray-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        names = tf.getnames()
+    assert "gpuarray-0.1.0/LICENSE" in names, sorted(names)[:20]
+
+
+# ------------------------------------------------ resolving the CUDA extras
+# What each extra must bring: cuda-bindings of its major version and the
+# NVRTC wheel of the same major version (never the other one).
+NVRTC_WHEEL = {12: "nvidia-cuda-nvrtc-cu12", 13: "nvidia-cuda-nvrtc"}
+
+
+def _pip(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def index_reachable() -> None:
+    proc = _pip("index", "versions", "cuda-bindings", timeout=120)
+    if proc.returncode != 0 or "12.9." not in proc.stdout or "13." not in proc.stdout:
+        pytest.skip("the package index cannot be reached (pip index versions cuda-bindings: "
+                    f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}); the extras "
+                    "are resolved where it can (CI)")
+
+
+def _resolve(wheel_path: Path, extra: str, tmp_path: Path) -> dict[str, str]:
+    """``{name: version}`` that pip would install for ``gpuarray[extra]`` into an empty venv."""
+    env = tmp_path / f"env-{extra or 'base'}"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True,
+                   timeout=120)
+    report = tmp_path / f"report-{extra or 'base'}.json"
+    target = f"{wheel_path}[{extra}]" if extra else str(wheel_path)
+    proc = _pip("--python", str(env / "bin" / "python"), "install", "--dry-run", "--quiet",
+                "--report", str(report), target)
+    assert proc.returncode == 0, f"pip could not resolve {target}:\n{proc.stderr}"
+    installs = json.loads(report.read_text())["install"]
+    return {_requirement_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+
+
+def _major(version: str) -> int:
+    return int(version.split(".")[0])
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("major", [12, 13])
+def test_cuda_extra_resolves_to_matching_majors(wheel_path, index_reachable, tmp_path, major):
+    got = _resolve(wheel_path, f"cu{major}", tmp_path)
+    assert {"gpuarray", "numpy", "cuda-bindings", "cuda-pathfinder"} <= set(got), got
+    assert _major(got["cuda-bindings"]) == major, got
+    nvrtc = NVRTC_WHEEL[major]
+    assert nvrtc in got and _major(got[nvrtc]) == major, got
+    other = NVRTC_WHEEL[25 - major]
+    assert other not in got, f"gpuarray[cu{major}] also pulls {other}: {got}"
+    assert "cuda-python" not in got, got
+
+
+@pytest.mark.network
+def test_base_install_takes_bindings_12_or_13_and_no_nvrtc(wheel_path, index_reachable, tmp_path):
+    got = _resolve(wheel_path, "", tmp_path)
+    assert _major(got["cuda-bindings"]) in (12, 13), got
+    assert not set(NVRTC_WHEEL.values()) & set(got), got
