@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _config, _layout, _transfer
+from . import _config, _layout, _record, _transfer
 from ._device import Device, get_device
 from ._stream import Stream, as_stream
 from .interop._cai_desc import make_cai
@@ -373,11 +373,18 @@ class DeviceNDArray:
 
         Ints, slices with any step, Ellipsis and None; anything else (lists,
         arrays, booleans) raises ``IndexError`` naming the key.  A scalar
-        result is copied to the host and complete on return.
+        result is copied to the host and complete on return.  For a
+        structured dtype, an element is a 0-d *view* (a record, as Numba's
+        ``DeviceRecord``) and a field name gives the field's view, so
+        ``d[i]["a"] = 5`` writes the device memory.
         """
+        if isinstance(key, str):
+            return _record.get_field(self, key)
         r = _layout.index(self.shape, self.strides, key)
         v = self._view(r.shape, r.strides, r.offset)
         if r.scalar:
+            if self.dtype.names is not None:
+                return v  # a record: a 0-d view whose fields write through (Numba's DeviceRecord)
             return v.copy_to_host()[()]
         return v
 
@@ -498,6 +505,11 @@ class DeviceNDArray:
         sources give NumPy's result.  Runs on the array's stream.
         """
         self._check_writeable("assignment")
+        if isinstance(key, str):
+            _record.set_field(self, key, value)
+            return
+        if type(value) is tuple and self.dtype.names is not None:
+            value = np.array(value, dtype=self.dtype)  # a record given as a tuple, as NumPy
         r = _layout.index(self.shape, self.strides, key)
         self._view(r.shape, r.strides, r.offset)._assign(value, self.stream)
 
