@@ -182,6 +182,9 @@ class _PendingDeallocs:
     def pending_count(self) -> int:
         return len(self._items)
 
+    def __len__(self) -> int:  # Numba's ``len(context.deallocations)``
+        return len(self._items)
+
     @property
     def pending_size(self) -> int:
         return self._size
