@@ -426,7 +426,7 @@ def detect(file: Any = None) -> bool:
     Examples
     --------
     >>> gpuarray.detect()   # doctest: +ELLIPSIS
-    Found 1 CUDA device
+    Found 1 CUDA devices
     id 0    gpuarray simulated device 0 (sm_90)    [SUPPORTED]
     ...
     True
@@ -437,7 +437,7 @@ def detect(file: Any = None) -> bool:
     except Exception as e:  # no driver: say why, as Numba does
         print(f"CUDA is not available: {e}", file=out)
         return False
-    print(f"Found {n} CUDA device{'s' * (n != 1)}", file=out)
+    print(f"Found {n} CUDA devices", file=out)  # Numba's wording, whatever n
     supported = 0
     for i in range(n):
         dev = get_device(i)

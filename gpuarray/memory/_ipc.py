@@ -176,7 +176,7 @@ class IpcHandle:
     def _map(self, device: Device | None) -> MemoryPointer:
         with self._lock:
             if self._mapping is not None:
-                raise ValueError("this IpcHandle is already open in this process; close() it "
+                raise ValueError("this IpcHandle is already opened in this process; close() it "
                                  "before opening it again (or unpickle another copy)")
             dev = device if device is not None else self._local_device()
             b = get_backend()
