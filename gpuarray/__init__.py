@@ -11,6 +11,7 @@ described in the design document.
 
 from . import errors
 from ._array import DeviceNDArray, is_device_array
+from ._context import Context, close, current_context, detect, gpus, list_devices, open_ipc_array
 from ._creation import (
     asarray,
     device_array,
@@ -26,6 +27,15 @@ from ._creation import (
     zeros_like,
 )
 from ._device import Device, device_count, get_device, select_device
+from ._hostdev import (
+    ManagedNDArray,
+    MappedNDArray,
+    managed_array,
+    mapped,
+    mapped_array,
+    mapped_array_like,
+    pinned_array_like,
+)
 from ._stream import (
     Event,
     Stream,
@@ -62,16 +72,6 @@ from .memory import (
     pinned_array,
     set_memory_manager,
 )
-from ._hostdev import (
-    ManagedNDArray,
-    MappedNDArray,
-    managed_array,
-    mapped,
-    mapped_array,
-    mapped_array_like,
-    pinned_array_like,
-)
-from ._context import Context, close, current_context, detect, gpus, list_devices, open_ipc_array
 
 __version__ = "0.1.0"
 

@@ -61,6 +61,7 @@ class Context:
     """
 
     __slots__ = ("device",)
+    device: Device
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Context objects are made by gpuarray.current_context()")

@@ -27,12 +27,10 @@ from ._array import DeviceNDArray
 from ._device import get_device
 from ._stream import Stream, as_stream
 from .interop._cai_desc import make_cai
-from .memory import MemoryPointer, host_pin
+from .memory import MemoryPointer, _ipc, host_pin
 from .memory._host import _nbytes, host_array_over
 from .memory._managed import managed_alloc
 from .memory._manager import host_alloc
-
-from .memory import _ipc
 
 _ipc._array_factory = DeviceNDArray  # IpcHandle.open_array builds arrays (the memory layer cannot import them)
 
@@ -128,8 +126,9 @@ class MappedNDArray(_HostDeviceArray):
 
     Parameters
     ----------
-    *args, **kwargs
-        Not for direct use: NumPy constructs instances for views.
+    shape, dtype, buffer, offset, strides, order
+        As :class:`numpy.ndarray`'s; not for direct use (NumPy constructs
+        instances for views): allocate with the functions above.
 
     Examples
     --------
@@ -149,8 +148,9 @@ class ManagedNDArray(_HostDeviceArray):
 
     Parameters
     ----------
-    *args, **kwargs
-        Not for direct use: NumPy constructs instances for views.
+    shape, dtype, buffer, offset, strides, order
+        As :class:`numpy.ndarray`'s; not for direct use (NumPy constructs
+        instances for views): allocate with the functions above.
 
     Examples
     --------
@@ -164,7 +164,7 @@ class ManagedNDArray(_HostDeviceArray):
 
 def _wrap(cls: type, mem: Any, shape, dtype, strides, order: str, stream: Any) -> Any:
     host = host_array_over(mem, shape, dtype, strides, order)
-    out = host.view(cls)
+    out: Any = host.view(cls)
     out._gpu_memory = mem
     out._gpu_stream = None if stream is None or (isinstance(stream, int) and stream == 0) \
         else as_stream(stream)
@@ -363,7 +363,7 @@ def mapped(*arrays: Any, stream: Any = None) -> Iterator[Any]:
             start = a.ctypes.data + lo
             pm = host_pin(a, start, hi - lo, mapped=True)
             pins.append(pm)
-            ptr = pm.device_address - lo
+            ptr = getattr(pm, "device_address", pm.device_pointer) - lo  # a MappedMemory
             v = DeviceNDArray._make(a.shape, a.strides, a.dtype, ptr, pm, as_stream(stream, dev),
                                     not a.flags.writeable, dev)
             v._dl = 3

@@ -12,6 +12,7 @@ Stream-ordered frees never overtake work: see :func:`record_stream` and
 
 from ._host import mapped_array, pinned, pinned_array
 from ._ipc import IpcHandle
+from ._managed import managed_alloc
 from ._manager import (
     SUPPORTED_INTERFACE_VERSION,
     BaseCUDAMemoryManager,
@@ -26,7 +27,6 @@ from ._manager import (
     host_pin,
     set_memory_manager,
 )
-from ._managed import managed_alloc
 from ._pointer import ManagedMemory, MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
 from ._pool import (
     PoolMemoryManager,

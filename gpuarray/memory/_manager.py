@@ -203,7 +203,7 @@ class _PendingDeallocs:
         if over:
             self.clear()
 
-    def take(self, handle: int, free: Callable[[int], None]) -> bool:
+    def take(self, handle: int, free: Callable[..., None]) -> bool:
         """Run now the pending release of ``handle`` whose function is ``free``; whether one was queued."""
         with self._lock:
             for i, (fn, h, size) in enumerate(self._items):

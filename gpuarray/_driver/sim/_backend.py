@@ -855,6 +855,6 @@ def _unraisable(exc: BaseException, fn: Any) -> None:
     import sys
     import types
 
-    sys.unraisablehook(types.SimpleNamespace(  # type: ignore[arg-type]
+    sys.unraisablehook(types.SimpleNamespace(
         exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
         err_msg="Exception ignored in a stream callback", object=fn))
