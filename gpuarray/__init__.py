@@ -11,6 +11,7 @@ simulator).  Importing gpuarray never initialises CUDA.
 
 from . import errors
 from ._array import DeviceNDArray, is_device_array
+from ._context import Context, close, current_context, detect, gpus, list_devices, open_ipc_array
 from ._creation import (
     asarray,
     device_array,
@@ -26,6 +27,15 @@ from ._creation import (
     zeros_like,
 )
 from ._device import Device, device_count, get_device, select_device
+from ._hostdev import (
+    ManagedNDArray,
+    MappedNDArray,
+    managed_array,
+    mapped,
+    mapped_array,
+    mapped_array_like,
+    pinned_array_like,
+)
 from ._stream import (
     Event,
     Stream,
@@ -51,13 +61,13 @@ from .memory import (
     GetIpcHandleMixin,
     HostOnlyCUDAMemoryManager,
     IpcHandle,
+    ManagedMemory,
     MappedMemory,
     MemoryInfo,
     MemoryPointer,
     PinnedMemory,
     defer_cleanup,
     get_memory_info,
-    mapped_array,
     pinned,
     pinned_array,
     set_memory_manager,
@@ -70,11 +80,14 @@ __all__ = [
     "to_device", "device_array", "device_array_like", "empty", "zeros", "ones", "full",
     "empty_like", "zeros_like", "ones_like", "full_like", "asarray",
     "pinned_array", "mapped_array", "pinned",
+    "managed_array", "mapped", "mapped_array_like", "pinned_array_like",
+    "MappedNDArray", "ManagedNDArray",
     "as_cuda_array", "from_cuda_array_interface", "is_cuda_array", "from_dlpack",
     "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
     "per_thread_default_stream", "external_stream", "event", "synchronize",
     "Device", "get_device", "select_device", "device_count",
-    "MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo", "IpcHandle",
+    "Context", "current_context", "gpus", "list_devices", "detect", "close", "open_ipc_array",
+    "MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo", "IpcHandle",
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "set_memory_manager", "defer_cleanup", "get_memory_info",
     "CudaError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",

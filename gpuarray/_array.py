@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _config, _layout, _transfer
+from . import _config, _layout, _record, _transfer
 from ._array_protocols import ArrayProtocolsMixin
 from ._device import Device, get_device
 from ._stream import Stream, as_stream
@@ -369,13 +369,102 @@ class DeviceNDArray(ArrayProtocolsMixin):
 
         Ints, slices with any step, Ellipsis and None; anything else (lists,
         arrays, booleans) raises ``IndexError`` naming the key.  A scalar
-        result is copied to the host and complete on return.
+        result is copied to the host and complete on return.  For a
+        structured dtype, an element is a 0-d *view* (a record, as Numba's
+        ``DeviceRecord``) and a field name gives the field's view, so
+        ``d[i]["a"] = 5`` writes the device memory.
         """
+        if isinstance(key, str):
+            return _record.get_field(self, key)
         r = _layout.index(self.shape, self.strides, key)
         v = self._view(r.shape, r.strides, r.offset)
         if r.scalar:
+            if self.dtype.names is not None:
+                return v  # a record: a 0-d view whose fields write through (Numba's DeviceRecord)
             return v.copy_to_host()[()]
         return v
+
+    def getitem(self, item: Any, stream: Any = None) -> Any:
+        """``self[item]`` with the work on ``stream`` (Numba's ``getitem``).
+
+        Parameters
+        ----------
+        item : index
+            As for ``self[item]``.
+        stream : Stream, optional
+            A scalar is copied on this stream (complete on return); a view
+            gets it as its default stream, ordered after this array's pending
+            work.  Without it, the same as ``self[item]``.
+
+        Returns
+        -------
+        DeviceNDArray or NumPy scalar
+
+        Raises
+        ------
+        IndexError
+            For an index that is not basic indexing or is out of range.
+
+        Examples
+        --------
+        >>> s = gpuarray.stream()
+        >>> gpuarray.to_device(np.arange(5)).getitem(3, stream=s)
+        np.int64(3)
+        """
+        if stream is None:
+            return self[item]
+        s = as_stream(stream, self.device)
+        if isinstance(item, str):
+            v = _record.field_view(self, item)
+        else:
+            r = _layout.index(self.shape, self.strides, item)
+            v = self._view(r.shape, r.strides, r.offset)
+        if not v.shape and v.dtype.names is None and (isinstance(item, str) or r.scalar):
+            with _transfer.on_stream(s, self.stream):
+                host = np.empty((), dtype=v.dtype)
+                _transfer.dtoh(self.device, s, host, v._ptr, v.strides, v.dtype, sync=True)
+            return host[()]
+        from ._stream import order_after
+
+        order_after(s, self.stream)
+        v.stream = s
+        record_stream(v._mem, s)
+        return v
+
+    def setitem(self, key: Any, value: Any, stream: Any = None) -> None:
+        """``self[key] = value`` with the copy on ``stream`` (Numba's ``setitem``).
+
+        Parameters
+        ----------
+        key : index
+            As for ``self[key] = value`` (a field name for structured arrays).
+        value : array_like or scalar
+        stream : Stream, optional
+            Where the copy runs (ordered with this array's stream as every
+            operation with ``stream=``).  Default: this array's stream.
+
+        Raises
+        ------
+        ValueError
+            For a read-only array, or a value that does not broadcast.
+
+        Examples
+        --------
+        >>> d = gpuarray.zeros(4, dtype=np.int32)
+        >>> d.setitem(slice(1, 3), 7, stream=gpuarray.stream())
+        >>> d.copy_to_host()
+        array([0, 7, 7, 0], dtype=int32)
+        """
+        self._check_writeable("assignment")
+        s = self._stream(stream)
+        if isinstance(key, str):
+            v = _record.field_view(self, key)
+        else:
+            if type(value) is tuple and self.dtype.names is not None:
+                value = np.array(value, dtype=self.dtype)
+            r = _layout.index(self.shape, self.strides, key)
+            v = self._view(r.shape, r.strides, r.offset)
+        v._assign(value, s)
 
     # ---------------------------------------------------------- transfers
     def _stream(self, stream: Any) -> Stream:
@@ -494,6 +583,11 @@ class DeviceNDArray(ArrayProtocolsMixin):
         sources give NumPy's result.  Runs on the array's stream.
         """
         self._check_writeable("assignment")
+        if isinstance(key, str):
+            _record.set_field(self, key, value)
+            return
+        if type(value) is tuple and self.dtype.names is not None:
+            value = np.array(value, dtype=self.dtype)  # a record given as a tuple, as NumPy
         r = _layout.index(self.shape, self.strides, key)
         self._view(r.shape, r.strides, r.offset)._assign(value, self.stream)
 

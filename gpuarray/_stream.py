@@ -18,14 +18,17 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from . import _config
 from ._device import Device, get_device
 from ._driver import get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
 from ._driver._finalize import call_now, run_finalizer
+
+if TYPE_CHECKING:  # asyncio is imported on first use of async_done (import time)
+    import asyncio
 
 __all__ = [
     "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
@@ -156,11 +159,121 @@ class Stream:
 
     @contextlib.contextmanager
     def auto_synchronize(self) -> Iterator[Stream]:
-        """Context manager that synchronises the stream when the block ends."""
+        """Context manager that synchronises the stream when the block ends (Numba's name).
+
+        Returns
+        -------
+        contextlib.AbstractContextManager
+            Whose ``with`` target is this stream.
+
+        Examples
+        --------
+        >>> with gpuarray.stream().auto_synchronize() as s:
+        ...     d = gpuarray.zeros(4, stream=s)
+        """
         try:
             yield self
         finally:
             self.synchronize()
+
+    @property
+    def external(self) -> bool:
+        """Whether the stream was created elsewhere (:func:`external_stream`), as Numba's flag."""
+        return self.kind == "external"
+
+    def add_callback(self, callback: Callable[[Stream, int, Any], Any], arg: Any = None) -> None:
+        """Call ``callback(stream, status, arg)`` once the work queued so far has completed.
+
+        As Numba's ``Stream.add_callback`` (``cuStreamAddCallback``): the
+        callback runs on a driver thread, not the caller's; ``status`` is 0,
+        or the CUDA error code when earlier work failed.  It blocks later work
+        on the stream while it runs, so keep it short, and it must not call
+        CUDA (no gpuarray operations).  An exception it raises is reported as
+        unraisable (``sys.unraisablehook``).  The stream is kept alive until
+        the callback has run.
+
+        Parameters
+        ----------
+        callback : callable
+            ``callback(stream, status, arg)``.
+        arg : object, optional
+            Passed to the callback as is.
+
+        Raises
+        ------
+        TypeError
+            If ``callback`` is not callable.
+
+        Examples
+        --------
+        >>> import threading
+        >>> s = gpuarray.stream(); done = threading.Event()
+        >>> s.add_callback(lambda stream, status, arg: done.set())
+        >>> done.wait(10)
+        True
+        """
+        if not callable(callback):
+            raise TypeError(f"add_callback needs a callable, got {type(callback).__name__} {callback!r}")
+
+        def host_fn(status: int) -> None:  # holds self: the stream outlives the callback
+            callback(self, status, arg)
+
+        with self.device.activate():
+            get_backend().stream_add_callback(self.handle, host_fn)
+
+    def async_done(self) -> asyncio.Future:
+        """An asyncio future completed when the work queued so far on this stream is done.
+
+        Call it from a coroutine (it needs the running event loop); ``await
+        s.async_done()`` returns the stream.  A host callback
+        (:meth:`add_callback`) completes the future on the loop's thread.
+
+        Returns
+        -------
+        asyncio.Future
+            Its result is this stream; its exception a :class:`~gpuarray.CudaError`
+            when earlier work on the stream failed.
+
+        Raises
+        ------
+        RuntimeError
+            Without a running event loop.
+
+        Examples
+        --------
+        >>> import asyncio
+        >>> async def pipeline():
+        ...     s = gpuarray.stream()
+        ...     d = gpuarray.to_device(np.arange(3), stream=s)
+        ...     return await s.async_done() is s
+        >>> asyncio.run(pipeline())
+        True
+        """
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def resolve(status: int) -> None:
+            if future.done():
+                return
+            if status == 0:
+                future.set_result(self)
+            else:
+                from .errors import CudaError
+
+                future.set_exception(CudaError(
+                    status, "cuStreamAddCallback",
+                    f"work queued on {self!r} before async_done() failed"))
+
+        def callback(stream: Stream, status: int, arg: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(resolve, status)
+            except RuntimeError:  # the loop was closed: nobody awaits the future any more
+                pass
+
+        self.add_callback(callback)
+        return future
 
     def close(self) -> None:
         """Destroy an owned stream now (queued work still completes)."""

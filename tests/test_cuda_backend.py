@@ -674,6 +674,8 @@ def test_arguments_pass_the_bindings_conversion(restore_module_state):
         "ipc_get_mem_handle": lambda: b.ipc_get_mem_handle(2**63),
         "ipc_open_mem_handle": lambda: b.ipc_open_mem_handle(handle),
         "ipc_close_mem_handle": lambda: b.ipc_close_mem_handle(2**63),
+        "mem_alloc_managed": lambda: b.mem_alloc_managed(1 << 20, attach_global=False),
+        "stream_add_callback": lambda: b.stream_add_callback(0x5555, lambda status: None),
     }
     abstract = {n for n in _base.Backend.__abstractmethods__} - {"init"}
     assert abstract <= {k.split(" ")[0].split("(")[0] for k in calls}, abstract

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 # CAI / driver stream handle encodings.
@@ -351,3 +351,25 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def ipc_close_mem_handle(self, ptr: int) -> None: ...
+
+    # ------------------------------------------ managed memory, host callbacks
+    @abc.abstractmethod
+    def mem_alloc_managed(self, nbytes: int, attach_global: bool = True) -> int:
+        """``cuMemAllocManaged`` on the current context; ``nbytes`` > 0.
+
+        The address is valid on the host and on every device (unified
+        memory); :meth:`pointer_info` reports it ``is_managed``.  Free it with
+        :meth:`mem_free`.  ``attach_global=False`` attaches it to the host
+        (``CU_MEM_ATTACH_HOST``) instead of every stream
+        (``CU_MEM_ATTACH_GLOBAL``).
+        """
+
+    @abc.abstractmethod
+    def stream_add_callback(self, stream: int, fn: Callable[[int], None]) -> None:
+        """Call ``fn(status)`` on a driver thread once the stream's earlier work is done.
+
+        ``cuStreamAddCallback``: ``status`` is 0, or the CUDA error code of
+        the context when earlier work failed.  The callback blocks later
+        work on the stream until it returns; it must not call CUDA.  An
+        exception it raises is reported as unraisable, never lost silently.
+        """

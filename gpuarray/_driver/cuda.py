@@ -768,3 +768,58 @@ class CudaBackend(Backend):
         if not self._ready:
             self.init()
         _check(_d.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
+
+    # ------------------------------------------ managed memory, host callbacks
+    def mem_alloc_managed(self, nbytes: int, attach_global: bool = True) -> int:
+        if not self._ready:
+            self.init()
+        flags = _d.CUmemAttach_flags
+        flag = flags.CU_MEM_ATTACH_GLOBAL if attach_global else flags.CU_MEM_ATTACH_HOST
+        return int(
+            _check(
+                _d.cuMemAllocManaged(nbytes, int(flag)),
+                "cuMemAllocManaged",
+                lambda: f"while allocating {_fmt_bytes(nbytes)} of managed memory",
+            )
+        )
+
+    def stream_add_callback(self, stream: int, fn: Callable[[int], None]) -> None:
+        if not self._ready:
+            self.init()
+        token = _register_host_fn(fn)
+        try:
+            _check(
+                _d.cuStreamAddCallback(stream or 1, _d.CUstreamCallback(_HOST_FN_ADDR), token, 0),
+                "cuStreamAddCallback",
+            )
+        except BaseException:
+            _host_fns.pop(token, None)  # never called: do not keep it
+            raise
+
+
+# Host callbacks (cuStreamAddCallback rather than cuLaunchHostFunc: the latter
+# is not called at all when the context has failed, so a waiter would hang;
+# the former is called with the error status).  The driver calls one ctypes
+# trampoline with a token; the token names the Python callable, which is
+# dropped once called.  An exception in the callable is reported by ctypes as
+# unraisable ("Exception ignored on calling ctypes callback function").
+_host_fns: dict[int, Callable[[int], None]] = {}
+_host_fn_tokens = iter(range(1, 1 << 62))
+_host_fn_lock = threading.Lock()
+
+
+def _register_host_fn(fn: Callable[[int], None]) -> int:
+    with _host_fn_lock:
+        token = next(_host_fn_tokens)
+        _host_fns[token] = fn
+    return token
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+def _host_fn_trampoline(stream: Any, status: int, token: Any) -> None:
+    fn = _host_fns.pop(int(token or 0), None)
+    if fn is not None:
+        fn(int(status))
+
+
+_HOST_FN_ADDR = ctypes.cast(_host_fn_trampoline, ctypes.c_void_p).value

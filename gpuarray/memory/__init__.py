@@ -12,6 +12,7 @@ Stream-ordered frees never overtake work: see :func:`record_stream` and
 
 from ._host import mapped_array, pinned, pinned_array
 from ._ipc import IpcHandle
+from ._managed import managed_alloc
 from ._manager import (
     SUPPORTED_INTERFACE_VERSION,
     BaseCUDAMemoryManager,
@@ -26,7 +27,7 @@ from ._manager import (
     host_pin,
     set_memory_manager,
 )
-from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
+from ._pointer import ManagedMemory, MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
 from ._pool import (
     PoolMemoryManager,
     StreamOrderedMemoryManager,
@@ -38,11 +39,11 @@ from ._pool import (
 )
 
 __all__ = [
-    "MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo", "IpcHandle",
+    "MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo", "IpcHandle",
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "DefaultMemoryManager", "PoolMemoryManager", "StreamOrderedMemoryManager",
     "StreamOrderedPointer", "StreamUses", "set_memory_manager", "get_memory_manager",
     "defer_cleanup", "get_memory_info", "allocate", "allocation_stream",
     "current_allocation_stream", "record_stream", "host_alloc", "host_pin", "pinned_array",
-    "mapped_array", "pinned", "SUPPORTED_INTERFACE_VERSION",
+    "mapped_array", "pinned", "managed_alloc", "SUPPORTED_INTERFACE_VERSION",
 ]

@@ -31,6 +31,11 @@ from ._pointer import MemoryPointer
 
 __all__ = ["IpcHandle"]
 
+#: Builds an array over opened memory, ``factory(shape, strides, dtype, stream,
+#: memory)``: set by the array layer when it is imported (this layer never
+#: imports it).
+_array_factory: Any = None
+
 
 def _close_mapping(backend, device: Device, base: int) -> None:
     # Work queued on the mapping must finish before it goes away.
@@ -158,9 +163,20 @@ class IpcHandle:
             From ``cuIpcOpenMemHandle``: ``CUDA_ERROR_INVALID_CONTEXT`` in the
             process that made the handle.
         """
+        whole = self._map(device)
+        if self.factory is None:
+            return whole.view(self.offset, self.offset + self.size)
+        start = self.offset + self.origin
+        try:
+            return self.factory(*self.factory_args, whole.view(start, self.offset + self.size))
+        except BaseException:
+            self.close()  # nothing was handed out: do not leave the memory mapped
+            raise
+
+    def _map(self, device: Device | None) -> MemoryPointer:
         with self._lock:
             if self._mapping is not None:
-                raise ValueError("this IpcHandle is already open in this process; close() it "
+                raise ValueError("this IpcHandle is already opened in this process; close() it "
                                  "before opening it again (or unpickle another copy)")
             dev = device if device is not None else self._local_device()
             b = get_backend()
@@ -169,13 +185,69 @@ class IpcHandle:
             whole = MemoryPointer(dev, base, self.offset + self.size,
                                   finalizer=functools.partial(_close_mapping, b, dev, base))
             self._mapping = whole
-        if self.factory is None:
-            return whole.view(self.offset, self.offset + self.size)
-        start = self.offset + self.origin
+        return whole
+
+    def open_array(self, context: Any = None, shape: Any = None, dtype: Any = None,
+                   strides: Any = None) -> Any:
+        """Map the memory and view it as an array of ``shape`` and ``dtype`` (Numba's ``open_array``).
+
+        Unlike :meth:`open`, the layout comes from the arguments, not from
+        the handle (for handles of raw allocations, see
+        :func:`gpuarray.open_ipc_array`).
+
+        Parameters
+        ----------
+        context : Device or Context, optional
+            Where to map it (Numba passes a context); default as :meth:`open`.
+        shape : int or tuple of int
+        dtype : data-type
+        strides : tuple of int, optional
+            Byte strides; C-contiguous when omitted.
+
+        Returns
+        -------
+        DeviceNDArray
+            Over the shared memory (the array keeps the mapping alive;
+            :meth:`close` unmaps it at once).
+
+        Raises
+        ------
+        TypeError
+            If ``shape`` or ``dtype`` is missing.
+        ValueError
+            If the array would extend past the shared range, or the handle
+            is already open.
+        """
+        if shape is None or dtype is None:
+            raise TypeError("open_array() needs shape= and dtype=")
+        if _array_factory is None:
+            raise RuntimeError("gpuarray's array layer is not imported (import gpuarray)")
+        device = getattr(context, "device", context)
+        if device is not None and not isinstance(device, Device):
+            raise TypeError(f"context must be a gpuarray Device or Context, got {type(context).__name__}")
+        import numpy as np
+
+        dt = np.dtype(dtype)
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+        if strides is None:
+            need = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+            lo = 0
+        else:
+            strides = tuple(int(x) for x in strides)
+            if len(strides) != len(shp):
+                raise ValueError(f"strides {strides} do not match shape {shp}")
+            lo = sum((n - 1) * x for n, x in zip(shp, strides, strict=True) if x < 0 and n)
+            hi = sum((n - 1) * x for n, x in zip(shp, strides, strict=True) if x > 0 and n)
+            need = (hi - lo + dt.itemsize) if all(shp) else 0
+        if need > self.size:
+            raise ValueError(f"an array of shape {shp} and dtype {dt} needs {need} bytes; the IPC "
+                             f"handle shares {self.size}")
+        whole = self._map(device)
         try:
-            return self.factory(*self.factory_args, whole.view(start, self.offset + self.size))
+            mem = whole.view(self.offset - lo, self.offset + self.size)
+            return _array_factory(shp, strides, dt, None, mem)
         except BaseException:
-            self.close()  # nothing was handed out: do not leave the memory mapped
+            self.close()
             raise
 
     def close(self) -> None:

@@ -183,6 +183,9 @@ class _PendingDeallocs:
     def pending_count(self) -> int:
         return len(self._items)
 
+    def __len__(self) -> int:  # Numba's ``len(context.deallocations)``
+        return len(self._items)
+
     @property
     def pending_size(self) -> int:
         return self._size
@@ -200,6 +203,19 @@ class _PendingDeallocs:
             over = len(self._items) > count_max or (size_max and self._size > size_max)
         if over:
             self.clear()
+
+    def take(self, handle: int, free: Callable[..., None]) -> bool:
+        """Run now the pending release of ``handle`` whose function is ``free``; whether one was queued."""
+        with self._lock:
+            for i, (fn, h, size) in enumerate(self._items):
+                if h == handle and getattr(fn, "func", fn) == free:
+                    del self._items[i]
+                    self._size -= size
+                    break
+            else:
+                return False
+        fn(h)
+        return True
 
     def clear(self) -> None:
         """Run the pending frees now (unless cleanup is deferred).
@@ -333,6 +349,9 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         """
         b = get_backend()
         ptr = int(getattr(pointer, "value", pointer))
+        # Memory unpinned inside defer_cleanup() is still registered: pinning
+        # it again (Numba's ``with pinned(a)`` twice) unregisters it first.
+        self.deallocations.take(ptr, self._unpin)
         b.mem_host_register(ptr, size, mapped=mapped)
         dealloc = self.deallocations
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from .._driver._finalize import call_now, run_finalizer
 
-__all__ = ["MemoryPointer", "PinnedMemory", "MappedMemory", "MemoryInfo"]
+__all__ = ["MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo"]
 
 
 def _address(pointer: Any) -> int:
@@ -138,6 +138,31 @@ class MemoryPointer:
         cls = type(self) if type(self) is MemoryPointer else MemoryPointer
         return cls(self.context, self.device_pointer + start, stop - start, owner=self)
 
+    def own(self) -> MemoryPointer:
+        """An owning reference to the same memory (Numba's ``own()``).
+
+        The memory stays allocated while the returned pointer (or this one)
+        lives; the result is of the same kind (device, pinned, mapped or
+        managed memory).
+
+        Returns
+        -------
+        MemoryPointer
+
+        Examples
+        --------
+        >>> freed = []
+        >>> p = MemoryPointer(None, 0x1000, 64, finalizer=lambda: freed.append(1))
+        >>> q = p.own(); del p; freed
+        []
+        >>> q.device_pointer == 0x1000
+        True
+        """
+        return self._reference()
+
+    def _reference(self) -> MemoryPointer:
+        return MemoryPointer(self.context, self.device_pointer, self.size, owner=self)
+
     def free(self) -> None:
         """Release the memory now (runs the finalizer; later calls do nothing).
 
@@ -179,6 +204,9 @@ class PinnedMemory(MemoryPointer):
         """The host address."""
         return self.device_pointer
 
+    def _reference(self) -> MemoryPointer:
+        return PinnedMemory(self.context, self.device_pointer, self.size, owner=self)
+
 
 class MappedMemory(PinnedMemory):
     """Page-locked host memory mapped into the device address space.
@@ -208,3 +236,43 @@ class MappedMemory(PinnedMemory):
                  finalizer: Callable[[], None] | None = None, device_pointer: int | None = None) -> None:
         super().__init__(context, pointer, size, owner, finalizer)
         self.device_address = self.device_pointer if device_pointer is None else int(device_pointer)
+
+    def _reference(self) -> MemoryPointer:
+        return MappedMemory(self.context, self.device_pointer, self.size, owner=self,
+                            device_pointer=self.device_address)
+
+
+class ManagedMemory(MemoryPointer):
+    """Managed (unified) memory from ``cuMemAllocManaged``: one address for host and device.
+
+    Parameters
+    ----------
+    context : Device
+    pointer : int
+        The address (valid on the host and on every device).
+    size : int
+    owner : object, optional
+    finalizer : callable, optional
+        Frees the memory; runs once, when the last reference dies.
+
+    Examples
+    --------
+    >>> mm = ManagedMemory(None, 0x4000, 8)
+    >>> mm.host_pointer == mm.device_pointer == 0x4000
+    True
+    """
+
+    __slots__ = ()
+
+    @property
+    def host_pointer(self) -> int:
+        """The address, as the host uses it (the same as ``device_pointer``)."""
+        return self.device_pointer
+
+    @property
+    def device_address(self) -> int:
+        """The address, as the device uses it (the same as ``device_pointer``)."""
+        return self.device_pointer
+
+    def _reference(self) -> MemoryPointer:
+        return ManagedMemory(self.context, self.device_pointer, self.size, owner=self)

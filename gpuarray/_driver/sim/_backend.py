@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -533,7 +533,7 @@ class SimBackend(Backend):
         if a.is_host:
             ctx = getattr(self._tls, "ctx", None)
             return PointerInfo(MEMORYTYPE_HOST, ctx.device if ctx else 0, a.base, a.size)
-        return PointerInfo(MEMORYTYPE_DEVICE, a.device, a.base, a.size)
+        return PointerInfo(MEMORYTYPE_DEVICE, a.device, a.base, a.size, a.kind == "managed")
 
     # ---------------------------------------------------- copies and sets
     @_locked
@@ -901,3 +901,56 @@ class SimBackend(Backend):
     @_locked
     def ipc_close_mem_handle(self, ptr: int) -> None:
         self._ipc.close(int(ptr))
+
+    # ------------------------------------------ managed memory, host callbacks
+    @_locked
+    def mem_alloc_managed(self, nbytes: int, attach_global: bool = True) -> int:
+        ctx = self._current("cuMemAllocManaged")
+        self._fault("alloc", "cuMemAllocManaged")
+        return self.memory.alloc_managed(ctx.device, int(nbytes)).base
+
+    @_locked
+    def stream_add_callback(self, stream: int, fn: Callable[[int], None]) -> None:
+        call = "cuStreamAddCallback"
+        s = self._stream(stream, call)
+        if not callable(fn):
+            raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
+        status = [0]
+
+        def run() -> None:
+            try:
+                fn(status[0])
+            except Exception as e:  # CUDA cannot raise into the host: report, never lose
+                _unraisable(e, fn)
+
+        op = self.sched.enqueue(s, run, f"{call} host function {getattr(fn, '__name__', fn)!r}")
+        # The GPU makes progress without the host: a driver thread runs the
+        # stream up to the callback and calls it, as CUDA's callback thread does.
+        threading.Thread(target=self._run_host_fn, args=(s, op, status), daemon=True,
+                         name="gpuarray-sim-callback").start()
+
+    def _run_host_fn(self, s: SimStream, op: Op, status: list[int]) -> None:
+        with self._lock:
+            while not op.done:
+                try:
+                    self.sched.complete(op)
+                except DeviceFault as f:
+                    # Earlier work failed: the callback gets the error status,
+                    # and the fault stays on the stream for the host's next
+                    # sync of it (it must not vanish in this thread).
+                    status[0] = status[0] or f.code
+
+                    def refault(f: DeviceFault = f) -> None:
+                        raise f
+
+                    self.sched.enqueue(s, refault, "fault of work before a host callback")
+
+
+def _unraisable(exc: BaseException, fn: Any) -> None:
+    """Report an exception of a host callback as CPython reports one of a ctypes callback."""
+    import sys
+    import types
+
+    sys.unraisablehook(types.SimpleNamespace(
+        exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
+        err_msg="Exception ignored in a stream callback", object=fn))

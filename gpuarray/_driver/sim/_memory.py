@@ -52,7 +52,7 @@ class Allocation:
     base: int
     size: int
     device: int  # owning device ordinal (-1: host memory usable by any device)
-    kind: str  # "device", "pool", "pinned", "registered", "ipc"
+    kind: str  # "device", "pool", "pinned", "registered", "ipc", "managed"
     store: np.ndarray | None = None  # device bytes; None for host kinds
     mapped: bool = False
     alive: bool = True
@@ -145,6 +145,9 @@ class AddressSpace:
         a.races.clear()
         if a.kind != "ipc":
             self.used[a.device] -= a.size
+        if a.kind == "managed":  # real host memory: its addresses go back to the host allocator
+            self._remove(a)
+            del self._host_buffers[a.base]
         return a
 
     # ------------------------------------------------------------- host side
@@ -224,6 +227,28 @@ class AddressSpace:
             a.store[offset:offset + src.size] = src
         elif src.size:
             ctypes.memmove(a.base + offset, src.ctypes.data, src.size)
+
+    # ---------------------------------------------------------- managed memory
+    def alloc_managed(self, device: int, nbytes: int) -> Allocation:
+        """Managed (unified) memory: real host memory that device work may also access.
+
+        Its address is a host address (host code reads and writes it), it is
+        charged to ``device``'s capacity, and :meth:`free_device` releases it.
+        """
+        call = "cuMemAllocManaged"
+        if nbytes <= 0:
+            raise CudaError(INVALID_VALUE, call, f"size {nbytes} is not positive")
+        if self.used[device] + nbytes > self.capacities[device]:
+            raise CudaOutOfMemoryError(
+                2, call, f"while allocating {nbytes} bytes of managed memory on simulated device "
+                         f"{device} ({self.capacities[device] - self.used[device]} bytes free)")
+        buf = np.full(nbytes + 4096, 0xFF, dtype=np.uint8)  # unwritten memory reads as garbage
+        base = (buf.ctypes.data + 4095) & ~4095
+        a = Allocation(base, nbytes, device, "managed", None)
+        self.used[device] += nbytes
+        self._host_buffers[base] = buf
+        self._insert(a)
+        return a
 
 
 def read_host(address: int, nbytes: int) -> np.ndarray:

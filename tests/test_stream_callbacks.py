@@ -1,0 +1,163 @@
+"""Host callbacks on streams: ``Stream.add_callback``, ``Stream.async_done``, ``Stream.external``.
+
+On the simulator a driver thread runs the stream up to the callback and
+calls it, as CUDA's callback thread does: the callback sees the effects of
+all earlier work on the stream, runs on another thread, and gets the error
+status when earlier work failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+import gpuarray
+from gpuarray._driver import get_backend
+
+TIMEOUT = 30
+
+
+def test_callback_runs_after_earlier_work_on_a_driver_thread():
+    s = gpuarray.stream()
+    host = gpuarray.pinned_array(4, dtype=np.int64)
+    d = gpuarray.to_device(np.arange(4), stream=s)
+    d.copy_to_host(host, stream=s)            # asynchronous: pinned destination
+    seen: list = []
+    done = threading.Event()
+
+    def cb(stream, status, arg):
+        seen.append((stream, status, arg, host.tolist(), threading.current_thread() is main))
+        done.set()
+
+    main = threading.current_thread()
+    s.add_callback(cb, "payload")
+    assert done.wait(TIMEOUT)
+    assert seen == [(s, 0, "payload", [0, 1, 2, 3], False)]
+
+
+def test_callback_default_arg_and_order_of_several():
+    s = gpuarray.stream()
+    order: list = []
+    done = threading.Event()
+    s.add_callback(lambda st, status, arg: order.append(arg), 1)
+    s.add_callback(lambda st, status, arg: order.append(arg))
+    s.add_callback(lambda st, status, arg: (order.append(arg), done.set()), 3)
+    assert done.wait(TIMEOUT)
+    assert order == [1, None, 3]
+
+
+def test_callback_on_the_default_stream():
+    done = threading.Event()
+    gpuarray.default_stream().add_callback(lambda *a: done.set())
+    assert done.wait(TIMEOUT)
+
+
+def test_add_callback_refuses_non_callables():
+    with pytest.raises(TypeError, match="callable"):
+        gpuarray.stream().add_callback(42)
+
+
+def test_callback_exception_is_reported_not_lost(monkeypatch):
+    reports: list = []
+    done = threading.Event()
+
+    def hook(args):
+        reports.append((args.exc_type, str(args.exc_value)))
+        done.set()
+
+    monkeypatch.setattr("sys.unraisablehook", hook)
+
+    def bad(stream, status, arg):
+        raise KeyError("boom")
+
+    gpuarray.stream().add_callback(bad)
+    assert done.wait(TIMEOUT)
+    assert reports == [(KeyError, "'boom'")]
+
+
+def test_callback_gets_the_status_of_failed_work(sim):
+    from gpuarray._driver.sim._memory import DeviceFault
+
+    s = gpuarray.stream()
+
+    def fault():
+        raise DeviceFault(700, "injected illegal address")
+
+    with s.device.activate():
+        sim.sched.enqueue(sim._stream(s.handle, "test"), fault, "a faulting kernel")
+    got: list = []
+    done = threading.Event()
+    s.add_callback(lambda st, status, arg: (got.append(status), done.set()))
+    assert done.wait(TIMEOUT)
+    assert got == [700]
+    with pytest.raises(gpuarray.CudaError, match="injected illegal address"):
+        s.synchronize()  # the fault is not lost in the callback thread
+
+
+def test_async_done_resolves_to_the_stream():
+    async def main():
+        s1, s2 = gpuarray.stream(), gpuarray.stream()
+        d = gpuarray.to_device(np.arange(3), stream=s1)
+        r1, r2 = await asyncio.gather(s1.async_done(), s2.async_done())
+        return s1, s2, r1, r2, d
+
+    s1, s2, r1, r2, d = asyncio.run(main())
+    assert r1 is s1 and r2 is s2
+
+
+def test_async_done_of_failed_work_raises(sim):
+    from gpuarray._driver.sim._memory import DeviceFault
+
+    async def main(s):
+        return await s.async_done()
+
+    s = gpuarray.stream()
+
+    def fault():
+        raise DeviceFault(700, "injected")
+
+    with s.device.activate():
+        sim.sched.enqueue(sim._stream(s.handle, "test"), fault, "a faulting kernel")
+    with pytest.raises(gpuarray.CudaError, match="before async_done"):
+        asyncio.run(main(s))
+    with pytest.raises(gpuarray.CudaError):
+        s.synchronize()
+
+
+def test_async_done_needs_a_running_loop():
+    with pytest.raises(RuntimeError):
+        gpuarray.stream().async_done()
+
+
+def test_cancelled_async_done_is_harmless():
+    async def main():
+        s = gpuarray.stream()
+        fut = s.async_done()
+        fut.cancel()
+        await asyncio.sleep(0)
+        return await s.async_done()
+
+    assert isinstance(asyncio.run(main()), gpuarray.Stream)
+
+
+def test_external_flag():
+    s = gpuarray.stream()
+    assert not s.external and not gpuarray.default_stream().external
+    ext = gpuarray.external_stream(s.handle)
+    assert ext.external
+
+
+def test_auto_synchronize_waits_for_the_stream():
+    host = gpuarray.pinned_array(3, dtype=np.int32)
+    with gpuarray.stream().auto_synchronize() as s:
+        gpuarray.to_device(np.array([4, 5, 6], np.int32), stream=s).copy_to_host(host, stream=s)
+    assert host.tolist() == [4, 5, 6]
+
+
+def test_backend_callback_refuses_non_callables(sim):
+    gpuarray.get_device()
+    with pytest.raises(TypeError, match="callable"):
+        get_backend().stream_add_callback(1, None)
