@@ -97,6 +97,30 @@ def test_callback_gets_the_status_of_failed_work(sim):
         s.synchronize()  # the fault is not lost in the callback thread
 
 
+def test_callback_dropped_by_a_sticky_fault_is_still_called_with_the_error(sim):
+    # The host's own sync finds the fault first and poisons the context, which
+    # drops its queued work, the callback's entry included; CUDA still calls
+    # the callback with the error (else async_done would wait for ever).
+    from gpuarray._driver.sim._memory import DeviceFault
+
+    s = gpuarray.stream()
+
+    def fault():
+        raise DeviceFault(700, "injected illegal address")
+
+    got: list = []
+    done = threading.Event()
+    with sim._lock:  # the callback thread cannot run before the sync below
+        with s.device.activate():
+            sim.sched.enqueue(sim._stream(s.handle, "test"), fault, "a faulting kernel")
+        s.add_callback(lambda st, status, arg: (got.append(status), done.set()))
+        with pytest.raises(gpuarray.CudaError, match="injected illegal address"):
+            s.synchronize()
+    assert done.wait(TIMEOUT), "the callback was never called"
+    assert got == [700]
+    sim.primary_ctx_reset(0)
+
+
 def test_async_done_resolves_to_the_stream():
     async def main():
         s1, s2 = gpuarray.stream(), gpuarray.stream()

@@ -916,8 +916,10 @@ class SimBackend(Backend):
         if not callable(fn):
             raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
         status = [0]
+        ran = [False]
 
         def run() -> None:
+            ran[0] = True
             try:
                 fn(status[0])
             except Exception as e:  # CUDA cannot raise into the host: report, never lose
@@ -926,24 +928,34 @@ class SimBackend(Backend):
         op = self.sched.enqueue(s, run, f"{call} host function {getattr(fn, '__name__', fn)!r}")
         # The GPU makes progress without the host: a driver thread runs the
         # stream up to the callback and calls it, as CUDA's callback thread does.
-        threading.Thread(target=self._run_host_fn, args=(s, op, status), daemon=True,
+        threading.Thread(target=self._run_host_fn, args=(s, op, status, run, ran), daemon=True,
                          name="gpuarray-sim-callback").start()
 
-    def _run_host_fn(self, s: SimStream, op: Op, status: list[int]) -> None:
+    def _run_host_fn(self, s: SimStream, op: Op, status: list[int], run: Callable[[], None],
+                     ran: list[bool]) -> None:
         with self._lock:
             while not op.done:
                 try:
                     self.sched.complete(op)
                 except DeviceFault as f:
-                    # Earlier work failed: the callback gets the error status,
-                    # and the fault stays on the stream for the host's next
-                    # sync of it (it must not vanish in this thread).
+                    # Earlier work failed: the callback gets the error status.
+                    # A sticky fault poisons the context here, as a sync would
+                    # (its next call reports it); any other stays on the stream
+                    # for the host's next sync of it. It never vanishes here.
                     status[0] = status[0] or f.code
+                    if self._poison_if_sticky(f.code, f.detail):
+                        break
 
                     def refault(f: DeviceFault = f) -> None:
                         raise f
 
                     self.sched.enqueue(s, refault, "fault of work before a host callback")
+            if not ran[0]:
+                # A sticky fault dropped the context's queued work, this
+                # callback with it (here or in another thread's sync): CUDA
+                # still calls a stream callback, with the persistent error.
+                status[0] = status[0] or (s.ctx.sticky[0] if s.ctx.sticky else ILLEGAL_ADDRESS)
+                run()
 
 
 def _unraisable(exc: BaseException, fn: Any) -> None:
