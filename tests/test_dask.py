@@ -225,6 +225,10 @@ def _run_fresh(code: str) -> str:
 
 def test_sizeof_comes_from_the_entry_point_in_a_fresh_process():
     _distributed()
+    try:
+        importlib.metadata.distribution("gpuarray")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("gpuarray runs from a source tree, not installed: no entry points exist")
     names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="dask.sizeof")}
     assert names.get("gpuarray") == "gpuarray.dask:_register_sizeof", (
         "the dask.sizeof entry point is not installed: reinstall gpuarray (pip install -e .)")

@@ -95,3 +95,30 @@ def test_visible_argument_is_checked():
         SimBackend(devices=2, visible=[2])
     with pytest.raises(ValueError, match="twice"):
         SimBackend(devices=2, visible=[1, 1])
+
+
+def test_ipc_handle_opens_on_the_same_machine_device_in_a_renumbered_process(make_sim):
+    # The exporter sees machine devices 0,1; the consumer "1,0": its ordinal 0
+    # is the exporter's device 1, found by UUID as the real driver's would be.
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    make_sim(devices=2)
+    with gpuarray.get_device(1):
+        d = gpuarray.to_device(np.arange(6.0))
+    d.stream.synchronize()
+    consumer = (
+        "import pickle, sys\n"
+        "h = pickle.load(sys.stdin.buffer)\n"
+        "with h as arr:\n"
+        "    print(arr.device.id, arr.device.uuid.hex(), arr.copy_to_host().sum())\n")
+    env = dict(os.environ, GPUARRAY_BACKEND="sim", GPUARRAY_SIM_DEVICES="2",
+               CUDA_VISIBLE_DEVICES="1,0")
+    run = subprocess.run([sys.executable, "-c", consumer], input=pickle.dumps(d.get_ipc_handle()),
+                         capture_output=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr.decode()
+    assert run.stdout.decode().split() == ["0", machine_uuid(1).hex(), "15.0"]
