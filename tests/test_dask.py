@@ -162,6 +162,11 @@ def test_host_families_round_trip(protocol, family, layout):
     assert all(not hasattr(f, "__cuda_array_interface__") for f in frames)
     assert sum(memoryview(f).nbytes for f in frames) < x.nbytes + 400
     _kept_layout(x, protocol.deserialize(header, frames))
+    # As messages go: frames split in pieces (here of 16 bytes), merged on arrival.
+    from distributed.protocol.serialize import merge_and_deserialize, serialize_and_split
+
+    header, frames = serialize_and_split(x, serializers=(family,), size=16)
+    _kept_layout(x, merge_and_deserialize(header, frames))
 
 
 def test_cuda_family_keeps_the_data_on_the_device(protocol, monkeypatch):
@@ -178,10 +183,16 @@ def test_cuda_family_keeps_the_data_on_the_device(protocol, monkeypatch):
     cai = frame.__cuda_array_interface__
     assert cai["shape"] == (x.nbytes,) and cai["typestr"] == "|u1"
     got = protocol.deserialize(header, frames)
+    from distributed.protocol.serialize import merge_and_deserialize, serialize_and_split
+
+    split_header, split_frames = serialize_and_split(x, serializers=("cuda",), size=16)
+    assert len(split_frames) == 1, "device frames are never split"
+    merged = merge_and_deserialize(split_header, split_frames)
     assert host_copies == [], "the cuda family copied through the host"
     assert got.device == gpuarray.get_device()
     monkeypatch.undo()
     _kept_layout(x, got)
+    _kept_layout(x, merged)
 
 
 def test_cuda_family_rebuilds_over_a_foreign_receive_buffer(protocol):
