@@ -357,12 +357,12 @@ def test_scatter_and_gather_keep_values_dtype_layout_and_readonly(cluster, layou
     client, uuids, _ = cluster
     x = LAYOUTS[layout]()
     for addr in sorted(uuids):
-        (fut,) = client.scatter([x], workers=[addr], hash=False)
+        (fut,) = client.scatter([x], workers=[addr], hash=False, timeout=TIMEOUT)
         seen = client.submit(_describe, fut, workers=[addr]).result(TIMEOUT)
         assert seen["device"] == uuids[addr]
         assert (seen["shape"], seen["dtype"], seen["readonly"]) == (x.shape, x.dtype.str, x.readonly)
         np.testing.assert_array_equal(seen["values"], x.copy_to_host())
-        _kept_layout(x, client.gather(fut))
+        _kept_layout(x, fut.result(TIMEOUT))  # gathered back to the client
 
 
 def test_worker_sizeof_is_nbytes(cluster):
