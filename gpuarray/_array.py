@@ -722,8 +722,12 @@ class DeviceNDArray(ArrayProtocolsMixin):
                               dl_device=dl_device, copy=copy)
 
     # ------------------------------------------------------------- pickle
-    def __reduce__(self):
-        return (_rebuild, (self.copy_to_host(), self.readonly))
+    def __reduce_ex__(self, protocol):
+        # Through the host, in gpuarray._wire's format: one device-to-host
+        # copy whose memory pickle protocol 5 passes out of band.
+        from ._wire import reduce_array
+
+        return reduce_array(self, protocol)
 
     # -------------------------------------------------------------- IPC
     def get_ipc_handle(self):
@@ -790,6 +794,7 @@ def _shape_tuple(shape: Any) -> tuple[int, ...]:
 
 
 def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
+    # Unpickles arrays pickled before gpuarray._wire (0.1.0 development builds).
     from ._creation import to_device
 
     arr = to_device(host)

@@ -39,7 +39,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ...errors import CudaError, CudaOutOfMemoryError
+from ...errors import CudaError, CudaOutOfMemoryError, CudaUnavailableError
 from .. import sim_kernels
 from .._base import (
     DEVICE_ATTRIBUTES,
@@ -54,6 +54,7 @@ from . import _sticky
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault, read_host, write_host
 from ._sched import Op, Scheduler, SimEvent, SimStream
+from ._visible import machine_uuid, parse_visible_devices, visible_list
 
 INVALID_VALUE = 1
 INVALID_CONTEXT = 201
@@ -163,20 +164,31 @@ class SimBackend(Backend):
         Randomise the order of ready work across streams with this seed.
     max_queue : int
         Queued operations beyond which work runs without a host sync.
+    visible : sequence of int, optional
+        The simulated machine's devices this process sees, in order, as
+        ``CUDA_VISIBLE_DEVICES`` selects them: visible ordinal ``i`` is
+        machine device ``visible[i]`` (its name, UUID, PCI bus id and compute
+        capability).  All ``devices`` when omitted; empty: ``init`` raises
+        ``CudaUnavailableError`` as ``cuInit`` fails with
+        ``CUDA_ERROR_NO_DEVICE``.
     """
 
     name = "sim"
 
     def __init__(self, devices: int = 1, memory: int = 4 << 30,
                  compute_capability: Sequence[tuple[int, int]] = ((9, 0),),
-                 racecheck: str = "error", seed: int | None = None, max_queue: int = 64) -> None:
+                 racecheck: str = "error", seed: int | None = None, max_queue: int = 64,
+                 visible: Sequence[int] | None = None) -> None:
         if devices < 1:
             raise ValueError(f"the simulator needs at least 1 device, got {devices}")
         if racecheck not in ("error", "warn", "0"):
             raise ValueError(f"racecheck must be 'error', 'warn' or '0', got {racecheck!r}")
-        self.devices = devices
+        #: machine device of each visible ordinal (CUDA_VISIBLE_DEVICES)
+        self.physical = visible_list(devices, visible)
         self.compute_capability = [tuple(compute_capability[min(i, len(compute_capability) - 1)])
-                                   for i in range(devices)]
+                                   for i in self.physical]
+        self.machine_devices = devices
+        devices = self.devices = len(self.physical)
         self.memory = AddressSpace([memory] * devices)
         self.sched = Scheduler(self.memory, racecheck=racecheck, seed=seed, max_queue=max_queue)
         self._lock = self.sched.lock
@@ -204,7 +216,9 @@ class SimBackend(Backend):
         device, default ``4G``), ``GPUARRAY_SIM_CC`` (e.g. ``9.0`` or
         ``9.0,8.6``), ``GPUARRAY_SIM_RACECHECK`` (``error``, ``warn`` or
         ``0``), ``GPUARRAY_SIM_SEED`` (randomised scheduling),
-        ``GPUARRAY_SIM_MAX_QUEUE`` (default 64).
+        ``GPUARRAY_SIM_MAX_QUEUE`` (default 64).  ``CUDA_VISIBLE_DEVICES``
+        selects which of the ``GPUARRAY_SIM_DEVICES`` devices this process
+        sees, by CUDA's rules (``_visible.py``).
         """
         devices = _env_int("GPUARRAY_SIM_DEVICES", 1, 1)
         memory = _parse_size("GPUARRAY_SIM_MEMORY", os.environ.get("GPUARRAY_SIM_MEMORY", "4G"))
@@ -221,7 +235,9 @@ class SimBackend(Backend):
             raise ValueError(f"GPUARRAY_SIM_RACECHECK={racecheck!r}: use error, warn or 0")
         seed = _env_int("GPUARRAY_SIM_SEED", None, 0)
         max_queue = _env_int("GPUARRAY_SIM_MAX_QUEUE", 64, 2)
-        return cls(devices, memory, ccs, racecheck, seed, max_queue)
+        visible = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                        [machine_uuid(d) for d in range(devices)])
+        return cls(devices, memory, ccs, racecheck, seed, max_queue, visible=visible)
 
     def _handle(self) -> int:
         self._next_handle += 0x40
@@ -274,7 +290,11 @@ class SimBackend(Backend):
 
     # ---------------------------------------------------------------- init
     def init(self) -> None:
-        pass
+        if not self.devices:  # cuInit: CUDA_ERROR_NO_DEVICE
+            raise CudaUnavailableError(
+                f"no CUDA-capable device is detected: CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')!r} hides all "
+                f"{self.machine_devices} simulated device(s)")
 
     def driver_version(self) -> int:
         return 13000
@@ -291,7 +311,7 @@ class SimBackend(Backend):
     def device_name(self, ordinal: int) -> str:
         d = self._dev(ordinal, "cuDeviceGetName")
         major, minor = self.compute_capability[d]
-        return f"gpuarray simulated device {d} (sm_{major}{minor})"
+        return f"gpuarray simulated device {self.physical[d]} (sm_{major}{minor})"
 
     def device_attribute(self, attr: str, ordinal: int) -> int:
         if attr not in DEVICE_ATTRIBUTES:
@@ -303,7 +323,7 @@ class SimBackend(Backend):
             "multiprocessor_count": 132, "max_threads_per_block": 1024,
             "max_shared_memory_per_block": 48 << 10, "warp_size": 32, "l2_cache_size": 50 << 20,
             "unified_addressing": 1, "can_map_host_memory": 1, "memory_pools_supported": 1,
-            "pci_bus_id": 0x10 + d, "pci_device_id": 0, "max_grid_dim_x": 2**31 - 1,
+            "pci_bus_id": 0x10 + self.physical[d], "pci_device_id": 0, "max_grid_dim_x": 2**31 - 1,
             "max_grid_dim_y": 65535, "max_grid_dim_z": 65535, "concurrent_managed_access": 1,
             "integrated": 0,
         }[attr]
@@ -312,8 +332,7 @@ class SimBackend(Backend):
         return self.memory.capacities[self._dev(ordinal, "cuDeviceTotalMem")]
 
     def device_uuid(self, ordinal: int) -> bytes:
-        d = self._dev(ordinal, "cuDeviceGetUuid")
-        return b"gpuarray-sim" + d.to_bytes(4, "little")
+        return machine_uuid(self.physical[self._dev(ordinal, "cuDeviceGetUuid")])
 
     def device_can_access_peer(self, ordinal: int, peer: int) -> bool:
         return self._dev(ordinal, "cuDeviceCanAccessPeer") != self._dev(peer, "cuDeviceCanAccessPeer")
