@@ -25,6 +25,14 @@ def backend_is_sim() -> bool:
     return os.environ.get("GPUARRAY_BACKEND", "cuda").strip().lower() == "sim"
 
 
+# The simulator honours CUDA_VISIBLE_DEVICES as CUDA does, so a value left in
+# the shell ("", "-1" to hide GPUs from other tools) would hide every
+# simulated device. The suite's simulated machine is GPUARRAY_SIM_* alone;
+# tests that pin devices (test_visible_devices, test_dask) set it themselves.
+if backend_is_sim():
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+
 def _reset_library_state() -> None:
     _config.reload()
     _manager._reset_for_tests()
