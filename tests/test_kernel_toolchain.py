@@ -190,6 +190,23 @@ def test_fingerprint_sees_ld_library_path(tmp_path, monkeypatch):
     _nvrtc_id.fingerprint.cache_clear()
 
 
+def test_fingerprint_follows_files_listed_by_ld_so_cache(tmp_path, monkeypatch):
+    lib = tmp_path / "cuda" / "lib64" / "libnvrtc.so.12"
+    lib.parent.mkdir(parents=True)
+    cache = tmp_path / "ld.so.cache"
+    cache.write_bytes(b"glibc-ld.so.cache1.1\0libnvrtc.so.12\0" + str(lib).encode() + b"\0")
+    monkeypatch.setattr(_nvrtc_id, "_LD_SO_CACHE", str(cache))
+    assert _nvrtc_id._ld_cache_paths() == [str(cache), str(lib)]
+    prints = []
+    for content in (None, b"\x7fELF 12.4", b"\x7fELF 12.6 build"):
+        if content is not None:
+            lib.write_bytes(content)
+        _nvrtc_id.fingerprint.cache_clear()
+        prints.append(_nvrtc_id.fingerprint())
+    _nvrtc_id.fingerprint.cache_clear()
+    assert len(set(prints)) == 3
+
+
 def test_facts_are_remembered_and_read_back(private_cache, monkeypatch):
     tc = _nvrtc_or_skip()
     assert _toolchain.current() == tc

@@ -343,8 +343,8 @@ def cache_info() -> dict:
     Returns
     -------
     dict
-        ``path`` (str, the disk folder), ``entries`` (files in it), ``bytes``
-        (their total size), ``enabled`` (disk cache on) and
+        ``path`` (str, the disk folder), ``entries`` (kernel images in it),
+        ``bytes`` (their total size), ``enabled`` (disk cache on) and
         ``memory_entries`` (images held by this process).
 
     Examples

@@ -1,31 +1,34 @@
 """Which NVRTC would compile, identified without loading it.
 
 Loading NVRTC costs about 0.1-0.2 s (importing ``cuda.bindings.nvrtc`` and
-``dlopen`` of a 60 MB library); a kernel-cache hit must not pay that just to
+``dlopen`` of a 140 MB library); a kernel-cache hit must not pay that just to
 learn the library's version.  :func:`fingerprint` names the NVRTC that
 ``cuda.bindings`` would load from what is on disk instead: the path, size,
 modification time, inode and device of every NVRTC library file in every
 place cuda-pathfinder's search looks (site-packages wheels ``nvidia/cu13``,
 ``nvidia/cu12``, ``nvidia/cuda_nvrtc``; ``$CONDA_PREFIX``; the folders of
 ``LD_LIBRARY_PATH``; ``$CUDA_PATH``/``$CUDA_HOME``; the files that
-``/etc/ld.so.cache`` lists; the system library folders), the NVRTC libraries
+``/etc/ld.so.cache`` lists; the sonames in the system library folders), the
+NVRTC libraries
 already mapped into this process, the versions of the installed
 cuda-bindings/cuda-pathfinder/NVRTC wheels (their ``.dist-info`` names).
 Environment variables enter only through the files in the folders they name,
-so a change that adds no NVRTC file (activating a venv, another
-``LD_LIBRARY_PATH`` entry) keeps the fingerprint.
+so a change that adds no NVRTC file (another ``PATH``, an
+``LD_LIBRARY_PATH`` entry without NVRTC) keeps the fingerprint.
 
 It errs on the side of change: anything that could make the loader pick
 another library, or the same path hold another build, gives another
 fingerprint (at worst a needless recompile); nothing is ``dlopen``-ed and no
 Python extension is imported.  Computed once per process (about 0.1-1 ms).
+Blind spot: a library rewritten in place with its size, modification time
+and inode all restored.  Should the remembered facts then be wrong, the next
+compile notices (:class:`._nvrtc.StaleToolchain`) and corrects them.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 import site
 import sys
 
@@ -45,7 +48,7 @@ SONAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 #: Installed distributions whose version may change which library is picked.
 _DISTS = ("cuda_bindings-", "cuda_pathfinder-", "nvidia_cuda_nvrtc")
 _LD_SO_CACHE = "/etc/ld.so.cache"
-_CACHE_PATHS = re.compile(rb"/[^\0]*/[^\0/]*nvrtc[^\0/]*")
+_CACHE_PATHS = rb"/[^\0]*/[^\0/]*nvrtc[^\0/]*"
 
 
 def _is_nvrtc(name: str) -> bool:
@@ -120,7 +123,9 @@ def _ld_cache_paths() -> list[str]:
         return []
     if b"nvrtc" not in data:
         return [_LD_SO_CACHE]
-    paths = {m.decode(errors="replace") for m in _CACHE_PATHS.findall(data)}
+    import re  # only when the cache lists an NVRTC
+
+    paths = {m.decode(errors="replace") for m in re.findall(_CACHE_PATHS, data)}
     return [_LD_SO_CACHE, *sorted(paths)]
 
 
