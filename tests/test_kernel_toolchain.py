@@ -284,3 +284,22 @@ def test_output_buffers_are_fresh_and_writable(monkeypatch, kind, out):
     (buf,) = fake.buffers
     assert not isinstance(buf, bytes) and not memoryview(buf).readonly
     assert list(b" " * 1) == [32]            # the interpreter's one-byte b" " is intact
+
+
+def test_missing_nvrtc(sim, private_cache, monkeypatch):
+    def gone():
+        raise NvrtcError("NVRTC is not available (simulated)")
+
+    monkeypatch.setattr(_nvrtc, "_nvrtc", gone)
+    _nvrtc.nvrtc_version.cache_clear()
+    _nvrtc.supported_archs.cache_clear()
+    try:
+        assert _toolchain.current() is None
+        with pytest.raises(NvrtcError, match="simulated"):
+            _toolchain.require()
+        # The simulator then runs the reference kernels without compiling.
+        a = gpuarray.to_device(np.arange(4, dtype=np.float32))
+        assert a.astype(np.int8).copy_to_host().tolist() == [0, 1, 2, 3]
+    finally:
+        _nvrtc.nvrtc_version.cache_clear()
+        _nvrtc.supported_archs.cache_clear()
