@@ -13,6 +13,7 @@ __all__ = [
     "CudaOutOfMemoryError",
     "CudaUnavailableError",
     "NvrtcError",
+    "NvrtcVersionError",
     "StreamOrderError",
     "CUDA_ERROR_NAMES",
 ]
@@ -206,6 +207,64 @@ class NvrtcError(RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.message, self.log, self.options, self.source))
+
+
+#: The pip extra that brings the NVRTC of each CUDA major version.
+_NVRTC_EXTRAS = {12: "cu12", 13: "cu13"}
+
+
+class NvrtcVersionError(NvrtcError):
+    """The NVRTC in use is newer than the CUDA driver.
+
+    Code that NVRTC compiles is only guaranteed to load on a driver of at
+    least its own CUDA major version, so gpuarray refuses to use an NVRTC
+    whose major version is above the driver's (``driver_version // 1000``).
+    The message names the package extra that brings a matching NVRTC.
+
+    Parameters
+    ----------
+    nvrtc_version : tuple of int
+        ``(major, minor)`` of NVRTC.
+    driver_version : int
+        The driver's CUDA version as ``cuDriverGetVersion`` reports it
+        (``1000 * major + 10 * minor``, e.g. 12080 for 12.8).
+
+    Attributes
+    ----------
+    nvrtc_version : tuple of int
+    driver_version : int
+    extra : str or None
+        The extra to install (``"cu12"``), None when no extra matches the driver.
+
+    Examples
+    --------
+    >>> e = NvrtcVersionError((13, 0), 12080)
+    >>> 'pip install "gpuarray[cu12]"' in str(e)
+    True
+    """
+
+    def __init__(self, nvrtc_version, driver_version: int) -> None:
+        self.nvrtc_version = (int(nvrtc_version[0]), int(nvrtc_version[1]))
+        self.driver_version = int(driver_version)
+        major, minor = divmod(self.driver_version, 1000)
+        self.extra = _NVRTC_EXTRAS.get(major)
+        if self.extra is not None:
+            fix = (f'Install the NVRTC of CUDA {major}: pip install "gpuarray[{self.extra}]" '
+                   "(or update the driver)")
+        else:
+            fix = ("gpuarray supports CUDA 12 and 13 drivers: update the driver, then "
+                   'install the matching extra, e.g. pip install "gpuarray[cu12]"')
+        message = (f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]} is newer than the "
+                   f"CUDA driver (driver version {self.driver_version}, CUDA {major}."
+                   f"{minor // 10}): code it compiles is not guaranteed to load there. {fix}.")
+        self.message = message
+        self.log = ""
+        self.options = []
+        self.source = ""
+        RuntimeError.__init__(self, message)
+
+    def __reduce__(self):
+        return (type(self), (self.nvrtc_version, self.driver_version))
 
 
 class StreamOrderError(RuntimeError):

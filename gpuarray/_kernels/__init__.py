@@ -17,6 +17,12 @@ parameter blocks), ``_source`` (finding ``kernels/``), ``_nvrtc``
 Environment: ``GPUARRAY_KERNEL_CACHE_DIR`` (disk cache folder),
 ``GPUARRAY_KERNEL_CACHE=0`` (no disk cache), ``GPUARRAY_SIM_COMPILE=0``
 (simulator: skip the NVRTC compilation of the real sources).
+
+Import cost: this layer is imported with gpuarray (a few milliseconds, kept
+small: no ``hashlib``/``logging``/``tempfile``, no dataclasses on the import
+path, the simulator's reference kernels imported on first use) so that the
+first kernel operation pays only for the cache lookup; NVRTC itself is loaded
+only to compile (see ``_toolchain``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ __all__ = ["copy", "fill", "cache_info", "clear_cache", "kernel_source_dir"]
 
 def _reset_for_tests() -> None:
     """Forget per-backend state (loaded function handles, device info); keep compiled images."""
+    from ._cache import _warned
     from ._loader import forget_loaded
 
     forget_loaded()
+    _warned.clear()

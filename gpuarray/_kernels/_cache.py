@@ -1,20 +1,33 @@
 """Compiled kernel images: in-memory and on-disk cache in front of NVRTC.
 
-Key: SHA-256 of (cache format version, NVRTC version, target kind and
-architecture, options, source, every header's name and text).  Lookups go
-memory -> disk -> compile; one compilation per key per process even when
-several threads ask at once (the others wait for it).
+Key: SHA-256 of (cache format version, NVRTC version and library
+fingerprint -- see :mod:`._nvrtc_id` --, target kind and architecture,
+options, source, every header's name and text).  Lookups go memory -> disk
+-> compile; one compilation per key per process even when several threads
+ask at once (the others wait for it).  A hit never loads NVRTC: the caller
+passes the :class:`~._nvrtc.Toolchain` (remembered on disk by
+:mod:`._toolchain`), and NVRTC is loaded only to compile.
 
-Disk cache: one file per key, ``<key>.gakc``, in ``GPUARRAY_KERNEL_CACHE_DIR``
+Disk cache: one file per key, ``<key>.gakc`` (``.gakf`` for the facts of
+:mod:`._toolchain`), in ``GPUARRAY_KERNEL_CACHE_DIR``
 (default ``$XDG_CACHE_HOME/gpuarray/kernels`` or ``~/.cache/gpuarray/kernels``);
 ``GPUARRAY_KERNEL_CACHE=0`` disables it (nothing is read or written).  A file
-is a fixed header (magic, format version, image kind, payload length, SHA-256
-of the payload, the key) followed by the image; it is written to a temporary
-file in the same folder and renamed over the final name (``os.replace``), so
-readers never see a partial file.  Anything that does not verify -- short,
-wrong magic or version, wrong key, bad checksum -- is a miss, and the
-recompiled image replaces it.  The disk cache is best effort: an unwritable
-folder costs a recompile next time, never an error.
+is a fixed header (magic, format version, entry kind, payload length, SHA-256
+of the payload, the key) followed by the payload; it is written to a
+temporary file in the same folder and renamed over the final name
+(``os.replace``), so readers never see a partial file.  Anything that does
+not verify -- short, wrong magic or version, wrong key, bad checksum -- is a
+miss, and the recompiled image replaces it.  The disk cache is best effort:
+an unwritable folder costs a recompile next time, never an error.
+
+Trust: a loaded CUBIN is code that runs on the device, so the folder is
+created ``0o700`` and used only while it belongs to the current user and no
+one else may write to it; otherwise a :class:`RuntimeWarning` (once per
+folder and reason) says why, and kernels are compiled without the disk
+cache.  Entries are opened with ``O_NOFOLLOW | O_NONBLOCK``, must be regular
+files (``fstat``) of a plausible size, and at most the header plus the length
+it records is read: a symlink, a FIFO, a device or an oversized file is a
+miss, never a hang or an unbounded read.
 
 The environment is read at each disk access (cheap next to a compile), so
 tests may change it at run time.
@@ -22,40 +35,50 @@ tests may change it at run time.
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
+import stat
 import struct
-import tempfile
+import sys
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
 from . import _nvrtc
+from ._hash import sha256
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_ENTRY_BYTES",
     "cache_dir",
     "disk_cache_enabled",
     "cache_key",
+    "read_entry",
+    "write_entry",
     "get_image",
     "cache_info",
     "clear_cache",
 ]
 
-_log = logging.getLogger("gpuarray.kernels")
-
 #: Bump when the file layout or the meaning of a key changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MAGIC = b"GAKCACHE"
 _HEADER = struct.Struct("<8sIIQ32s64s")  # magic, version, kind, length, sha256, key hex
-_KINDS = {"cubin": 0, "ptx": 1}
-_SUFFIX = ".gakc"
+_KINDS = {"cubin": 0, "ptx": 1, "facts": 2}
+_SUFFIX = ".gakc"          # images
+_FACTS_SUFFIX = ".gakf"    # what was learnt of an NVRTC (see ._toolchain)
+#: Largest payload read back; a bigger entry is a miss (images are ~10-100 kB).
+MAX_ENTRY_BYTES = 64 << 20
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+_WRITE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                | getattr(os, "O_CLOEXEC", 0))
 
 _lock = threading.Lock()
 _memory: dict[str, bytes] = {}
 _inflight: dict[str, _Pending] = {}
+_warned: set[tuple[str, str]] = set()
 
 
 class _Pending:
@@ -63,6 +86,14 @@ class _Pending:
         self.done = threading.Event()
         self.image: bytes | None = None
         self.error: BaseException | None = None
+
+
+def _debug(msg: str, *args) -> None:
+    # Without ``logging`` imported nobody has configured a handler, so the
+    # record would go nowhere: do not pay for importing it.
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger("gpuarray.kernels").debug(msg, *args)
 
 
 def disk_cache_enabled() -> bool:
@@ -82,9 +113,14 @@ def cache_dir() -> Path:
 
 
 def cache_key(source: str, headers: Mapping[str, str], options: Sequence[str],
-              target: _nvrtc.Target, nvrtc_version: tuple[int, int]) -> str:
-    """Hex SHA-256 naming one compiled image (see the module docstring)."""
-    h = hashlib.sha256()
+              target: _nvrtc.Target, nvrtc_version: tuple[int, int],
+              nvrtc_ident: str = "") -> str:
+    """Hex SHA-256 naming one compiled image (see the module docstring).
+
+    ``nvrtc_ident`` is :attr:`Toolchain.ident <._nvrtc.Toolchain>`: which
+    NVRTC library (two builds of one version give different keys).
+    """
+    h = sha256()
 
     def put(text: str) -> None:
         b = text.encode()
@@ -93,6 +129,7 @@ def cache_key(source: str, headers: Mapping[str, str], options: Sequence[str],
 
     put(f"gpuarray-kernel-cache/{FORMAT_VERSION}")
     put(f"nvrtc/{nvrtc_version[0]}.{nvrtc_version[1]}")
+    put(f"nvrtc-id/{nvrtc_ident}")
     put(target.kind)
     put(target.arch)
     put("\0".join(options))
@@ -103,43 +140,118 @@ def cache_key(source: str, headers: Mapping[str, str], options: Sequence[str],
     return h.hexdigest()
 
 
-def _path(key: str) -> Path:
-    return cache_dir() / (key + _SUFFIX)
+def _untrusted_reason(st: os.stat_result) -> str | None:
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid is not None and st.st_uid != uid:
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "everyone" if st.st_mode & stat.S_IWOTH else "its group"
+        return f"{who} may write to it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
-def _disk_load(key: str, kind: str) -> bytes | None:
+def _trusted(d: Path) -> bool:
+    """True when ``d`` is a folder that only this user can write (warns once if not)."""
     try:
-        with open(_path(key), "rb") as f:
-            data = f.read()
+        st = os.stat(d)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    reason = _untrusted_reason(st)
+    if reason is None:
+        return True
+    with _lock:
+        first = (str(d), reason) not in _warned
+        _warned.add((str(d), reason))
+    if first:
+        warnings.warn(
+            f"gpuarray does not use the kernel cache folder {d}: {reason}. A cached "
+            "kernel is code that runs on the GPU, so the folder must belong to you and "
+            "be writable only by you; kernels are compiled without the disk cache. "
+            f"Run 'chmod go-w {d}' if the folder is yours, or set "
+            "GPUARRAY_KERNEL_CACHE_DIR to a private folder.", RuntimeWarning, stacklevel=2)
+    return False
+
+
+def _entry_path(d: Path, key: str, kind: str) -> Path:
+    return d / (key + (_FACTS_SUFFIX if kind == "facts" else _SUFFIX))
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_entry(key: str, kind: str) -> bytes | None:
+    """The verified payload of entry ``key`` of ``kind``, or None (a miss).
+
+    The folder must pass the trust check; the entry must be a regular file
+    (opened without following a symlink and without blocking) no larger than
+    the header plus :data:`MAX_ENTRY_BYTES`; at most the header and the
+    length it records are read.
+    """
+    d = cache_dir()
+    if not _trusted(d):
+        return None
+    try:
+        fd = os.open(_entry_path(d, key, kind), _READ_FLAGS)
+    except OSError:
+        return None   # missing, a symlink (ELOOP), unreadable
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode)
+                or not _HEADER.size <= st.st_size <= _HEADER.size + MAX_ENTRY_BYTES):
+            _debug("kernel cache entry %s is not a plausible regular file; ignored", key)
+            return None
+        head = _read_exact(fd, _HEADER.size)
+        if head is None:
+            return None
+        magic, version, k, length, digest, fkey = _HEADER.unpack(head)
+        if (magic != _MAGIC or version != FORMAT_VERSION or k != _KINDS[kind]
+                or fkey != key.encode() or length != st.st_size - _HEADER.size):
+            _debug("kernel cache entry %s is invalid; recompiling", key)
+            return None
+        payload = _read_exact(fd, length)
     except OSError:
         return None
-    if len(data) < _HEADER.size:
-        return None
-    magic, version, k, length, digest, fkey = _HEADER.unpack_from(data)
-    payload = data[_HEADER.size:]
-    if (magic != _MAGIC or version != FORMAT_VERSION or k != _KINDS[kind]
-            or fkey != key.encode() or length != len(payload)
-            or hashlib.sha256(payload).digest() != digest):
-        _log.debug("kernel cache entry %s is invalid; recompiling", key)
+    finally:
+        os.close(fd)
+    if payload is None or sha256(payload).digest() != digest:
+        _debug("kernel cache entry %s fails its checksum; recompiling", key)
         return None
     return payload
 
 
-def _disk_store(key: str, kind: str, image: bytes) -> None:
+def write_entry(key: str, kind: str, payload: bytes) -> None:
+    """Store ``payload`` as entry ``key`` atomically; failures are logged, never raised.
+
+    Creates the folder ``0o700``; an untrusted folder is left alone (with
+    the warning of the trust check).
+    """
     d = cache_dir()
     tmp = None
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        header = _HEADER.pack(_MAGIC, FORMAT_VERSION, _KINDS[kind], len(image),
-                              hashlib.sha256(image).digest(), key.encode())
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=d)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        if not _trusted(d):
+            return
+        header = _HEADER.pack(_MAGIC, FORMAT_VERSION, _KINDS[kind], len(payload),
+                              sha256(payload).digest(), key.encode())
+        tmp = d / f".{key[:16]}-{os.getpid()}-{os.urandom(6).hex()}.tmp"
+        fd = os.open(tmp, _WRITE_FLAGS, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(header)
-            f.write(image)
-        os.replace(tmp, _path(key))
+            f.write(payload)
+        os.replace(tmp, _entry_path(d, key, kind))
         tmp = None
     except OSError as e:
-        _log.debug("kernel cache: could not write %s: %s", d, e)
+        _debug("kernel cache: could not write %s: %s", d, e)
     finally:
         if tmp is not None:
             try:
@@ -149,7 +261,8 @@ def _disk_store(key: str, kind: str, image: bytes) -> None:
 
 
 def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
-              compile_fn: Callable[..., bytes] | None = None, fast: bool = False) -> bytes:
+              compile_fn: Callable[..., bytes] | None = None, fast: bool = False,
+              toolchain: _nvrtc.Toolchain | None = None) -> bytes:
     """The compiled image of ``source`` for ``target``: from memory, disk, or NVRTC.
 
     Parameters
@@ -165,6 +278,9 @@ def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
     fast : bool
         Compile with the fast options (see :func:`_nvrtc.compile_options`);
         a different key from the normal image.
+    toolchain : Toolchain, optional
+        The NVRTC that compiles (:func:`._toolchain.current`); with it a
+        hit loads nothing.  Omitted: asked of the loaded NVRTC.
 
     Returns
     -------
@@ -175,9 +291,13 @@ def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
     ------
     NvrtcError
         If compilation fails (every waiting thread gets it; nothing is cached).
+    StaleToolchain
+        If NVRTC, loaded to compile, is not the one ``toolchain`` describes
+        (the caller refreshes it and asks again); nothing is compiled.
     """
-    options = _nvrtc.compile_options(target, fast=fast)
-    key = cache_key(source, headers, options, target, _nvrtc.nvrtc_version())
+    tc = toolchain if toolchain is not None else _nvrtc.loaded_toolchain()
+    options = _nvrtc.compile_options(target, fast=fast, version=tc.version)
+    key = cache_key(source, headers, options, target, tc.version, tc.ident)
     with _lock:
         image = _memory.get(key)
         if image is not None:
@@ -192,12 +312,18 @@ def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
         return cast(bytes, pending.image)
     try:
         use_disk = disk_cache_enabled()
-        image = _disk_load(key, target.kind) if use_disk else None
+        image = read_entry(key, target.kind) if use_disk else None
         if image is None:
-            fn = compile_fn or _nvrtc.compile_program
+            fn = compile_fn
+            if fn is None:
+                fn = _nvrtc.compile_program
+                if toolchain is not None:
+                    loaded = _nvrtc.loaded_toolchain()
+                    if loaded != toolchain:
+                        raise _nvrtc.StaleToolchain(toolchain, loaded)
             image = fn(source, headers, options, target.kind)
             if use_disk:
-                _disk_store(key, target.kind, image)
+                write_entry(key, target.kind, image)
         with _lock:
             _memory[key] = image
         pending.image = image
@@ -217,8 +343,8 @@ def cache_info() -> dict:
     Returns
     -------
     dict
-        ``path`` (str, the disk folder), ``entries`` (files in it), ``bytes``
-        (their total size), ``enabled`` (disk cache on) and
+        ``path`` (str, the disk folder), ``entries`` (kernel images in it),
+        ``bytes`` (their total size), ``enabled`` (disk cache on) and
         ``memory_entries`` (images held by this process).
 
     Examples
@@ -231,9 +357,9 @@ def cache_info() -> dict:
     try:
         with os.scandir(d) as it:
             for e in it:
-                if e.name.endswith(_SUFFIX) and e.is_file():
+                if e.name.endswith(_SUFFIX) and e.is_file(follow_symlinks=False):
                     entries += 1
-                    size += e.stat().st_size
+                    size += e.stat(follow_symlinks=False).st_size
     except OSError:
         pass
     with _lock:
@@ -245,8 +371,9 @@ def cache_info() -> dict:
 def clear_cache(memory: bool = True) -> int:
     """Delete the disk cache's entries (and the in-memory images).
 
-    Only files this cache wrote (``*.gakc`` and its temporary files) are
-    removed; the folder itself stays.
+    Only files this cache wrote (``*.gakc``, ``*.gakf`` and its temporary files) are
+    removed -- a symlink under such a name is removed, never its target --;
+    the folder itself stays.
 
     Parameters
     ----------
@@ -262,11 +389,12 @@ def clear_cache(memory: bool = True) -> int:
     d = cache_dir()
     try:
         with os.scandir(d) as it:
-            names = [e.name for e in it if e.is_file()]
+            names = [e.name for e in it if e.is_file(follow_symlinks=False) or e.is_symlink()]
     except OSError:
         names = []
     for name in names:
-        if name.endswith(_SUFFIX) or (name.startswith(".") and name.endswith(".tmp")):
+        if (name.endswith((_SUFFIX, _FACTS_SUFFIX))
+                or (name.startswith(".") and name.endswith(".tmp"))):
             try:
                 os.unlink(d / name)
                 removed += 1

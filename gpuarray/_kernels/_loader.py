@@ -14,31 +14,37 @@ simulated device's architecture, so a kernel that does not compile fails
 there too; with ``--Ofast-compile=max`` (the image is never run), about
 0.04 s per kernel instead of 0.1-0.2 s.  ``GPUARRAY_SIM_COMPILE=0`` skips that compilation (the simulator
 then loads a placeholder image); so does a missing NVRTC.
+
+NVRTC is loaded only to compile: what the target choice and the cache key
+need to know of it comes from :mod:`._toolchain`, so a warm disk cache loads
+no NVRTC.  Before anything is built for a context, an NVRTC whose major
+version is newer than the driver's CUDA version is refused
+(:class:`gpuarray.errors.NvrtcVersionError`), on the simulator too (with its
+simulated driver version) whenever it compiles the real sources.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import weakref
+from typing import NamedTuple
 
 from .._driver import get_backend, sim_kernels
-from . import _cache, _nvrtc, _source
-from ._reference import reference_kernel
+from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, program_source
 
 __all__ = ["DeviceInfo", "device_info", "get_kernel", "get_function", "build_image", "sim_compile_enabled",
            "forget_loaded"]
 
 
-@dataclasses.dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(NamedTuple):
     """What launches need to know of a device (read once per backend and device)."""
 
     ordinal: int
     cc: tuple[int, int]
     sms: int
+    driver_version: int = 0
 
 
 _lock = threading.Lock()
@@ -62,24 +68,39 @@ def device_info(backend, ordinal: int) -> DeviceInfo:
     cc = (int(backend.device_attribute("compute_capability_major", ordinal)),
           int(backend.device_attribute("compute_capability_minor", ordinal)))
     sms = int(backend.device_attribute("multiprocessor_count", ordinal))
-    info = DeviceInfo(ordinal, cc, max(1, sms))
+    info = DeviceInfo(ordinal, cc, max(1, sms), int(backend.driver_version()))
     with _lock:
         _devices.setdefault(backend, {})[ordinal] = info
     return info
 
 
-def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False) -> bytes:
+def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
+                driver_version: int | None = None) -> bytes:
     """The compiled image (CUBIN or PTX) of one kernel for compute capability ``cc``.
 
     ``fast``: compile with minimal device optimisation (images never run).
+    ``driver_version``: refuse an NVRTC newer than this driver
+    (:func:`._toolchain.check_driver`).  Loads NVRTC only on a cache miss.
     """
-    target = _nvrtc.select_target(*cc)
-    return _cache.get_image(program_source([spec]), _source.kernel_headers(), target, fast=fast)
+    source, headers = program_source([spec]), _source.kernel_headers()
+
+    def build(tc: _nvrtc.Toolchain) -> bytes:
+        if driver_version is not None:
+            _toolchain.check_driver(tc.version, driver_version)
+        target = _nvrtc.select_target(*cc, archs=tc.archs, version=tc.version)
+        return _cache.get_image(source, headers, target, fast=fast, toolchain=tc)
+
+    tc = _toolchain.require()
+    try:
+        return build(tc)
+    except _nvrtc.StaleToolchain as e:  # the remembered facts were wrong: use the loaded NVRTC's
+        _toolchain.refresh(e.loaded)
+        return build(e.loaded)
 
 
-def _sim_image(spec: KernelSpec, cc: tuple[int, int]) -> bytes:
-    if sim_compile_enabled() and _nvrtc.nvrtc_available():
-        return build_image(spec, cc, fast=True)
+def _sim_image(spec: KernelSpec, info: DeviceInfo) -> bytes:
+    if sim_compile_enabled() and _toolchain.current() is not None:
+        return build_image(spec, info.cc, fast=True, driver_version=info.driver_version)
     return b"gpuarray-sim-placeholder\0" + spec.symbol.encode() + b"\0"
 
 
@@ -118,10 +139,12 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
             return hit
     info = device_info(b, b.ctx_get_device())
     if b.name == "sim":
-        image = _sim_image(spec, info.cc)
+        from ._reference import reference_kernel  # the simulator's only
+
+        image = _sim_image(spec, info)
         sim_kernels.register(spec.symbol, reference_kernel(spec))
     else:
-        image = build_image(spec, info.cc)
+        image = build_image(spec, info.cc, driver_version=info.driver_version)
     module = b.module_load_data(image)
     entry = (b.module_get_function(module, spec.symbol), info)
     with _lock:

@@ -9,18 +9,29 @@ above the device when NVRTC does not know the device yet (the driver JIT
 compiles it); an error when the device is older than every supported arch.
 Failures raise :class:`gpuarray.errors.NvrtcError` with the log, the options
 and the source.
+
+:class:`Toolchain` is what the rest of the kernels layer needs to know of
+NVRTC before compiling (version, architectures, and which library it is):
+:func:`loaded_toolchain` asks the loaded library, while
+:mod:`._toolchain` remembers the answer on disk so that a warm kernel cache
+never loads NVRTC.  Output buffers handed to NVRTC are fresh ``bytearray``
+objects: NVRTC writes into them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from ..errors import NvrtcError
+from . import _nvrtc_id
 
 __all__ = [
     "Target",
+    "Toolchain",
+    "StaleToolchain",
+    "loaded_toolchain",
     "nvrtc_available",
     "nvrtc_version",
     "supported_archs",
@@ -34,12 +45,39 @@ __all__ = [
 BASE_OPTIONS = ("-std=c++17",)
 
 
-@dataclasses.dataclass(frozen=True)
-class Target:
+# NamedTuples rather than frozen dataclasses: a tenth of the class-creation
+# cost, which every process pays at its first kernel operation.
+class Target(NamedTuple):
     """What NVRTC produces: ``kind`` ``"cubin"`` or ``"ptx"``, and ``arch`` (``sm_90``/``compute_90``)."""
 
     kind: str
     arch: str
+
+
+class Toolchain(NamedTuple):
+    """The NVRTC that compiles: ``version`` ``(major, minor)``, ``archs`` it supports, ``ident``.
+
+    ``ident`` is :func:`gpuarray._kernels._nvrtc_id.fingerprint` (which
+    library file, found without loading it).
+    """
+
+    version: tuple[int, int]
+    archs: tuple[int, ...]
+    ident: str
+
+
+class StaleToolchain(Exception):
+    """The NVRTC loaded to compile is not the one the remembered :class:`Toolchain` describes."""
+
+    def __init__(self, expected: Toolchain, loaded: Toolchain) -> None:
+        self.expected = expected
+        self.loaded = loaded
+        super().__init__(f"remembered {expected}, loaded {loaded}")
+
+
+def loaded_toolchain() -> Toolchain:
+    """The :class:`Toolchain` of the NVRTC library, loading it if needed (0.1-0.2 s the first time)."""
+    return Toolchain(nvrtc_version(), supported_archs(), _nvrtc_id.fingerprint())
 
 
 def _nvrtc():
@@ -88,8 +126,18 @@ def supported_archs() -> tuple[int, ...]:
     return tuple(sorted(int(a) for a in archs))
 
 
-def select_target(major: int, minor: int) -> Target:
+def select_target(major: int, minor: int, archs: Sequence[int] | None = None,
+                  version: tuple[int, int] | None = None) -> Target:
     """The compilation target for a device of compute capability ``major.minor``.
+
+    Parameters
+    ----------
+    major, minor : int
+        The device's compute capability.
+    archs : sequence of int, optional
+        What NVRTC supports (:func:`supported_archs`, asked when omitted).
+    version : tuple of int, optional
+        NVRTC's version, for the error message (asked when omitted).
 
     Raises
     ------
@@ -102,13 +150,13 @@ def select_target(major: int, minor: int) -> Target:
     Target(kind='cubin', arch='sm_90')
     """
     cc = 10 * int(major) + int(minor)
-    archs = supported_archs()
+    archs = tuple(sorted(archs)) if archs is not None else supported_archs()
     if cc in archs:
         return Target("cubin", f"sm_{cc}")
     older = [a for a in archs if a <= cc]
     if not older:
         raise NvrtcError(
-            f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot compile for compute "
+            f"NVRTC {'.'.join(map(str, version or nvrtc_version()))} cannot compile for compute "
             f"capability {major}.{minor}: it supports sm_{archs[0]} and newer")
     return Target("ptx", f"compute_{max(older)}")
 
@@ -118,7 +166,8 @@ def select_target(major: int, minor: int) -> Target:
 FAST_OPTIONS = ("--Ofast-compile=max",)
 
 
-def compile_options(target: Target, fast: bool = False) -> list[str]:
+def compile_options(target: Target, fast: bool = False,
+                    version: tuple[int, int] | None = None) -> list[str]:
     """The NVRTC options for ``target``.
 
     Parameters
@@ -128,9 +177,11 @@ def compile_options(target: Target, fast: bool = False) -> list[str]:
         Trade device code quality for compile time (about 3x faster): for
         images that are checked but never run, as with the simulator.
         Ignored before NVRTC 12.8.
+    version : tuple of int, optional
+        NVRTC's version (:func:`nvrtc_version`, asked when omitted).
     """
     opts = list(BASE_OPTIONS) + [f"--gpu-architecture={target.arch}"]
-    if fast and nvrtc_version() >= (12, 8):
+    if fast and tuple(version or nvrtc_version()) >= (12, 8):
         opts += FAST_OPTIONS
     return opts
 
@@ -177,11 +228,11 @@ def compile_program(source: str, headers: Mapping[str, str], options: Sequence[s
                 f"{name}", log, list(options), source)
         if kind == "cubin":
             size = _call(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            buf = b" " * size
+            buf = _out_buffer(size)
             _call(nv.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
             return bytes(buf)
         size = _call(nv.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-        buf = b" " * size
+        buf = _out_buffer(size)
         _call(nv.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
         out = bytes(buf)
         return out if out.endswith(b"\0") else out + b"\0"
@@ -189,11 +240,20 @@ def compile_program(source: str, headers: Mapping[str, str], options: Sequence[s
         nv.nvrtcDestroyProgram(prog)
 
 
+def _out_buffer(size) -> bytearray:
+    """A fresh writable buffer for NVRTC to fill.
+
+    Never ``b" " * size``: NVRTC writes through the pointer, and for size 1
+    that expression is the interpreter's shared ``b" "`` object.
+    """
+    return bytearray(int(size))
+
+
 def _log(nv, prog) -> str:
     try:
         size = _call(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        buf = _out_buffer(size)
         _call(nv.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
     except NvrtcError as e:
         return f"(no log: {e})"
-    return buf.rstrip(b"\0").decode(errors="replace")
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")
