@@ -148,7 +148,7 @@ def test_init_missing_bindings_becomes_unavailable(monkeypatch):
         raise ImportError("No module named 'cuda'")
 
     monkeypatch.setattr(cudamod, "_load_driver", load)
-    with pytest.raises(CudaUnavailableError, match="cuda-python is not installed"):
+    with pytest.raises(CudaUnavailableError, match="cuda-bindings is not installed"):
         CudaBackend().init()
 
 

@@ -287,7 +287,8 @@ class CudaBackend(Backend):
         try:
             drv = _load_driver()
         except ImportError as e:
-            return (f"cuda-python is not installed (importing cuda.bindings.driver failed: {e})", e)
+            return ("cuda-bindings is not installed (importing cuda.bindings.driver failed: "
+                    f'{e}); pip install "gpuarray[cu13]" (or "gpuarray[cu12]")', e)
         try:
             res = drv.cuInit(0)
         except (RuntimeError, OSError) as e:

@@ -84,8 +84,8 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError as e:  # pragma: no cover - NVRTC is a dependency
-        raise NvrtcError(f"NVRTC is not available ({e}); install cuda-python and "
-                         "nvidia-cuda-nvrtc") from e
+        raise NvrtcError(f"NVRTC is not available ({e}); install the extra for your "
+                         'driver\'s CUDA: pip install "gpuarray[cu13]" (or "gpuarray[cu12]")') from e
     return nvrtc
 
 
