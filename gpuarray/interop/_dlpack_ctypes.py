@@ -1,24 +1,13 @@
-"""DLPack capsules over ctypes: make them and consume them.
+"""The ctypes core of DLPack: the fallback for ``_dlpack_core`` (C).
 
-One concern: the C-level half of DLPack (``dlpack.h`` 1.x structs, capsule
-names and lifetimes, as the DLPack Python specification sets them), with no
-array class and no CUDA. The array glue passes plain values (pointer, shape,
-byte strides, dtype, device, an owner object) and gets plain values back.
-The Python-level half -- ``__dlpack__`` keywords, version negotiation and
-the dtype mapping -- is ``_dlpack_protocol``; its names are re-exported here.
+Same functions as the C extension (``make``, ``consume``, ``live_exports``,
+``deleter_calls``), for machines where it was not built, or when
+``GPUARRAY_DLPACK_CORE=python`` forces this one. ``_dlpack_capsule`` selects
+the core at import and holds everything else (validation, dtypes,
+``ImportedTensor``).
 
-Conventions
------------
-* Strides are **bytes** in every argument and result here; the DLPack structs
-  hold elements and the conversion happens in this module.
-* Exports set ``byte_offset = 0`` (``data`` is element ``[0, ..., 0]``), NULL
-  ``data`` for size 0, NULL ``shape``/``strides`` for ndim 0.
-* ``BufferError`` for what DLPack cannot express (dtype, strides, read-only on
-  a legacy capsule, unknown major version); ``TypeError``/``ValueError`` for
-  malformed arguments.
-
-Lifetime of an export (see :func:`make_capsule`)
-------------------------------------------------
+Lifetime of an export (see :func:`make`)
+----------------------------------------
 * One zeroed ctypes block per export holds the managed struct, then shape and
   strides; ``_EXPORTS[address] = (owner, block)`` keeps both alive until the
   deleter pops the entry (once; a second call finds nothing).
@@ -33,9 +22,11 @@ Lifetime of an export (see :func:`make_capsule`)
   held here and dropped by :func:`sweep_capsules` (on the next export/import,
   after each garbage collection, at exit) once nobody else holds them: an
   unconsumed capsule's destructor runs then, with no exception in flight.
+  That machinery is installed by :func:`install_sweeps`, only when this core
+  is the one in use.
 * Limits: a consumer that calls the deleter with an exception set loses it
   (reported as unraisable; the release still happens); a deleter call after
-  ``Py_Finalize`` cannot reach any Python callback.
+  ``Py_Finalize`` cannot reach any Python callback. The C core has neither.
 """
 
 from __future__ import annotations
@@ -43,43 +34,18 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
-import math
 import struct
 import sys
 import threading
 import weakref
 from typing import Any
 
-import numpy as np
-
-# The Python-level half (keywords, versions, dtype codes) is re-exported here,
-# where callers and tests import it from.
-from ._dlpack_protocol import (
-    DLPACK_MAX_VERSION,
-    DLPackRequest,
-    _int,
-    dlpack_to_dtype,
-    dtype_to_dlpack,
-    export_version,
-    parse_dlpack_request,
-    parse_dlpack_stream,
-    wants_versioned,
-)
-
 __all__ = [
-    "kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLCUDAManaged",
-    "DLPACK_FLAG_BITMASK_READ_ONLY", "DLPACK_FLAG_BITMASK_IS_COPIED",
-    "DLPACK_MAX_VERSION", "DLDevice", "DLDataType", "DLTensor",
-    "DLManagedTensor", "DLPackVersion", "DLManagedTensorVersioned",
-    "DLPackRequest", "ImportedTensor", "consume_capsule", "dlpack_to_dtype",
-    "dtype_to_dlpack", "export_version", "live_exports", "make_capsule",
-    "parse_dlpack_request", "parse_dlpack_stream", "sweep_capsules",
-    "wants_versioned",
+    "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLPackVersion",
+    "DLManagedTensorVersioned", "Releaser", "consume", "deleter_calls", "install_sweeps",
+    "live_exports", "make", "sweep_capsules",
 ]
 
-kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13
-DLPACK_FLAG_BITMASK_READ_ONLY = 1
-DLPACK_FLAG_BITMASK_IS_COPIED = 2
 _INT64_MAX = 2**63 - 1
 _MAX_NDIM = 64
 
@@ -290,10 +256,6 @@ def sweep_capsules() -> int:
     int
         How many capsules were dropped.
 
-    Examples
-    --------
-    >>> sweep_capsules() >= 0
-    True
     """
     return _sweep(True)
 
@@ -308,8 +270,15 @@ def _gc_callback(phase: str, info: dict, _young: dict = _LIVE_CAPSULES,
             pass
 
 
-gc.callbacks.append(_gc_callback)
-atexit.register(sweep_capsules)
+_INSTALLED = [False]
+
+
+def install_sweeps() -> None:
+    """Sweep after each garbage collection and at exit (this core only; idempotent)."""
+    if not _INSTALLED[0]:
+        _INSTALLED[0] = True
+        gc.callbacks.append(_gc_callback)
+        atexit.register(sweep_capsules)
 
 
 def live_exports() -> int:
@@ -318,121 +287,62 @@ def live_exports() -> int:
     Returns
     -------
     int
-
-    Examples
-    --------
-    >>> live_exports() >= 0
-    True
     """
     return len(_EXPORTS)
 
 
-# --- producer ---
-def _ints(values: Any, what: str) -> tuple[int, ...]:
-    if type(values) is tuple and all(type(v) is int for v in values):
-        out = values
-    else:
-        try:
-            out = tuple(_int(v, what) for v in values)
-        except TypeError as exc:
-            raise TypeError(f"{what} must be a sequence of ints, got {values!r}") from exc
-    if len(out) > _MAX_NDIM or any(abs(v) > _INT64_MAX for v in out):
-        raise ValueError(f"{what} {out!r} does not fit DLPack (int64, ndim <= {_MAX_NDIM})")
-    return out
 
 
-def make_capsule(*, data_ptr: int, shape: Any, byte_strides: Any, dtype: Any,
-                 device_type: int, device_id: int, owner: object,
-                 readonly: bool = False, is_copied: bool = False,
-                 versioned: bool = True,
-                 version: tuple[int, int] = DLPACK_MAX_VERSION) -> Any:
-    """Export memory as a DLPack capsule that keeps ``owner`` alive.
-
-    Parameters
-    ----------
-    data_ptr : int
-        Address of element ``[0, ..., 0]``.
-    shape, byte_strides : sequence of int
-        Strides in **bytes** (exported in elements).
-    dtype : dtype-like
-        See :func:`dtype_to_dlpack`.
-    device_type, device_id : int
-        The ``DLDevice`` (``kDLCUDA``, ``kDLCUDAHost``, ``kDLCUDAManaged``...).
-    owner : object
-        Held until the deleter runs: when the consumer releases the tensor, or
-        when the capsule dies unconsumed (at a :func:`sweep_capsules`).
-    readonly, is_copied : bool
-        ``READ_ONLY`` / ``IS_COPIED`` flags of a versioned capsule.
-    versioned : bool
-        ``"dltensor_versioned"`` if true, else legacy ``"dltensor"``.
-    version : tuple of int
-        Version of a versioned capsule (major 1), see :func:`export_version`.
+def deleter_calls() -> int:
+    """How many times this core's deleter has run (second calls included).
 
     Returns
     -------
-    PyCapsule
-
-    Raises
-    ------
-    BufferError
-        Unsupported dtype; a byte stride not a multiple of the item size on an
-        axis of extent > 1; ``readonly`` on a legacy capsule.
-    TypeError, ValueError
-        Malformed arguments.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> a = np.arange(3.0)
-    >>> cap = make_capsule(data_ptr=a.ctypes.data, shape=a.shape, owner=a,
-    ...                    byte_strides=a.strides, dtype=a.dtype,
-    ...                    device_type=kDLCPU, device_id=0)
-    >>> class Host:
-    ...     def __dlpack__(self, **kw): return cap
-    ...     def __dlpack_device__(self): return (kDLCPU, 0)
-    >>> np.from_dlpack(Host()).tolist()
-    [0.0, 1.0, 2.0]
+    int
     """
-    dt = np.dtype(dtype)
-    code, bits, lanes = dtype_to_dlpack(dt)
-    shape, strides = _ints(shape, "shape"), _ints(byte_strides, "byte_strides")
-    ptr = _int(data_ptr, "data_ptr")
-    dev = (_int(device_type, "device_type"), _int(device_id, "device_id"))
-    if (len(strides) != len(shape) or min(shape, default=0) < 0 or not 0 <= ptr < 2**64
-            or not all(-(2**31) <= v < 2**31 for v in dev)):
-        raise ValueError(f"invalid export: shape {shape}, byte_strides {strides}, "
-                         f"data_ptr {ptr:#x}, device {dev}")
-    if versioned:
-        major, minor = _ints(version, "version")
-        if major != 1 or not 0 <= minor < 2**32:
-            raise ValueError(f"can only produce DLPack 1.x, not version {version!r}")
-    elif readonly:
-        raise BufferError("a read-only array cannot be exported as a legacy DLPack "
-                          "capsule (no READ_ONLY flag); ask for max_version >= (1, 0)")
-    ndim, itemsize = len(shape), dt.itemsize
-    extent = math.prod(max(n, 1) for n in shape)
+    return _COUNTS["deleter_calls"]
+
+
+
+
+def make(owner: object, data: int, shape: tuple[int, ...], byte_strides: tuple[int, ...],
+         itemsize: int, code: int, bits: int, lanes: int, device_type: int, device_id: int,
+         versioned: bool, major: int, minor: int, flags: int) -> Any:
+    """A capsule from validated plain values (``_dlpack_capsule.make_capsule`` checks them).
+
+    Strides are bytes here and exported in elements; raises ``BufferError``
+    for a byte stride that is not a whole number of elements on an axis of
+    extent > 1, ``ValueError`` for values DLPack cannot hold.
+    """
+    ndim = len(shape)
+    if ndim > _MAX_NDIM or len(byte_strides) != ndim or not 0 <= data < 2**64:
+        raise ValueError(f"invalid export: shape {shape}, byte_strides {byte_strides}")
+    size = 0 if 0 in shape else 1
+    extent = 1
+    for n in shape:
+        if not 0 <= n <= _INT64_MAX:
+            raise ValueError(f"shape entry {n} is out of range for DLPack")
+        extent *= max(n, 1)
     if extent * itemsize > _INT64_MAX:
         raise ValueError(f"shape {shape} is too large for DLPack")
-    size = 0 if 0 in shape else extent
     elem_strides, expected = [0] * ndim, 1
     for i in range(ndim - 1, -1, -1):
-        q, r = divmod(strides[i], itemsize)
+        if abs(byte_strides[i]) > _INT64_MAX:
+            raise ValueError(f"byte stride {byte_strides[i]} is out of range for DLPack")
+        q, r = divmod(byte_strides[i], itemsize)
         if r:
             if shape[i] > 1 and size:
-                raise BufferError(f"byte strides {strides} are not multiples of the "
+                raise BufferError(f"byte strides {byte_strides} are not multiples of the "
                                   f"item size {itemsize}: DLPack counts strides in elements")
             q = expected  # the stride of an axis of extent <= 1 does not matter
         elem_strides[i], expected = q, expected * max(shape[i], 1)
-
     versioned = bool(versioned)
     pack = _PACK[versioned]
     block = ctypes.create_string_buffer(pack.size + 16 * ndim)  # one per export
     addr = ctypes.addressof(block)
     arrays = (addr + pack.size, addr + pack.size + 8 * ndim) if ndim else (0, 0)
-    tensor = (ptr if size else 0, *dev, ndim, code, bits, lanes, *arrays, 0)
+    tensor = (data if size else 0, device_type, device_id, ndim, code, bits, lanes, *arrays, 0)
     if versioned:
-        flags = ((DLPACK_FLAG_BITMASK_READ_ONLY if readonly else 0)
-                 | (DLPACK_FLAG_BITMASK_IS_COPIED if is_copied else 0))
         pack.pack_into(block, 0, major, minor, addr, _DELETER_ADDR, flags, *tensor)
     else:
         pack.pack_into(block, 0, *tensor, addr, _DELETER_ADDR)
@@ -450,64 +360,6 @@ def make_capsule(*, data_ptr: int, shape: Any, byte_strides: Any, dtype: Any,
     return capsule
 
 
-# --- consumer ---
-class ImportedTensor:
-    """A consumed DLPack tensor: its fields, and the duty to call its deleter.
-
-    Attributes
-    ----------
-    data_ptr : int
-        ``data + byte_offset``.
-    shape, byte_strides : tuple of int
-        Strides in bytes (C-contiguous ones when the producer gave NULL).
-    dtype : numpy.dtype
-    device_type, device_id : int
-    readonly, is_copied : bool
-        The ``READ_ONLY`` / ``IS_COPIED`` flags (false for legacy capsules).
-    versioned : bool
-    version : tuple of int or None
-        ``(major, minor)``; None for a legacy capsule.
-    """
-
-    __slots__ = ("data_ptr", "shape", "byte_strides", "dtype", "device_type",
-                 "device_id", "readonly", "is_copied", "versioned", "version",
-                 "_finalizer", "__weakref__")
-    data_ptr: int
-    shape: tuple[int, ...]
-    byte_strides: tuple[int, ...]
-    dtype: np.dtype
-    device_type: int
-    device_id: int
-    readonly: bool
-    is_copied: bool
-    versioned: bool
-    version: tuple[int, int] | None
-    _finalizer: weakref.finalize
-
-    def release(self) -> None:
-        """Call the producer's deleter now; later calls do nothing.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> t = consume_capsule(np.zeros(2).__dlpack__())
-        >>> t.release(); t.release(); t.released
-        True
-        """
-        self._finalizer()
-
-    @property
-    def released(self) -> bool:
-        """Whether the producer's deleter has been called."""
-        return not self._finalizer.alive
-
-    def __repr__(self) -> str:
-        return (f"ImportedTensor(data_ptr={self.data_ptr:#x}, shape={self.shape}, "
-                f"byte_strides={self.byte_strides}, dtype={self.dtype}, "
-                f"device=({self.device_type}, {self.device_id}), readonly="
-                f"{self.readonly}, version={self.version}, released={self.released})")
-
-
 def _call_deleter(manager: int, deleter: int) -> None:
     if deleter == _DELETER_ADDR:
         _release_export(manager)
@@ -515,44 +367,30 @@ def _call_deleter(manager: int, deleter: int) -> None:
         _ForeignDeleter(deleter)(manager)
 
 
+class Releaser:
+    """Calls a consumed tensor's deleter exactly once: on :meth:`release` or when collected."""
+
+    __slots__ = ("_finalizer", "__weakref__")
+
+    def __init__(self, manager: int, deleter: int) -> None:
+        self._finalizer = weakref.finalize(self, _call_deleter, manager, deleter)
+
+    def release(self) -> None:
+        """Call the producer's deleter now; later calls do nothing."""
+        self._finalizer()
+
+    @property
+    def released(self) -> bool:
+        """Whether the deleter has been called."""
+        return not self._finalizer.alive
+
+
 _CONSUME_LOCK = threading.RLock()  # a gc-triggered sweep may re-enter
 
 
-def consume_capsule(capsule: Any) -> ImportedTensor:
-    """Take ownership of a ``"dltensor"`` or ``"dltensor_versioned"`` capsule.
-
-    Legacy or versioned is decided by the capsule's name. The capsule is
-    renamed ``"used_dltensor[_versioned]"``; the producer's deleter then runs
-    once: on :meth:`ImportedTensor.release`, or when the result is collected.
-
-    Parameters
-    ----------
-    capsule : PyCapsule
-        As returned by a ``__dlpack__`` method.
-
-    Returns
-    -------
-    ImportedTensor
-
-    Raises
-    ------
-    TypeError
-        Not a PyCapsule.
-    ValueError
-        A PyCapsule with a name that is not a DLPack one.
-    BufferError
-        Already consumed; or (after calling the deleter) a major version other
-        than 1, ``lanes != 1``, an unsupported dtype, a bad ndim or shape, or
-        NULL data for a non-empty tensor.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> a = np.arange(6, dtype=np.int32).reshape(2, 3).T
-    >>> t = consume_capsule(a.__dlpack__(max_version=(1, 0)))
-    >>> t.shape, t.byte_strides, t.data_ptr == a.ctypes.data
-    ((3, 2), (4, 12), True)
-    """
+def consume(capsule: Any) -> tuple:
+    """``(releaser, versioned, major, minor, flags, data, byte_offset, device_type,
+    device_id, code, bits, lanes, ndim, shape, strides)``, as the C core's ``consume``."""
     if type(capsule) is not _CapsuleType:
         raise TypeError(f"expected a DLPack PyCapsule, got {type(capsule).__name__}")
     if _LIVE_CAPSULES:
@@ -569,51 +407,24 @@ def consume_capsule(capsule: Any) -> ImportedTensor:
         manager = _PyCapsule_GetPointer(capsule, _NAME[versioned])
         managed = (DLManagedTensorVersioned if versioned else DLManagedTensor
                    ).from_address(manager)
-        out = ImportedTensor()
-        out._finalizer = weakref.finalize(out, _call_deleter, manager, managed.deleter or 0)
+        rel = Releaser(manager, managed.deleter or 0)
         try:
             _PyCapsule_SetName(capsule, _USED_NAME[versioned])
         except BaseException:
-            out._finalizer.detach()
+            rel._finalizer.detach()
             raise
-    try:
-        _fill(out, managed, versioned)
-    except BufferError:
-        out.release()
-        raise
-    return out
-
-
-def _fill(out: ImportedTensor, managed: Any, versioned: bool) -> None:
-    flags, out.versioned, out.version = 0, versioned, None
+    major = minor = flags = 0
     if versioned:
-        out.version = (managed.version.major, managed.version.minor)
-        if out.version[0] != 1:  # only the fields up to `flags` may be read
-            raise BufferError(f"DLPack version {out.version[0]}.{out.version[1]} is not "
-                              "supported (this consumer reads major version 1)")
-        flags = managed.flags
-    tensor = managed.dl_tensor
-    ndim, dl_dtype = tensor.ndim, tensor.dtype
-    dtype = dlpack_to_dtype(dl_dtype.code, dl_dtype.bits, dl_dtype.lanes)
-    if not 0 <= ndim <= _MAX_NDIM or (ndim and not tensor.shape):
-        raise BufferError(f"invalid DLPack tensor: ndim={ndim}, shape pointer "
-                          f"{'set' if tensor.shape else 'NULL'}")
-    shape = tuple(tensor.shape[:ndim]) if ndim else ()
-    if min(shape, default=0) < 0:
-        raise BufferError(f"invalid DLPack tensor: negative shape {shape}")
-    itemsize = dtype.itemsize
-    if tensor.strides and ndim:
-        strides = tuple(s * itemsize for s in tensor.strides[:ndim])
-    else:
-        acc, rev = itemsize, []
-        for n in reversed(shape):
-            rev.append(acc)
-            acc *= max(n, 1)
-        strides = tuple(reversed(rev))
-    ptr = (tensor.data or 0) + tensor.byte_offset
-    if not ptr and 0 not in shape:
-        raise BufferError(f"invalid DLPack tensor: NULL data for shape {shape}")
-    out.data_ptr, out.shape, out.byte_strides, out.dtype = ptr, shape, strides, dtype
-    out.device_type, out.device_id = tensor.device.device_type, tensor.device.device_id
-    out.readonly = bool(flags & DLPACK_FLAG_BITMASK_READ_ONLY)
-    out.is_copied = bool(flags & DLPACK_FLAG_BITMASK_IS_COPIED)
+        major, minor, flags = managed.version.major, managed.version.minor, managed.flags
+        if major != 1:  # only the fields up to `flags` may be read
+            return (rel, True, major, minor, flags) + (None,) * 10
+    t = managed.dl_tensor
+    ndim = t.ndim
+    shape = strides = None
+    if 0 <= ndim <= _MAX_NDIM and (ndim == 0 or t.shape):
+        shape = tuple(t.shape[:ndim]) if ndim else ()
+        if ndim and t.strides:
+            strides = tuple(t.strides[:ndim])
+    return (rel, versioned, major, minor, flags, t.data or 0, t.byte_offset,
+            t.device.device_type, t.device.device_id, t.dtype.code, t.dtype.bits,
+            t.dtype.lanes, ndim, shape, strides)
