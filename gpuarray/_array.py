@@ -21,6 +21,7 @@ from . import _config, _layout, _transfer
 from ._device import Device, get_device
 from ._stream import Stream, as_stream
 from .interop._cai_desc import make_cai
+from .interop._dlpack_export import export_capsule
 from .memory import MemoryPointer, allocate, record_stream
 
 __all__ = ["DeviceNDArray", "is_device_array"]
@@ -626,10 +627,7 @@ class DeviceNDArray:
             read-only array on the legacy path, unsupported dtypes, byte
             strides that are not whole elements, a forbidden copy).
         """
-        from .interop._dlpack import export_capsule
-
-        return export_capsule(self, stream=stream, max_version=max_version,
-                              dl_device=dl_device, copy=copy)
+        return export_capsule(self, stream, max_version, dl_device, copy)
 
     # ------------------------------------------------------------- pickle
     def __reduce__(self):

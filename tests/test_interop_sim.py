@@ -821,7 +821,7 @@ def test_dlpack_device_copy_runs_on_the_consumer_stream(sim):
 def test_dlpack_lifetime_deleter_once():
     """Item 20: the capsule holds the array until the deleter runs, once: at release
     by the consumer, or when an unconsumed capsule dies."""
-    calls = dl._COUNTS["deleter_calls"]
+    calls = dl.deleter_calls()
     d = gpuarray.zeros(4)
     ref = weakref.ref(d)
     cap = d.__dlpack__(max_version=(1, 0))
@@ -830,7 +830,7 @@ def test_dlpack_lifetime_deleter_once():
     assert ref() is not None
     del cap
     dl.sweep_capsules()
-    assert ref() is None and dl._COUNTS["deleter_calls"] == calls + 1
+    assert ref() is None and dl.deleter_calls() == calls + 1
     d = gpuarray.zeros(4)
     ref = weakref.ref(d)
     imported = gpuarray.from_dlpack(d.__dlpack__())   # raw legacy capsule
@@ -838,10 +838,10 @@ def test_dlpack_lifetime_deleter_once():
     del d, imported
     dl.sweep_capsules()
     gc.collect()
-    assert ref() is not None and dl._COUNTS["deleter_calls"] == calls + 1
+    assert ref() is not None and dl.deleter_calls() == calls + 1
     del view
     gc.collect()
-    assert ref() is None and dl._COUNTS["deleter_calls"] == calls + 2
+    assert ref() is None and dl.deleter_calls() == calls + 2
 
 
 def test_dlpack_export_from_another_device(make_sim, recorder):
@@ -941,7 +941,7 @@ def test_from_dlpack_renames_and_deletes_once_when_the_last_view_dies(versioned)
     """Item 25: capsule renamed used_*; the producer's deleter runs once, after every view."""
     exp = Exporter(gpuarray.to_device(np.arange(12.0).reshape(3, 4)), versioned=versioned)
     cap = exp.capsule()
-    calls = dl._COUNTS["deleter_calls"]
+    calls = dl.deleter_calls()
     g = gpuarray.from_dlpack(cap)
     assert _GetName(cap) == (b"used_dltensor_versioned" if versioned else b"used_dltensor")
     views = [g[::-1], g.T, g[1, ...], g[:, 1:3].view(np.int64)]
@@ -955,7 +955,7 @@ def test_from_dlpack_renames_and_deletes_once_when_the_last_view_dies(versioned)
     assert exp.deaths == []
     del views
     gc.collect()
-    assert exp.deaths == [1] and dl._COUNTS["deleter_calls"] == calls + 1
+    assert exp.deaths == [1] and dl.deleter_calls() == calls + 1
     with pytest.raises(BufferError, match="already consumed"):
         gpuarray.from_dlpack(_consumed_capsule())
 

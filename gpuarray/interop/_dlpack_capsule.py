@@ -394,63 +394,24 @@ def consume_capsule(capsule: Any) -> ImportedTensor:
     return out
 
 
+_DTYPE_OF: dict[tuple[int, int, int], np.dtype] = {}  # (code, bits, lanes) -> dtype
+
+
 def _fill(out: ImportedTensor, fields: tuple) -> None:
-    (_, versioned, major, minor, flags, data, offset, dev_type, dev_id, code, bits, lanes,
-     ndim, shape, strides) = fields
-    out.versioned = versioned = bool(versioned)
-    out.version = (major, minor) if versioned else None
-    if versioned and major != 1:
-        raise BufferError(f"DLPack version {major}.{minor} is not supported (this consumer "
-                          "reads major version 1)")
-    dtype = dlpack_to_dtype(code, bits, lanes)
-    if shape is None:
-        raise BufferError(f"invalid DLPack tensor: ndim={ndim}, shape pointer "
-                          f"{'NULL' if 0 <= ndim <= _MAX_NDIM else 'set'}")
-    itemsize = dtype.itemsize
-    size, lo, hi = 1, 0, itemsize
-    if strides is None:  # C-contiguous
-        acc, rev = itemsize, []
-        for n in reversed(shape):
-            rev.append(acc)
-            if n < 0:
-                raise BufferError(f"invalid DLPack tensor: negative shape {shape}")
-            acc *= n if n > 1 else 1
-            size *= n
-        byte_strides = tuple(reversed(rev))
-        hi = acc
+    # The core checked ndim, shape, strides and addresses (BufferError naming
+    # them); what is left is the version and the dtype.
+    (_, versioned, major, minor, flags, ptr, dev_type, dev_id, code, bits, lanes,
+     shape, byte_strides, size, lo, hi) = fields
+    if versioned:
+        out.versioned, out.version = True, (major, minor)
+        if major != 1:
+            raise BufferError(f"DLPack version {major}.{minor} is not supported (this "
+                              "consumer reads major version 1)")
     else:
-        byte_strides = tuple([s * itemsize for s in strides])
-        for n, st in zip(shape, byte_strides):
-            if n < 0:
-                raise BufferError(f"invalid DLPack tensor: negative shape {shape}")
-            size *= n
-            if not -_INT64_MAX <= st <= _INT64_MAX:
-                raise BufferError(f"DLPack tensor stride {st // itemsize} (elements) of shape "
-                                  f"{shape} does not fit 64 bits in bytes")
-            if st < 0:
-                lo += st * (n - 1)
-            else:
-                hi += st * (n - 1)
-    if size * itemsize > _INT64_MAX:
-        raise BufferError(f"DLPack tensor of shape {shape} and {dtype} is too large "
-                          f"({size * itemsize} bytes) for a 64-bit address space")
-    if size == 0:
-        lo = hi = 0
-    elif max(-lo, hi) > _INT64_MAX:
-        bad = max(byte_strides, key=abs)
-        raise BufferError(f"DLPack tensor strides {byte_strides} (bytes; {bad} with shape "
-                          f"{shape}) reach past a 64-bit address space")
-    ptr = data + offset
-    if size:
-        if not data:
-            raise BufferError(f"invalid DLPack tensor: NULL data for shape {shape}")
-        if ptr + lo < 0 or ptr + hi > 2**64:
-            raise BufferError(f"DLPack tensor data {data:#x} + byte_offset {offset:#x} with "
-                              f"byte strides {byte_strides} and shape {shape} addresses "
-                              f"[{ptr + lo:#x}, {ptr + hi:#x}), outside a 64-bit address space")
-    elif ptr >= 2**64:
-        raise BufferError(f"DLPack tensor data {data:#x} + byte_offset {offset:#x} is past "
-                          "a 64-bit address space")
+        out.versioned, out.version = False, None
+    dtype = _DTYPE_OF.get((code, bits, lanes))
+    if dtype is None:
+        dtype = _DTYPE_OF[(code, bits, lanes)] = dlpack_to_dtype(code, bits, lanes)
     out.data_ptr, out.shape, out.byte_strides, out.dtype = ptr, shape, byte_strides, dtype
     out.size, out.extent = size, (lo, hi)
     out.device_type, out.device_id = dev_type, dev_id

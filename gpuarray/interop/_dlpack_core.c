@@ -407,12 +407,35 @@ int64_tuple(const int64_t *values, Py_ssize_t n)
     return out;
 }
 
-/* consume(capsule) -> (releaser, versioned, major, minor, flags, data,
- *                      byte_offset, device_type, device_id, code, bits, lanes,
- *                      ndim, shape, strides)
- * After a major version other than 1 the fields from `data` on are None (only
- * the fields up to `flags` may be read). shape is None for an ndim outside
- * [0, 64] or a NULL shape pointer; strides (elements) None when NULL. */
+#ifndef __SIZEOF_INT128__
+#error "the DLPack core needs a 128-bit integer type for its size checks"
+#endif
+typedef __int128 wide;
+#define I64_MAX ((wide)INT64_MAX)
+#define ADDR_END ((wide)1 << 64)
+
+/* Release, then raise BufferError(message % shape): the caller returns NULL. */
+static PyObject *
+refuse(Releaser *rel, PyObject *shape, const char *message)
+{
+    releaser_run(rel);
+    Py_DECREF(rel);
+    PyErr_Format(PyExc_BufferError, message, shape);
+    Py_DECREF(shape);
+    return NULL;
+}
+
+/* consume(capsule) -> (releaser, versioned, major, minor, flags, data_ptr,
+ *                      device_type, device_id, code, bits, lanes, shape,
+ *                      byte_strides, size, lo, hi)
+ * data_ptr is data + byte_offset; byte_strides are bytes (C-contiguous when
+ * the producer gave NULL); [data_ptr + lo, data_ptr + hi) are the bytes the
+ * tensor addresses ((0, 0) for size 0). After a major version other than 1
+ * the fields from data_ptr on are None (only the fields up to `flags` may be
+ * read); for a dtype whose item size is not whole bytes (lanes != 1
+ * included), shape and what follows are None: the caller refuses the dtype.
+ * BufferError, after calling the deleter, for a bad ndim or shape, and for
+ * sizes, strides or addresses that do not fit 64 bits. */
 static PyObject *
 core_consume(PyObject *module, PyObject *capsule)
 {
@@ -422,12 +445,14 @@ core_consume(PyObject *module, PyObject *capsule)
     Releaser *rel;
     DLTensor *t;
     unsigned long long major = 0, minor = 0, flags = 0;
-    PyObject *shape = NULL, *strides = NULL;
+    PyObject *shape, *strides;
+    int64_t ndim, i, n, itemsize, bs[MAX_NDIM];
+    wide size = 1, lo = 0, hi, acc, step, ptr;
+    int empty = 0;
 
     (void)module;
     if (!PyCapsule_CheckExact(capsule)) {
-        PyErr_Format(PyExc_TypeError, "expected a DLPack PyCapsule, got %s",
-                     Py_TYPE(capsule) == NULL ? "?" : "another type");
+        PyErr_SetString(PyExc_TypeError, "expected a DLPack PyCapsule");
         return NULL;
     }
     name = PyCapsule_GetName(capsule);
@@ -478,9 +503,9 @@ core_consume(PyObject *module, PyObject *capsule)
         minor = m->version.minor;
         flags = m->flags;
         if (major != 1) {
-            return Py_BuildValue("(NiKKKOOOOOOOOOO)", (PyObject *)rel, 1, major, minor, flags,
+            return Py_BuildValue("(NiKKKOOOOOOOOOOO)", (PyObject *)rel, 1, major, minor, flags,
                                  Py_None, Py_None, Py_None, Py_None, Py_None, Py_None,
-                                 Py_None, Py_None, Py_None, Py_None);
+                                 Py_None, Py_None, Py_None, Py_None, Py_None);
         }
         t = &m->dl_tensor;
     }
@@ -489,28 +514,99 @@ core_consume(PyObject *module, PyObject *capsule)
         rel->deleter = (void *)m->deleter;
         t = &m->dl_tensor;
     }
-    if (t->ndim >= 0 && t->ndim <= MAX_NDIM && (t->ndim == 0 || t->shape != NULL)) {
-        shape = int64_tuple(t->shape, t->ndim);
-        if (shape == NULL) {
-            Py_DECREF(rel);
-            return NULL;
+    ndim = t->ndim;
+    if (ndim < 0 || ndim > MAX_NDIM || (ndim && t->shape == NULL)) {
+        releaser_run(rel);
+        Py_DECREF(rel);
+        PyErr_Format(PyExc_BufferError, "invalid DLPack tensor: ndim=%d, shape pointer %s",
+                     (int)ndim, t->shape == NULL ? "NULL" : "set");
+        return NULL;
+    }
+    if (t->dtype.lanes != 1 || t->dtype.bits == 0 || t->dtype.bits % 8) {
+        return Py_BuildValue("(NiKKKKiiiiiOOOOO)", (PyObject *)rel, versioned, major, minor,
+                             flags, 0ULL, (int)t->device.device_type,
+                             (int)t->device.device_id, (int)t->dtype.code, (int)t->dtype.bits,
+                             (int)t->dtype.lanes, Py_None, Py_None, Py_None, Py_None, Py_None);
+    }
+    itemsize = t->dtype.bits / 8;
+    shape = int64_tuple(t->shape, ndim);
+    if (shape == NULL) {
+        Py_DECREF(rel);
+        return NULL;
+    }
+    hi = itemsize;
+    acc = itemsize;
+    for (i = ndim - 1; i >= 0; i--) {
+        n = t->shape[i];
+        if (n < 0) {
+            return refuse(rel, shape, "invalid DLPack tensor: negative shape %R");
         }
-        if (t->ndim && t->strides != NULL) {
-            strides = int64_tuple(t->strides, t->ndim);
-            if (strides == NULL) {
-                Py_DECREF(shape);
-                Py_DECREF(rel);
-                return NULL;
+        if (n == 0) {
+            empty = 1;
+        }
+        else if (size <= I64_MAX) {
+            size *= n; /* saturates in effect: once past int64 it is refused below */
+        }
+        if (t->strides != NULL) {
+            step = (wide)t->strides[i] * itemsize;
+        }
+        else {
+            step = acc;
+            if (n > 1 && acc <= I64_MAX) {
+                acc *= n;
+            }
+        }
+        if (step > I64_MAX || step < -I64_MAX) {
+            return refuse(rel, shape, "DLPack tensor of shape %R has a stride that does not "
+                          "fit 64 bits in bytes");
+        }
+        bs[i] = (int64_t)step;
+        if (n > 1) {
+            if ((step < 0 ? -step : step) > (ADDR_END / (n - 1))) {
+                return refuse(rel, shape, "DLPack tensor of shape %R spans more than a 64-bit "
+                              "address space");
+            }
+            if (step < 0) {
+                lo += step * (n - 1);
+            }
+            else {
+                hi += step * (n - 1);
             }
         }
     }
-    return Py_BuildValue("(NiKKKKKiiiiiiNN)", (PyObject *)rel, versioned, major, minor, flags,
-                         (unsigned long long)(uintptr_t)t->data,
-                         (unsigned long long)t->byte_offset, (int)t->device.device_type,
+    if (!empty && (size > I64_MAX || size * itemsize > I64_MAX || hi - lo > I64_MAX)) {
+        return refuse(rel, shape, "DLPack tensor of shape %R is too large for a 64-bit "
+                      "address space");
+    }
+    ptr = (wide)(uintptr_t)t->data + (wide)t->byte_offset;
+    if (empty) {
+        lo = hi = 0;
+        size = 0;
+    }
+    else if (t->data == NULL) {
+        return refuse(rel, shape, "invalid DLPack tensor: NULL data for shape %R");
+    }
+    if (ptr + lo < 0 || ptr + hi > ADDR_END || ptr >= ADDR_END) {
+        releaser_run(rel);
+        Py_DECREF(rel);
+        PyErr_Format(PyExc_BufferError, "DLPack tensor data 0x%llx + byte_offset 0x%llx with "
+                     "shape %R addresses memory outside a 64-bit address space",
+                     (unsigned long long)(uintptr_t)t->data,
+                     (unsigned long long)t->byte_offset, shape);
+        Py_DECREF(shape);
+        return NULL;
+    }
+    strides = int64_tuple(bs, ndim);
+    if (strides == NULL) {
+        Py_DECREF(shape);
+        Py_DECREF(rel);
+        return NULL;
+    }
+    return Py_BuildValue("(NiKKKKiiiiiNNLLL)", (PyObject *)rel, versioned, major, minor, flags,
+                         (unsigned long long)ptr, (int)t->device.device_type,
                          (int)t->device.device_id, (int)t->dtype.code, (int)t->dtype.bits,
-                         (int)t->dtype.lanes, (int)t->ndim,
-                         shape ? shape : Py_NewRef(Py_None),
-                         strides ? strides : Py_NewRef(Py_None));
+                         (int)t->dtype.lanes, shape, strides, (long long)size, (long long)lo,
+                         (long long)hi);
 }
 
 static PyObject *

@@ -389,8 +389,9 @@ _CONSUME_LOCK = threading.RLock()  # a gc-triggered sweep may re-enter
 
 
 def consume(capsule: Any) -> tuple:
-    """``(releaser, versioned, major, minor, flags, data, byte_offset, device_type,
-    device_id, code, bits, lanes, ndim, shape, strides)``, as the C core's ``consume``."""
+    """``(releaser, versioned, major, minor, flags, data_ptr, device_type, device_id, code,
+    bits, lanes, shape, byte_strides, size, lo, hi)``, as the C core's ``consume``
+    (same checks, same errors)."""
     if type(capsule) is not _CapsuleType:
         raise TypeError(f"expected a DLPack PyCapsule, got {type(capsule).__name__}")
     if _LIVE_CAPSULES:
@@ -413,18 +414,61 @@ def consume(capsule: Any) -> tuple:
         except BaseException:
             rel._finalizer.detach()
             raise
+    try:
+        return _fields(rel, versioned, managed)
+    except BufferError:
+        rel.release()
+        raise
+
+
+def _fields(rel: Releaser, versioned: bool, managed: Any) -> tuple:
     major = minor = flags = 0
     if versioned:
         major, minor, flags = managed.version.major, managed.version.minor, managed.flags
         if major != 1:  # only the fields up to `flags` may be read
-            return (rel, True, major, minor, flags) + (None,) * 10
+            return (rel, True, major, minor, flags) + (None,) * 11
     t = managed.dl_tensor
-    ndim = t.ndim
-    shape = strides = None
-    if 0 <= ndim <= _MAX_NDIM and (ndim == 0 or t.shape):
-        shape = tuple(t.shape[:ndim]) if ndim else ()
-        if ndim and t.strides:
-            strides = tuple(t.strides[:ndim])
-    return (rel, versioned, major, minor, flags, t.data or 0, t.byte_offset,
-            t.device.device_type, t.device.device_id, t.dtype.code, t.dtype.bits,
-            t.dtype.lanes, ndim, shape, strides)
+    ndim, code, bits, lanes = t.ndim, t.dtype.code, t.dtype.bits, t.dtype.lanes
+    dev = (t.device.device_type, t.device.device_id)
+    if not 0 <= ndim <= _MAX_NDIM or (ndim and not t.shape):
+        raise BufferError(f"invalid DLPack tensor: ndim={ndim}, shape pointer "
+                          f"{'set' if t.shape else 'NULL'}")
+    if lanes != 1 or not bits or bits % 8:
+        return (rel, versioned, major, minor, flags, 0, *dev, code, bits, lanes) + (None,) * 5
+    itemsize = bits // 8
+    shape = tuple(t.shape[:ndim]) if ndim else ()
+    strides = tuple(t.strides[:ndim]) if ndim and t.strides else None
+    size, lo, hi, acc, out = 1, 0, itemsize, itemsize, [0] * ndim
+    for i in range(ndim - 1, -1, -1):
+        n = shape[i]
+        if n < 0:
+            raise BufferError(f"invalid DLPack tensor: negative shape {shape}")
+        size *= n
+        if strides is not None:
+            step = strides[i] * itemsize
+        else:
+            step = acc
+            acc *= max(n, 1)
+        if abs(step) > _INT64_MAX:
+            raise BufferError(f"DLPack tensor of shape {shape} has a stride that does not fit "
+                              "64 bits in bytes")
+        out[i] = step
+        if n > 1:
+            if step < 0:
+                lo += step * (n - 1)
+            else:
+                hi += step * (n - 1)
+    if size and (size * itemsize > _INT64_MAX or hi - lo > _INT64_MAX):
+        raise BufferError(f"DLPack tensor of shape {shape} is too large for a 64-bit "
+                          "address space")
+    ptr = (t.data or 0) + t.byte_offset
+    if not size:
+        lo = hi = 0
+    elif not t.data:
+        raise BufferError(f"invalid DLPack tensor: NULL data for shape {shape}")
+    if ptr + lo < 0 or ptr + hi > 2**64 or ptr >= 2**64:
+        raise BufferError(f"DLPack tensor data {t.data or 0:#x} + byte_offset "
+                          f"{t.byte_offset:#x} with shape {shape} addresses memory outside a "
+                          "64-bit address space")
+    return (rel, versioned, major, minor, flags, ptr, *dev, code, bits, lanes, shape,
+            tuple(out), size, lo, hi)
