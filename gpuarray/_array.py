@@ -12,6 +12,7 @@ docstring.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 from typing import Any, Literal
 
@@ -255,8 +256,14 @@ class DeviceNDArray:
         ValueError
             If the sizes differ, or a copy is needed and ``copy=False``.
         """
-        if len(newshape) == 1 and not isinstance(newshape[0], (int, np.integer)):
-            newshape = newshape[0]
+        if len(newshape) == 1:
+            n = newshape[0]
+            if type(n) is int and order == "C" and not copy and n >= 0:
+                # reshape(n) of a C-contiguous array, the common case: no planner
+                if n == math.prod(self.shape) and self._contiguity()[0]:
+                    return self._view((n,), (self.dtype.itemsize,))
+            if not isinstance(n, (int, np.integer)):
+                newshape = n
         shape = _layout.normalize_shape(newshape, self.size, oldshape=self.shape)
         order = order.upper()
         if order == "A":
@@ -376,7 +383,17 @@ class DeviceNDArray:
         arrays, booleans) raises ``IndexError`` naming the key.  A scalar
         result is copied to the host and complete on return.
         """
-        r = _layout.index(self.shape, self.strides, key)
+        shape = self.shape
+        if type(key) is slice and key.step is None and shape:
+            # a[i:j], the most common key: no general index planner
+            start, stop = key.start, key.stop
+            if (start is None or type(start) is int) and (stop is None or type(stop) is int):
+                start, stop, _ = key.indices(shape[0])
+                s0 = self.strides[0]
+                if stop > start:
+                    return self._view((stop - start, *shape[1:]), self.strides, start * s0)
+                return self._view((0, *shape[1:]), self.strides)
+        r = _layout.index(shape, self.strides, key)
         v = self._view(r.shape, r.strides, r.offset)
         if r.scalar:
             return v.copy_to_host()[()]
