@@ -482,9 +482,10 @@ class DeviceNDArray:
                     _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
                                           self.shape, value)
             return
-        from ._coerce import as_device_source  # interop-aware coercion (upper layer)
-
-        src = as_device_source(value, self.device)
+        if type(value) is np.ndarray:
+            src: Any = value
+        else:  # interop-aware coercion: _coerce (a layer above) installs it
+            src = _AS_SOURCE[0](value, self.device)
         if isinstance(src, DeviceNDArray):
             strides = _layout.broadcast_strides(src.shape, src.strides, self.shape)
             with _transfer.on_stream(s, self.stream, src.stream):
@@ -715,11 +716,18 @@ def _shape_tuple(shape: Any) -> tuple[int, ...]:
 
 
 def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
-    from ._creation import to_device
-
-    arr = to_device(host)
+    f = host.flags.f_contiguous and not host.flags.c_contiguous
+    strides = _layout.f_strides(host.shape, host.dtype.itemsize) if f else None
+    arr = DeviceNDArray(host.shape, strides, host.dtype)
+    if host.size:
+        arr._assign(host, arr.stream)
     arr.readonly = readonly  # before anyone could have cached its interface
     return arr
+
+
+# Set by gpuarray._coerce (above this module) when it is imported, which the
+# package's __init__ does: turns foreign arrays into DeviceNDArrays or host data.
+_AS_SOURCE: list[Any] = [lambda value, device: value]
 
 
 def is_device_array(obj: Any) -> bool:

@@ -286,6 +286,25 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     return arr
 
 
+# Up to this many bytes, a C-contiguous NumPy array goes to the device with one
+# allocation and one driver copy, none of the planner or staging machinery
+# (far below the staging threshold, which is for large pageable copies).
+_SMALL = 64 * 1024
+
+
+def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
+    dev = get_device()
+    s = as_stream(stream, dev)
+    nbytes, dtype = host.nbytes, host.dtype
+    mem = allocate(nbytes, dev)
+    ptr = mem.device_pointer
+    with dev.activate():
+        get_backend().memcpy_htod_async(ptr, host.ctypes.data, nbytes, s.handle)
+    shape = host.shape
+    strides = (dtype.itemsize,) if len(shape) == 1 else _layout.c_strides(shape, dtype.itemsize)
+    return DeviceNDArray._make(shape, strides, dtype, ptr, mem, s, False, dev)
+
+
 def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray | None = None) -> DeviceNDArray:
     """Copy host data (or another device array) to a new device array.
 
@@ -320,6 +339,8 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
         return to
     if type(obj) is np.ndarray and obj.dtype.isnative and not obj.dtype.hasobject:
         host = obj  # the common case: skip the coercion probes
+        if copy and 0 < host.nbytes <= _SMALL and host.flags.c_contiguous:
+            return _small_to_device(host, stream)
     else:
         src = as_device_source(obj)
         if isinstance(src, DeviceNDArray):
