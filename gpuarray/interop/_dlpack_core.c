@@ -30,6 +30,7 @@
 #include <Python.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -587,12 +588,13 @@ core_consume(PyObject *module, PyObject *capsule)
         return refuse(rel, shape, "invalid DLPack tensor: NULL data for shape %R");
     }
     if (ptr + lo < 0 || ptr + hi > ADDR_END || ptr >= ADDR_END) {
+        char where[96];
+        snprintf(where, sizeof(where), "data 0x%llx + byte_offset 0x%llx",
+                 (unsigned long long)(uintptr_t)t->data, (unsigned long long)t->byte_offset);
         releaser_run(rel);
         Py_DECREF(rel);
-        PyErr_Format(PyExc_BufferError, "DLPack tensor data 0x%llx + byte_offset 0x%llx with "
-                     "shape %R addresses memory outside a 64-bit address space",
-                     (unsigned long long)(uintptr_t)t->data,
-                     (unsigned long long)t->byte_offset, shape);
+        PyErr_Format(PyExc_BufferError, "DLPack tensor %s with shape %R addresses memory "
+                     "outside a 64-bit address space", where, shape);
         Py_DECREF(shape);
         return NULL;
     }
