@@ -60,6 +60,7 @@ def info() -> None:
     print(f"gpuarray {gpuarray.__version__}, numpy {np.__version__}, "
           f"cuda-python {_version('cuda-python')}, cuda-bindings {_version('cuda-bindings')}")
     print(f"driver version: {b.driver_version()}")
+    print(f"DLPack core: {gpuarray.interop._dlpack_capsule.CORE_DESCRIPTION}")
     try:
         from gpuarray._kernels import _nvrtc
 
