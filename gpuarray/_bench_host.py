@@ -221,10 +221,11 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
             b.memcpy_htod_async(p, ptr, n, h)
             b.mem_free(p)
 
+        def ours(host: np.ndarray = host) -> Any:
+            return gpuarray.to_device(host, stream=stream)
+
         cases.append((f"to_device {n} B", "raw: cuMemAlloc + cuMemcpyHtoDAsync + cuMemFree",
-                      3.0, "raw",
-                      {"gpuarray": (lambda host=host: gpuarray.to_device(host, stream=stream)),
-                       "raw": raw}))
+                      3.0, "raw", {"gpuarray": ours, "raw": raw}))
     return cases
 
 
@@ -269,12 +270,12 @@ def compare(cases: list[Case], *, rounds: int = 15, number: int = 2000,
             _time(ops["gpuarray"], number)
             if after_round is not None:
                 after_round()
-        us = {k: statistics.median(v) for k, v in samples.items()}
+        med = {k: statistics.median(v) for k, v in samples.items()}
         spread = {}
         for k, v in samples.items():
             q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
-            spread[k] = (q[2] - q[0]) / us[k] if us[k] else 0.0
-        rows.append(PeerRow(name, note, goal, goal_vs, us, spread,
+            spread[k] = (q[2] - q[0]) / med[k] if med[k] else 0.0
+        rows.append(PeerRow(name, note, goal, goal_vs, med, spread,
                             backend_calls=meter.calls / number,
                             backend_us=meter.backend_seconds() * 1e6 / number))
     return rows

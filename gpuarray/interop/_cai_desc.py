@@ -273,8 +273,9 @@ def _parse_fields(desc: Any) -> tuple | None:
     elif type(strides) is not tuple or len(strides) != len(shape):
         return None
     else:
-        for n, st in zip(shape, strides):
-            if type(n) is not int or n < 0 or type(st) is not int or not -_INT64_MAX <= st <= _INT64_MAX:
+        for n, st in zip(shape, strides, strict=True):
+            if (type(n) is not int or n < 0 or type(st) is not int
+                    or not -_INT64_MAX <= st <= _INT64_MAX):
                 return None
             size *= n
             if n > 1:

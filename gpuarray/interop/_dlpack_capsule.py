@@ -55,9 +55,7 @@ from ._dlpack_protocol import (
 __all__ = [
     "kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLCUDAManaged",
     "DLPACK_FLAG_BITMASK_READ_ONLY", "DLPACK_FLAG_BITMASK_IS_COPIED",
-    "DLPACK_MAX_VERSION", "DLDevice", "DLDataType", "DLTensor",
-    "DLManagedTensor", "DLPackVersion", "DLManagedTensorVersioned", "CORE",
-    "DLPackRequest", "ImportedTensor", "consume_capsule", "deleter_calls", "dlpack_to_dtype",
+    "DLPACK_MAX_VERSION", "CORE", "DLPackRequest", "ImportedTensor", "consume_capsule", "deleter_calls", "dlpack_to_dtype",
     "dtype_to_dlpack", "export_version", "live_exports", "make_capsule",
     "parse_dlpack_request", "parse_dlpack_stream", "sweep_capsules",
     "wants_versioned",
@@ -72,6 +70,11 @@ _STRUCTS = ("DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLPackVers
             "DLManagedTensorVersioned")
 
 
+# The ctypes struct definitions (DLDevice, DLDataType, DLTensor, DLManagedTensor,
+# DLPackVersion, DLManagedTensorVersioned) are attributes of this module too,
+# loaded from _dlpack_ctypes on first use (see __getattr__).
+
+
 def _select_core() -> tuple[Any, str, str]:
     want = os.environ.get("GPUARRAY_DLPACK_CORE", "").strip().lower()
     if want not in ("", "c", "python"):
@@ -79,7 +82,7 @@ def _select_core() -> tuple[Any, str, str]:
     why = "GPUARRAY_DLPACK_CORE=python"
     if want != "python":
         try:
-            from . import _dlpack_core  # type: ignore[attr-defined]
+            from . import _dlpack_core
         except ImportError as exc:
             if want == "c":
                 raise ImportError("GPUARRAY_DLPACK_CORE=c, but the C extension "
@@ -428,15 +431,16 @@ def _set_core(name: str) -> str:
     """
     global _core, _make, _consume, _C, CORE, CORE_DESCRIPTION
     previous = CORE
+    core: Any
     if name == "c":
-        from . import _dlpack_core as core  # type: ignore[attr-defined]
+        from . import _dlpack_core
 
-        desc = "C extension (gpuarray.interop._dlpack_core)"
+        core, desc = _dlpack_core, "C extension (gpuarray.interop._dlpack_core)"
     elif name == "python":
-        from . import _dlpack_ctypes as core
+        from . import _dlpack_ctypes
 
-        core.install_sweeps()
-        desc = "ctypes fallback (selected by a test)"
+        _dlpack_ctypes.install_sweeps()
+        core, desc = _dlpack_ctypes, "ctypes fallback (selected by a test)"
     else:
         raise ValueError(f"DLPack core must be 'c' or 'python', not {name!r}")
     _core, _make, _consume, _C, CORE, CORE_DESCRIPTION = (
