@@ -133,7 +133,10 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
             order_after(stream, producer)
     else:
         stream = default_stream(dev)
-    arr = DeviceNDArray._make(shape, strides, dtype, ptr, mem, stream, readonly, dev)
+    # Imported memory is not stream-ordered (no stream to record on it) unless the
+    # owner is gpuarray memory itself.
+    arr = DeviceNDArray._make(shape, strides, dtype, ptr, mem, stream, readonly, dev,
+                              isinstance(owner, MemoryPointer))
     arr._dl = kind
     return arr
 

@@ -200,7 +200,8 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
                           "(supported: 1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed)")
     lo, hi = t.extent
     mem = MemoryPointer(dev, t.data_ptr + lo if t.size else 0, hi - lo, owner=t)
+    # Imported memory is not stream-ordered: no stream to record on it.
     arr = DeviceNDArray._make(t.shape, t.byte_strides, t.dtype, t.data_ptr, mem, stream,
-                              t.readonly, dev)
+                              t.readonly, dev, False)
     arr._dl = kind
     return arr.copy() if copy and not t.is_copied else arr  # the producer may have copied

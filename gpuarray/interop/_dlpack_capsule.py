@@ -87,7 +87,7 @@ def _select_core() -> tuple[Any, str, str]:
             if want == "c":
                 raise ImportError("GPUARRAY_DLPACK_CORE=c, but the C extension "
                                   f"gpuarray.interop._dlpack_core is not available: {exc}") from exc
-            why = f"the C extension is not built ({exc})"
+            why = f"the C extension is not built: {exc}"
         else:
             return _dlpack_core, "c", "C extension (gpuarray.interop._dlpack_core)"
     from . import _dlpack_ctypes
