@@ -295,14 +295,14 @@ _SMALL = 64 * 1024
 def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
     dev = get_device()
     s = as_stream(stream, dev)
-    nbytes, dtype = host.nbytes, host.dtype
+    nbytes, dtype, shape = host.nbytes, host.dtype, host.shape
     mem = allocate(nbytes, dev)
-    ptr = mem.device_pointer
-    with dev.activate():
-        get_backend().memcpy_htod_async(ptr, host.ctypes.data, nbytes, s.handle)
-    shape = host.shape
     strides = (dtype.itemsize,) if len(shape) == 1 else _layout.c_strides(shape, dtype.itemsize)
-    return DeviceNDArray._make(shape, strides, dtype, ptr, mem, s, False, dev)
+    # made first: it records `s` on stream-ordered memory (ordered after the allocation)
+    out = DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem, s, False, dev)
+    with dev.activate():
+        get_backend().memcpy_htod_async(out._ptr, host.ctypes.data, nbytes, s.handle)
+    return out
 
 
 def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray | None = None) -> DeviceNDArray:
