@@ -9,6 +9,7 @@ default stream.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -300,8 +301,12 @@ def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
     strides = (dtype.itemsize,) if len(shape) == 1 else _layout.c_strides(shape, dtype.itemsize)
     # made first: it records `s` on stream-ordered memory (ordered after the allocation)
     out = DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem, s, False, dev)
-    with dev.activate():
-        get_backend().memcpy_htod_async(out._ptr, host.ctypes.data, nbytes, s.handle)
+    try:  # the address through the buffer protocol: ~3x cheaper than host.ctypes.data
+        src = ctypes.addressof(ctypes.c_char.from_buffer(host))
+    except (TypeError, ValueError, BufferError):  # read-only memory
+        src = host.ctypes.data
+    with dev.activate():  # the current context may be another one of this device
+        get_backend().memcpy_htod_async(out._ptr, src, nbytes, s.handle)
     return out
 
 
