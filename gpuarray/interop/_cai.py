@@ -25,7 +25,7 @@ from .._array import DeviceNDArray
 from .._device import Device, get_device
 from .._driver import get_backend
 from .._driver._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST
-from .._stream import default_stream, external_stream, order_after
+from .._stream import default_stream, external_stream, legacy_default_stream, order_after
 from ..memory import MemoryPointer
 from ._cai_desc import _parse_fields, parse_cai
 
@@ -125,7 +125,8 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
         dev, kind = get_device(), 2
         mem = MemoryPointer(dev, 0, 0, owner=owner)
     if sync and stream_value is not None and _config.get().cai_import_sync:
-        producer = external_stream(stream_value, dev, owner=owner)
+        producer = (legacy_default_stream(dev) if stream_value == 1
+                    else external_stream(stream_value, dev, owner=owner))
         if owner is not None:
             stream = producer
         else:
