@@ -302,7 +302,7 @@ def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
     # made first: it records `s` on stream-ordered memory (ordered after the allocation)
     out = DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem, s, False, dev)
     try:  # the address through the buffer protocol: ~3x cheaper than host.ctypes.data
-        src = ctypes.addressof(ctypes.c_char.from_buffer(host))
+        src = ctypes.addressof(ctypes.c_char.from_buffer(host))  # type: ignore[arg-type]
     except (TypeError, ValueError, BufferError):  # read-only memory
         src = host.ctypes.data
     with dev.activate():  # the current context may be another one of this device
