@@ -118,7 +118,7 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
     ptr, shape, strides, dtype, readonly, stream_value, size, lo, hi = fields
     if size:
         dev, kind = _device_of(ptr, lo, hi)
-        mem = MemoryPointer(dev, ptr + lo, hi - lo, owner=owner)
+        mem = MemoryPointer(dev, ptr + lo, hi - lo, owner)
     else:
         # A size-0 array touches no memory: its pointer may be anything (e.g.
         # one past the end of an allocation), so it is never looked up.

@@ -245,14 +245,11 @@ def _parse_fields(desc: Any) -> tuple | None:
     if type(desc) is not dict:
         return None
     get = desc.get
-    version, shape, data = get("version"), get("shape"), get("data")
-    typestr = get("typestr")
-    if type(typestr) is not str:
-        return None
-    dtype = _FAST_TYPESTRS.get(typestr)
-    if (dtype is None or type(version) is not int or not 0 <= version <= 3
-            or type(shape) is not tuple or len(shape) > _MAX_NDIM
-            or type(data) is not tuple or len(data) != 2 or get("mask") is not None):
+    typestr, shape, data, version = get("typestr"), get("shape"), get("data"), get("version")
+    dtype = _FAST_TYPESTRS.get(typestr) if type(typestr) is str else None
+    if (dtype is None or type(shape) is not tuple or type(data) is not tuple
+            or type(version) is not int or len(data) != 2 or not 0 <= version <= 3
+            or len(shape) > _MAX_NDIM or get("mask") is not None):
         return None
     ptr, readonly = data
     if type(ptr) is not int or type(readonly) is not bool or not 0 <= ptr < 2**64:
