@@ -1300,3 +1300,31 @@ def test_cai_import_extent_checked_against_the_allocation():
     assert ok.size == 0
     back = gpuarray.from_cuda_array_interface({**desc, "data": (d.ptr + 16, False), "shape": (12,)})
     assert back.size == 12
+
+
+def test_no_upward_imports_between_array_creation_coerce_and_interop():
+    """Issue 13: _dlpack_export < _array < interop glue < _coerce < _creation: no import (at module
+    level or inside a function) from a module to one above it."""
+    import ast
+    from pathlib import Path
+
+    root = Path(gpuarray.__file__).parent
+    order = ["interop/_dlpack_export", "_array", "interop/_cai", "interop/_dlpack", "_coerce",
+             "_creation"]
+    rank = {name.replace("/", "."): i for i, name in enumerate(order)}
+    for name in order:
+        path = root / f"{name}.py"
+        package = "gpuarray" + ("" if "/" not in name else ".interop")
+        here = rank[name.replace("/", ".")]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            targets = [".".join([*base, *(node.module.split(".") if node.module else [])])]
+            if not node.module:
+                targets = [".".join([*base, alias.name]) for alias in node.names]
+            for target in targets:
+                short = target.removeprefix("gpuarray.")
+                if short in rank:
+                    assert rank[short] < here or short == name.replace("/", "."), \
+                        f"{name} imports {short}, which is above it"
