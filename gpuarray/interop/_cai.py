@@ -51,17 +51,19 @@ def is_cuda_array(obj: Any) -> bool:
     return hasattr(obj, "__cuda_array_interface__")
 
 
-def _device_of(ptr: int, lo: int, hi: int) -> tuple[Device, int]:
+def _device_of(ptr: int, lo: int, hi: int, info: Any = None) -> tuple[Device, int]:
     """The device owning ``ptr`` and its DLPack memory kind (2 device, 3 host, 13 managed).
 
-    One pointer query, which also gives the allocation: the bytes the import
-    addresses, ``[ptr + lo, ptr + hi)``, must lie inside it.
+    One pointer query (``info``, when the caller made it), which also gives
+    the allocation: the bytes the import addresses, ``[ptr + lo, ptr + hi)``,
+    must lie inside it.
     """
     if ptr + lo < 0 or ptr + hi > 2**64:
         raise ValueError(f"__cuda_array_interface__ data pointer 0x{ptr:x} with its shape and "
                          f"strides addresses [{ptr + lo:#x}, {ptr + hi:#x}), outside the "
                          "64-bit address space")
-    info = get_backend().pointer_info(ptr)
+    if info is None:
+        info = get_backend().pointer_info(ptr)
     if info.memory_type == MEMORYTYPE_DEVICE or info.is_managed:
         dev = get_device(info.device_ordinal) if info.device_ordinal >= 0 else get_device()
         kind = 13 if info.is_managed else 2
@@ -117,7 +119,15 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
         fields = (d.ptr, d.shape, d.strides, d.dtype, d.readonly, d.stream, d.size, lo, hi)
     ptr, shape, strides, dtype, readonly, stream_value, size, lo, hi = fields
     if size:
-        dev, kind = _device_of(ptr, lo, hi)
+        # _device_of, inlined on the common path (device memory inside its allocation)
+        info = get_backend().pointer_info(ptr)
+        base = info.base
+        if (info.memory_type == MEMORYTYPE_DEVICE and not info.is_managed
+                and info.device_ordinal >= 0 and base <= ptr + lo
+                and ptr + hi <= base + info.size):
+            dev, kind = get_device(info.device_ordinal), 2
+        else:
+            dev, kind = _device_of(ptr, lo, hi, info)
         mem = MemoryPointer(dev, ptr + lo, hi - lo, owner)
     else:
         # A size-0 array touches no memory: its pointer may be anything (e.g.
@@ -174,4 +184,4 @@ def as_cuda_array(obj: Any, sync: bool = True) -> DeviceNDArray:
         desc = obj.__cuda_array_interface__
     except AttributeError:
         raise TypeError(f"{type(obj).__name__} object does not export __cuda_array_interface__") from None
-    return from_cuda_array_interface(desc, owner=obj, sync=sync)
+    return from_cuda_array_interface(desc, obj, sync)
