@@ -437,6 +437,18 @@ def host(benchmark: Any, *, suite: str, case: str, impl: str, op: Callable[[], A
         info["delta_vs_raw_us"] = us - _host_raw[key]
 
 
+def results_path(name: str, suffix: str) -> Any:
+    """``bench/results/<name>-<backend>-<UTC stamp><suffix>``; ``tmp-`` first on the simulator
+    (git-ignored, as ``make bench``'s simulator JSON)."""
+    import pathlib
+    import time
+
+    folder = pathlib.Path(__file__).resolve().parent / "results"
+    folder.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return folder / f"{'tmp-' if SIM else ''}{name}-{BACKEND}-{stamp}{suffix}"
+
+
 def ids(values: list[int]) -> list[str]:
     """pytest ids for sizes: ``8B``, ``4KiB``, ``1GiB``."""
     return [fmt_bytes(v).replace(" ", "") for v in values]

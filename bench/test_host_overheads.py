@@ -9,13 +9,15 @@ the rest includes the simulator's bookkeeping.
 from __future__ import annotations
 
 import os
+import sys
 
 import _impls
 import numpy as np
 import pytest
-from _harness import SIZES, TARGETS, ctx, host, ids, peer
+from _harness import BACKEND, FULL, SIM, SIZES, TARGETS, ctx, host, ids, peer, results_path
 
 import gpuarray
+from gpuarray import _bench_host
 
 SHAPE = (64, 64)
 PEER_IMPLS = ["gpuarray", "cupy", "torch", "numba"]
@@ -164,22 +166,22 @@ def test_fill_one_element(benchmark, impl):
 
 
 def _raw_alloc(nbytes, host_src=None):
-    """Raw ``cuMemAlloc`` (+ ``cuMemcpyHtoDAsync`` from ``host_src``); frees after each round."""
+    """Raw ``cuMemAlloc`` (+ ``cuMemcpyHtoDAsync`` from ``host_src``) + ``cuMemFree``, all timed.
+
+    gpuarray's arrays die inside the timing (their free is timed), so the raw
+    call's free is timed too.
+    """
     c = ctx()
-    b, h, ptrs = c.b, c.stream.handle, []
+    b, h = c.b, c.stream.handle
+    src = host_src.ctypes.data if host_src is not None else 0
 
     def op():
         p = b.mem_alloc(nbytes)
         if host_src is not None:
-            b.memcpy_htod_async(p, host_src.ctypes.data, nbytes, h)
-        ptrs.append(p)
+            b.memcpy_htod_async(p, src, nbytes, h)
+        b.mem_free(p)
 
-    def after_round():
-        b.stream_synchronize(h)
-        while ptrs:
-            b.mem_free(ptrs.pop())
-
-    return op, after_round
+    return op, None
 
 
 @pytest.mark.parametrize("impl", ["raw", "gpuarray", "cupy", "torch", "numba"])
@@ -203,7 +205,8 @@ def test_to_device_small(benchmark, size, impl):
         op = lambda: cuda.to_device(h)  # noqa: E731
     host(benchmark, suite="host", case="to_device small", impl=impl, op=op, heavy=True,
          after_round=after, size=size, target=TARGETS["to_device small"],
-         note="pageable source; raw = cuMemAlloc + cuMemcpyHtoDAsync")
+         note="pageable source; raw = cuMemAlloc + cuMemcpyHtoDAsync + cuMemFree, all timed "
+              "(gpuarray's array is freed inside the timing too)")
 
 
 @pytest.mark.parametrize("impl", ["raw", "gpuarray", "cupy", "torch", "numba"])
@@ -240,3 +243,35 @@ def test_alloc_pool(benchmark):
     finally:
         ctx().stream.synchronize()
         set_memory_manager(previous)
+
+
+# ------------------------------------------------ next to PyTorch CPU and NumPy
+def test_host_overheads_vs_peers(benchmark, capsys):
+    """The issue's table: gpuarray next to PyTorch CPU and NumPy doing the same host work.
+
+    One process, interleaved rounds, medians and ratios (``gpuarray._bench_host``);
+    gpuarray's backend calls are counted and timed separately. The table is
+    printed and written next to the JSON results; every row is also in
+    ``extra_info``. pytest-benchmark's own columns time ``__dlpack__``.
+    """
+    torch, why = _bench_host.load_torch()
+    c = ctx()
+    rounds, number = (15, 2000) if FULL else (7, 400)
+    rows = _bench_host.compare(_bench_host.peer_cases(torch, tuple(SIZES["small_h2d"])),
+                               rounds=rounds, number=number, after_round=c.stream.synchronize)
+    table = _bench_host.format_peer_table(rows, BACKEND)
+    if torch is None:
+        table += f"\n\nPyTorch rows missing: {why}"
+    path = results_path("host-peers", ".md")
+    path.write_text(table + "\n")
+    with capsys.disabled():
+        sys.stdout.write("\n" + table + f"\n(written to {path})\n")
+    a = _impls.ones("gpuarray", SHAPE, np.float32)
+    host(benchmark, suite="host", case="vs peers (__dlpack__ timed)", impl="gpuarray",
+         op=lambda: a.__dlpack__(max_version=(1, 0)), target="see extra_info rows",
+         rows=[{"case": r.case, "us": r.us, "spread": r.spread, "goal": r.goal,
+                "goal_vs": r.goal_vs, "ratio": r.ratio(), "backend_calls": r.backend_calls,
+                "backend_us": r.backend_us, "library_us": r.library_us,
+                "meets_goal": r.meets_goal()} for r in rows],
+         simulator_note="sim: none of these ops reaches the backend except as_cuda_array "
+                        "(one pointer query) and to_device" if SIM else "")

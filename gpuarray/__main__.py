@@ -84,6 +84,7 @@ def info() -> None:
     print(f"gpuarray {gpuarray.__version__}, numpy {np.__version__}, "
           f"cuda-bindings {_version('cuda-bindings')}, cuda-pathfinder {_version('cuda-pathfinder')}")
     print(f"driver version: {b.driver_version()}{simulated}")
+    print(f"DLPack core: {gpuarray.interop._dlpack_capsule.CORE_DESCRIPTION}")
     try:
         from gpuarray._kernels import _nvrtc
 

@@ -12,6 +12,7 @@ docstring.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from ._array_protocols import ArrayProtocolsMixin
 from ._device import Device, get_device
 from ._stream import Stream, as_stream
 from .interop._cai_desc import make_cai
+from .interop._dlpack_export import export_capsule
 from .memory import MemoryPointer, allocate, record_stream
 
 __all__ = ["DeviceNDArray", "is_device_array"]
@@ -250,8 +252,14 @@ class DeviceNDArray(ArrayProtocolsMixin):
         ValueError
             If the sizes differ, or a copy is needed and ``copy=False``.
         """
-        if len(newshape) == 1 and not isinstance(newshape[0], (int, np.integer)):
-            newshape = newshape[0]
+        if len(newshape) == 1:
+            n = newshape[0]
+            if type(n) is int and order == "C" and not copy and n >= 0:
+                # reshape(n) of a C-contiguous array, the common case: no planner
+                if n == math.prod(self.shape) and self._contiguity()[0]:
+                    return self._view((n,), (self.dtype.itemsize,))
+            if not isinstance(n, (int, np.integer)):
+                newshape = n
         shape = _layout.normalize_shape(newshape, self.size, oldshape=self.shape)
         order = order.upper()
         if order == "A":
@@ -376,7 +384,17 @@ class DeviceNDArray(ArrayProtocolsMixin):
         """
         if isinstance(key, str):
             return _record.get_field(self, key)
-        r = _layout.index(self.shape, self.strides, key)
+        shape = self.shape
+        if type(key) is slice and key.step is None and shape:
+            # a[i:j], the most common key: no general index planner
+            start, stop = key.start, key.stop
+            if (start is None or type(start) is int) and (stop is None or type(stop) is int):
+                start, stop, _ = key.indices(shape[0])
+                s0 = self.strides[0]
+                if stop > start:
+                    return self._view((stop - start, *shape[1:]), self.strides, start * s0)
+                return self._view((0, *shape[1:]), self.strides)
+        r = _layout.index(shape, self.strides, key)
         v = self._view(r.shape, r.strides, r.offset)
         if r.scalar:
             if self.dtype.names is not None:
@@ -549,9 +567,10 @@ class DeviceNDArray(ArrayProtocolsMixin):
                     _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
                                           self.shape, value)
             return
-        from ._coerce import as_device_source  # interop-aware coercion (upper layer)
-
-        src = as_device_source(value, self.device)
+        if type(value) is np.ndarray:
+            src: Any = value
+        else:  # interop-aware coercion: _coerce (a layer above) installs it
+            src = _AS_SOURCE[0](value, self.device)
         if isinstance(src, DeviceNDArray):
             strides = _layout.broadcast_strides(src.shape, src.strides, self.shape)
             with _transfer.on_stream(s, self.stream, src.stream):
@@ -716,10 +735,7 @@ class DeviceNDArray(ArrayProtocolsMixin):
             read-only array on the legacy path, unsupported dtypes, byte
             strides that are not whole elements, a forbidden copy).
         """
-        from .interop._dlpack import export_capsule
-
-        return export_capsule(self, stream=stream, max_version=max_version,
-                              dl_device=dl_device, copy=copy)
+        return export_capsule(self, stream, max_version, dl_device, copy)
 
     # ------------------------------------------------------------- pickle
     def __reduce_ex__(self, protocol):
@@ -795,11 +811,18 @@ def _shape_tuple(shape: Any) -> tuple[int, ...]:
 
 def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
     # Unpickles arrays pickled before gpuarray._wire (0.1.0 development builds).
-    from ._creation import to_device
-
-    arr = to_device(host)
+    f = host.flags.f_contiguous and not host.flags.c_contiguous
+    strides = _layout.f_strides(host.shape, host.dtype.itemsize) if f else None
+    arr = DeviceNDArray(host.shape, strides, host.dtype)
+    if host.size:
+        arr._assign(host, arr.stream)
     arr.readonly = readonly  # before anyone could have cached its interface
     return arr
+
+
+# Set by gpuarray._coerce (above this module) when it is imported, which the
+# package's __init__ does: turns foreign arrays into DeviceNDArrays or host data.
+_AS_SOURCE: list[Any] = [lambda value, device: value]
 
 
 def is_device_array(obj: Any) -> bool:

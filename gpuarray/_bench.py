@@ -541,4 +541,20 @@ def main(args: argparse.Namespace) -> int:
               "on a GPU for real figures.")
     rows = run_suite(env, args.only)
     print(format_table(rows, env.sim))
+    if not args.only or args.only in "peers":
+        _print_peers(env)
     return 1 if any(r.error for r in rows) else 0
+
+
+def _print_peers(env: _Env) -> None:
+    """The host-overhead comparison with PyTorch CPU and NumPy (``_bench_host``)."""
+    from . import _bench_host
+
+    torch, why = _bench_host.load_torch()
+    if torch is None:
+        print(f"\nHost overheads next to PyTorch CPU: skipped ({why})")
+        return
+    rounds, number = (15, 2000) if env.mode == "full" else (7, 400)
+    peer_rows = _bench_host.compare(_bench_host.peer_cases(torch), rounds=rounds, number=number,
+                                    after_round=env.stream.synchronize)
+    print("\n" + _bench_host.format_peer_table(peer_rows, env.b.name))

@@ -2,51 +2,76 @@
 
 ``as_device_source`` is what every array-accepting entry point
 (``asarray``, ``to_device``, ``copy_to_device``, ``__setitem__``) uses:
-a ``DeviceNDArray`` is returned as is; an object exporting
+a ``DeviceNDArray`` (or NumPy data) is returned as is; an object exporting
 ``__cuda_array_interface__`` or a device ``__dlpack__`` is wrapped zero-copy
-(keeping the object alive); a host ``__dlpack__`` producer without
-``__array__`` becomes a NumPy view; anything else is host data for NumPy.
+(keeping the object alive); a host (``kDLCPU``) ``__dlpack__`` producer
+becomes a zero-copy NumPy view through DLPack, preferred over its
+``__array__`` because DLPack carries more dtypes (a bfloat16 PyTorch tensor
+has no ``__array__`` dtype); anything else is host data for NumPy.
+
+Layering: this module sits above the array class and the interop glue and
+imports them; ``_array`` reaches it only through the hook installed at the
+bottom of this module (``DeviceNDArray.__setitem__`` and ``copy_to_device``),
+so no module imports one above it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from . import _array
 from ._array import DeviceNDArray
 from ._device import Device
+from .interop._cai import as_cuda_array
+from .interop._dlpack import from_dlpack, host_array_from_dlpack
+from .interop._dlpack_protocol import parse_dlpack_device
 
 __all__ = ["as_device_source", "is_foreign_device_array"]
+
+_DEVICE_KINDS = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+
+
+def _dlpack_kind(obj: Any) -> int | None:
+    """The DLPack device type of a producer with ``__dlpack__`` and ``__dlpack_device__``."""
+    get = getattr(obj, "__dlpack_device__", None)
+    if get is None or not hasattr(obj, "__dlpack__"):
+        return None
+    try:
+        value = get()
+    except Exception:  # a broken exporter is treated as host data
+        return None
+    return parse_dlpack_device(value, obj)[0]  # TypeError for ("2", "0") and the like
 
 
 def is_foreign_device_array(obj: Any) -> bool:
     """Whether ``obj`` exports device memory (CAI, or DLPack on a CUDA device)."""
-    if isinstance(obj, DeviceNDArray):
+    if isinstance(obj, (DeviceNDArray, np.ndarray)):
         return False
     if hasattr(obj, "__cuda_array_interface__"):
         return True
-    dev = getattr(obj, "__dlpack_device__", None)
-    if dev is not None and hasattr(obj, "__dlpack__"):
-        try:
-            return dev()[0] in (2, 3, 13)
-        except Exception:  # a broken exporter is treated as host data
-            return False
-    return False
+    return _dlpack_kind(obj) in _DEVICE_KINDS
 
 
 def as_device_source(obj: Any, device: Device | None = None) -> Any:
-    """A ``DeviceNDArray`` for device data (zero-copy), else ``obj`` unchanged."""
-    if isinstance(obj, DeviceNDArray):
+    """A ``DeviceNDArray`` for device data (zero-copy), else host data (``obj`` or a view)."""
+    if isinstance(obj, (DeviceNDArray, np.ndarray, np.generic)):
         return obj
     if hasattr(obj, "__cuda_array_interface__"):
-        from .interop import as_cuda_array
-
         return as_cuda_array(obj)
-    if is_foreign_device_array(obj):
-        from .interop import from_dlpack
-
+    kind = _dlpack_kind(obj)
+    if kind in _DEVICE_KINDS:
         return from_dlpack(obj)
-    if hasattr(obj, "__dlpack__") and not hasattr(obj, "__array__"):
-        import numpy as np  # a host DLPack producer NumPy cannot see otherwise
-
-        return np.from_dlpack(obj)
+    if kind == 1 or (kind is None and hasattr(obj, "__dlpack__")
+                     and not hasattr(obj, "__array__")):
+        try:
+            return host_array_from_dlpack(obj)
+        except BufferError:
+            if hasattr(obj, "__array__"):
+                return obj  # DLPack could not carry it; NumPy's protocol may
+            raise
     return obj
+
+
+_array._AS_SOURCE[0] = as_device_source

@@ -53,7 +53,8 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
     return {
         n
         for n in names
-        if n == "__pycache__" or n.endswith(".egg-info") or (top and n in _NOT_COPIED)
+        if n == "__pycache__" or n.endswith((".egg-info", ".so", ".pyd"))
+        or (top and n in _NOT_COPIED)
     }
 
 
@@ -255,3 +256,18 @@ def test_base_install_takes_bindings_12_or_13_and_no_nvrtc(wheel_path, index_rea
     got = _resolve(wheel_path, "", tmp_path)
     assert _major(got["cuda-bindings"]) in (12, 13), got
     assert not set(NVRTC_WHEEL.values()) & set(got), got
+
+
+def test_wheel_ships_the_compiled_dlpack_core(wheel: zipfile.ZipFile) -> None:
+    """setup.py builds gpuarray.interop._dlpack_core against the Limited API (abi3):
+    the wheel holds the extension and an abi3 tag. The copied
+    tree has no prebuilt extension, so this is the build's own work."""
+    names = wheel.namelist()
+    built = [n for n in names if n.startswith("gpuarray/interop/_dlpack_core.")
+             and n.endswith((".so", ".pyd"))]
+    assert len(built) == 1, f"no compiled DLPack core in the wheel: {sorted(names)}"
+    assert ".abi3." in built[0] or built[0].endswith(".pyd"), built
+    (wheel_meta,) = [n for n in names if n.endswith(".dist-info/WHEEL")]
+    tags = [line for line in wheel.read(wheel_meta).decode().splitlines()
+            if line.startswith("Tag:")]
+    assert tags and all("-abi3-" in t for t in tags), tags

@@ -1,12 +1,14 @@
 """Interop: the CUDA Array Interface (v3) and DLPack (1.x), both directions.
 
 Pure halves (no array knowledge): ``_cai_desc`` validates and builds CAI
-dictionaries; ``_dlpack_capsule`` makes and consumes DLPack capsules over
-ctypes, and ``_dlpack_protocol`` checks ``__dlpack__`` keywords and maps
-dtypes to DLPack codes.  Glue: ``_cai`` (``as_cuda_array``, ``from_cuda_array_interface``,
-``is_cuda_array``) and ``_dlpack`` (``from_dlpack`` and the array's
-``__dlpack__``).  The glue modules import the array class, which itself uses
-the pure halves, so they are loaded on first access.
+dictionaries; ``_dlpack_capsule`` makes and consumes DLPack capsules through
+its core (``_dlpack_core``, a C extension, or the ``_dlpack_ctypes``
+fallback), and ``_dlpack_protocol`` checks ``__dlpack__`` keywords and maps
+dtypes to DLPack codes; ``_dlpack_export`` is the array's ``__dlpack__``
+(it uses the array's attributes, never imports it).  Glue: ``_cai``
+(``as_cuda_array``, ``from_cuda_array_interface``, ``is_cuda_array``) and
+``_dlpack`` (``from_dlpack``).  The glue modules import the array class,
+which itself uses the pure halves, so they are loaded on first access.
 """
 
 from __future__ import annotations

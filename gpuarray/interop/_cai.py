@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _config
+from .. import _config, _layout
 from .._array import DeviceNDArray
 from .._device import Device, get_device
 from .._driver import get_backend
 from .._driver._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST
-from .._stream import default_stream, external_stream, order_after
+from .._stream import default_stream, external_stream, legacy_default_stream, order_after
 from ..memory import MemoryPointer
-from ._cai_desc import parse_cai
+from ._cai_desc import _parse_fields, parse_cai
 
 __all__ = ["as_cuda_array", "from_cuda_array_interface", "is_cuda_array"]
 
@@ -51,19 +51,34 @@ def is_cuda_array(obj: Any) -> bool:
     return hasattr(obj, "__cuda_array_interface__")
 
 
-def _device_of(ptr: int) -> tuple[Device, int]:
-    """The device owning ``ptr`` and its DLPack memory kind (2 device, 3 host, 13 managed)."""
-    current = get_device()
-    if ptr == 0:
-        return current, 2
-    info = get_backend().pointer_info(ptr)
+def _device_of(ptr: int, lo: int, hi: int, info: Any = None) -> tuple[Device, int]:
+    """The device owning ``ptr`` and its DLPack memory kind (2 device, 3 host, 13 managed).
+
+    One pointer query (``info``, when the caller made it), which also gives
+    the allocation: the bytes the import addresses, ``[ptr + lo, ptr + hi)``,
+    must lie inside it.
+    """
+    if ptr + lo < 0 or ptr + hi > 2**64:
+        raise ValueError(f"__cuda_array_interface__ data pointer 0x{ptr:x} with its shape and "
+                         f"strides addresses [{ptr + lo:#x}, {ptr + hi:#x}), outside the "
+                         "64-bit address space")
+    if info is None:
+        info = get_backend().pointer_info(ptr)
     if info.memory_type == MEMORYTYPE_DEVICE or info.is_managed:
-        dev = get_device(info.device_ordinal) if info.device_ordinal >= 0 else current
-        return dev, 13 if info.is_managed else 2
-    if info.memory_type == MEMORYTYPE_HOST:
-        return current, 3
-    raise ValueError(f"__cuda_array_interface__ data pointer 0x{ptr:x} is not memory CUDA knows "
-                     "(pageable host memory or a freed/invalid address)")
+        dev = get_device(info.device_ordinal) if info.device_ordinal >= 0 else get_device()
+        kind = 13 if info.is_managed else 2
+    elif info.memory_type == MEMORYTYPE_HOST:
+        dev, kind = get_device(), 3
+    else:
+        raise ValueError(f"__cuda_array_interface__ data pointer 0x{ptr:x} is not memory CUDA "
+                         "knows (pageable host memory or a freed/invalid address)")
+    base, size = info.base, info.size
+    if size and (ptr + lo < base or ptr + hi > base + size):
+        over = max(base - (ptr + lo), ptr + hi - (base + size))
+        raise ValueError(f"__cuda_array_interface__ data 0x{ptr:x} with its shape and strides "
+                         f"addresses [{ptr + lo:#x}, {ptr + hi:#x}), {over} bytes outside its "
+                         f"allocation [{base:#x}, {base + size:#x})")
+    return dev, kind
 
 
 def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -> DeviceNDArray:
@@ -87,7 +102,9 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
     Raises
     ------
     TypeError, ValueError
-        For a malformed description; the message names the key.
+        For a malformed description (the message names the key), memory CUDA
+        does not know, or shape and strides that reach outside the pointer's
+        allocation (the message names the overshoot; size 0 is exempt).
     NotImplementedError
         For a mask.
 
@@ -95,27 +112,42 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
     --------
     >>> a = gpuarray.from_cuda_array_interface(c.__cuda_array_interface__, owner=c)   # doctest: +SKIP
     """
-    d = parse_cai(desc)
-    # A size-0 array touches no memory: its pointer may be anything (e.g. one
-    # past the end of an allocation), so it is never looked up.
-    dev, kind = _device_of(d.ptr if d.size else 0)
-    lo = hi = 0  # the extent, as _layout.extent, on already validated ints
-    if d.size:
-        for n, st in zip(d.shape, d.strides, strict=True):
-            if st < 0:
-                lo += st * (n - 1)
-            else:
-                hi += st * (n - 1)
-        hi += d.dtype.itemsize
-    mem = MemoryPointer(dev, d.ptr + lo if d.size else 0, hi - lo, owner=owner)
-    stream = default_stream(dev)
-    if sync and d.stream is not None and _config.get().cai_import_sync:
-        producer = external_stream(d.stream, dev, owner=owner)
+    fields = _parse_fields(desc)
+    if fields is None:
+        d = parse_cai(desc)
+        lo, hi = _layout.extent(d.shape, d.strides, d.dtype.itemsize)
+        fields = (d.ptr, d.shape, d.strides, d.dtype, d.readonly, d.stream, d.size, lo, hi)
+    ptr, shape, strides, dtype, readonly, stream_value, size, lo, hi = fields
+    if size:
+        # _device_of, inlined on the common path (device memory inside its allocation)
+        info = get_backend().pointer_info(ptr)
+        base = info.base
+        if (info.memory_type == MEMORYTYPE_DEVICE and not info.is_managed
+                and info.device_ordinal >= 0 and base <= ptr + lo
+                and ptr + hi <= base + info.size):
+            dev, kind = get_device(info.device_ordinal), 2
+        else:
+            dev, kind = _device_of(ptr, lo, hi, info)
+        mem = MemoryPointer(dev, ptr + lo, hi - lo, owner)
+    else:
+        # A size-0 array touches no memory: its pointer may be anything (e.g.
+        # one past the end of an allocation), so it is never looked up.
+        dev, kind = get_device(), 2
+        mem = MemoryPointer(dev, 0, 0, owner=owner)
+    if sync and stream_value is not None and _config.get().cai_import_sync:
+        producer = (legacy_default_stream(dev) if stream_value == 1
+                    else external_stream(stream_value, dev, owner=owner))
         if owner is not None:
             stream = producer
         else:
+            stream = default_stream(dev)
             order_after(stream, producer)
-    arr = DeviceNDArray._make(d.shape, d.strides, d.dtype, d.ptr, mem, stream, d.readonly, dev)
+    else:
+        stream = default_stream(dev)
+    # Imported memory is not stream-ordered (no stream to record on it) unless the
+    # owner is gpuarray memory itself.
+    arr = DeviceNDArray._make(shape, strides, dtype, ptr, mem, stream, readonly, dev,
+                              isinstance(owner, MemoryPointer))
     arr._dl = kind
     return arr
 
@@ -152,4 +184,4 @@ def as_cuda_array(obj: Any, sync: bool = True) -> DeviceNDArray:
         desc = obj.__cuda_array_interface__
     except AttributeError:
         raise TypeError(f"{type(obj).__name__} object does not export __cuda_array_interface__") from None
-    return from_cuda_array_interface(desc, owner=obj, sync=sync)
+    return from_cuda_array_interface(desc, obj, sync)

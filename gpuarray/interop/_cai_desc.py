@@ -224,38 +224,70 @@ def _parse_fast(desc: Any) -> CAIDesc | None:
     """`parse_cai` for the well-formed dictionaries real producers send: exact
     types, a typestr already seen, no mask.  None: use the full validator
     (which also writes every error message)."""
+    t = _parse_fields(desc)
+    if t is None:
+        return None
+    ptr, shape, strides, dtype, readonly, stream = t[:6]
+    return CAIDesc(ptr=ptr, shape=shape, strides=strides, dtype=dtype, readonly=readonly,
+                   stream=stream, version=desc["version"], typestr=desc["typestr"],
+                   descr=desc.get("descr"))
+
+
+def _parse_fields(desc: Any) -> tuple | None:
+    """The fast half of :func:`parse_cai` as plain values.
+
+    ``(ptr, shape, strides, dtype, readonly, stream, size, lo, hi)`` for a
+    well-formed dictionary with exact types and a typestr already seen, else
+    None (then :func:`parse_cai` validates it and writes the error messages).
+    ``[ptr + lo, ptr + hi)`` are the bytes the array addresses (computed once,
+    with the validation; ``(0, 0)`` for size 0).
+    """
     if type(desc) is not dict:
         return None
     get = desc.get
-    version, shape, data = get("version"), get("shape"), get("data")
-    typestr = get("typestr")
-    if type(typestr) is not str:
+    typestr, shape, data, version = get("typestr"), get("shape"), get("data"), get("version")
+    dtype = _FAST_TYPESTRS.get(typestr) if type(typestr) is str else None
+    if (dtype is None or type(shape) is not tuple or type(data) is not tuple
+            or type(version) is not int or len(data) != 2 or not 0 <= version <= 3
+            or len(shape) > _MAX_NDIM or get("mask") is not None):
         return None
-    dtype = _FAST_TYPESTRS.get(typestr)
-    if (dtype is None or type(version) is not int or not 0 <= version <= 3
-            or type(shape) is not tuple or len(shape) > _MAX_NDIM
-            or type(data) is not tuple or len(data) != 2 or get("mask") is not None):
-        return None
-    size = 1
-    for n in shape:
-        if type(n) is not int or n < 0:
-            return None
-        size *= n
     ptr, readonly = data
-    if (type(ptr) is not int or type(readonly) is not bool or not 0 <= ptr < 2**64
-            or (ptr == 0 and size) or size * dtype.itemsize > _INT64_MAX):
+    if type(ptr) is not int or type(readonly) is not bool or not 0 <= ptr < 2**64:
         return None
     strides = get("strides")
+    itemsize = dtype.itemsize
+    size, lo, hi = 1, 0, itemsize
     if strides is None:
-        strides = _c_strides(shape, dtype.itemsize)
-    elif type(strides) is not tuple or len(strides) != len(shape) or any(
-            type(s) is not int or abs(s) > _INT64_MAX for s in strides):
+        rev = []
+        for n in reversed(shape):
+            if type(n) is not int or n < 0:
+                return None
+            rev.append(hi)
+            size *= n
+            if n > 1:
+                hi *= n
+        strides = tuple(rev[::-1])
+    elif type(strides) is not tuple or len(strides) != len(shape):
+        return None
+    else:
+        for n, st in zip(shape, strides, strict=True):
+            if (type(n) is not int or n < 0 or type(st) is not int
+                    or not -_INT64_MAX <= st <= _INT64_MAX):
+                return None
+            size *= n
+            if n > 1:
+                if st < 0:
+                    lo += st * (n - 1)
+                else:
+                    hi += st * (n - 1)
+    if size == 0:
+        lo = hi = 0
+    elif ptr == 0 or size * itemsize > _INT64_MAX:
         return None
     stream = get("stream")
     if stream is not None and (type(stream) is not int or not 0 < stream < 2**64):
         return None
-    return CAIDesc(ptr=ptr, shape=shape, strides=strides, dtype=dtype, readonly=readonly,
-                   stream=stream, version=version, typestr=typestr, descr=get("descr"))
+    return (ptr, shape, strides, dtype, readonly, stream, size, lo, hi)
 
 
 def parse_cai(desc: Any) -> CAIDesc:

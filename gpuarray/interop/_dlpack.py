@@ -1,16 +1,17 @@
-"""DLPack glue: the array's ``__dlpack__`` and the consumer ``from_dlpack``.
+"""DLPack consumer: ``from_dlpack``, and host producers as NumPy views.
 
 Capsule mechanics (structs, deleters, names) live in ``_dlpack_capsule``,
-``__dlpack__`` keywords and version negotiation in ``_dlpack_protocol``; this
-module decides what to export and how to order streams.  Producer: the consumer's stream waits on an event recorded on the
-array's stream (none for ``stream=-1``).  Consumer: the producer is asked to
+``__dlpack__`` keywords and version negotiation in ``_dlpack_protocol``, the
+array's own export in ``_dlpack_export``. Consumer: the producer is asked to
 order its work before our default stream; the producer's memory stays alive
-until the last array viewing it dies, then its deleter runs once.
+until the last array viewing it dies, then its deleter runs once. This module
+builds arrays, so it sits above ``_array`` (and imports nothing above it).
 """
 
 from __future__ import annotations
 
 import ctypes
+import datetime
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from .. import _layout
 from .._array import DeviceNDArray
 from .._device import Device, get_device
-from .._stream import default_stream, external_stream, order_after
+from .._stream import default_stream
 from ..memory import MemoryPointer
 from ._dlpack_capsule import (
     ImportedTensor,
@@ -27,47 +28,13 @@ from ._dlpack_capsule import (
     kDLCUDA,
     kDLCUDAHost,
     kDLCUDAManaged,
-    make_capsule,
 )
-from ._dlpack_protocol import DLPACK_MAX_VERSION, parse_dlpack_request
+from ._dlpack_protocol import DLPACK_MAX_VERSION, parse_dlpack_device
 
-__all__ = ["from_dlpack", "export_capsule"]
+__all__ = ["from_dlpack", "host_array_from_dlpack"]
 
-
-def export_capsule(arr: DeviceNDArray, *, stream: Any, max_version: Any, dl_device: Any,
-                   copy: bool | None) -> Any:
-    """The work of ``DeviceNDArray.__dlpack__`` (see its docstring)."""
-    req = parse_dlpack_request(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-    version = req.version or DLPACK_MAX_VERSION
-    here = arr.__dlpack_device__()
-    if req.dl_device is not None and tuple(req.dl_device) != here:
-        if tuple(req.dl_device) != (kDLCPU, 0):
-            raise BufferError(f"cannot export an array on DLPack device {here} to {req.dl_device}")
-        if req.copy is False:
-            raise BufferError("exporting device memory to the CPU needs a copy, and copy=False")
-        host = arr.copy_to_host()  # complete when it returns
-        return make_capsule(data_ptr=host.ctypes.data, shape=host.shape, byte_strides=host.strides,
-                            dtype=host.dtype, device_type=kDLCPU, device_id=0, owner=host,
-                            readonly=False, is_copied=True, versioned=req.versioned, version=version)
-    owner = arr
-    if req.stream is not None:
-        consumer = external_stream(req.stream, arr.device)
-        if req.copy:
-            # bind() records the consumer's stream, so a stream-ordered free
-            # of the copy waits for the consumer's work on it.
-            owner = arr.copy(order="K", stream=consumer).bind(consumer)
-        else:
-            order_after(consumer, arr.stream)
-    elif req.copy:
-        owner = arr.copy(order="K")
-    return make_capsule(data_ptr=owner.ptr, shape=owner.shape, byte_strides=owner.strides,
-                        dtype=owner.dtype, device_type=here[0], device_id=here[1], owner=owner,
-                        readonly=owner.readonly, is_copied=owner is not arr,
-                        versioned=req.versioned, version=version)
-
-
-def _is_capsule(obj: Any) -> bool:
-    return type(obj).__name__ == "PyCapsule"
+_CapsuleType = type(datetime.datetime_CAPI)  # PyCapsule (types.CapsuleType from 3.13 on)
+_DEVICE_KINDS = (kDLCUDA, kDLCUDAHost, kDLCUDAManaged)
 
 
 def _target_device(device: Any, dev_type: int, dev_id: int) -> Device:
@@ -82,17 +49,27 @@ def _target_device(device: Any, dev_type: int, dev_id: int) -> Device:
     return get_device()
 
 
-def _request(x: Any, dev: Device, dev_type: int, copy: bool | None, device: Any) -> Any:
+def _request(x: Any, dev: Device, dev_type: int, copy: bool | None, device: Any,
+             ours: Any = None) -> Any:
     # Streams are for memory the device accesses asynchronously: CUDA device
     # and managed memory. Host producers (kDLCPU, kDLCUDAHost) get None, as
     # the DLPack specification asks (PyTorch refuses a stream for them).
-    stream = default_stream(dev).cai_value if dev_type in (kDLCUDA, kDLCUDAManaged) else None
+    if dev_type == kDLCUDA or dev_type == kDLCUDAManaged:
+        stream = (default_stream(dev) if ours is None else ours).handle
+    else:
+        stream = None
+    if copy is None and device is None:
+        with dev.activate():  # PyTorch refuses to export from another current device
+            try:
+                return x.__dlpack__(stream=stream, max_version=DLPACK_MAX_VERSION)
+            except TypeError:
+                return x.__dlpack__(stream=stream)  # a producer without DLPack 1.x keywords
     kwargs: dict[str, Any] = {"stream": stream, "max_version": DLPACK_MAX_VERSION}
     if copy is not None:
         kwargs["copy"] = copy
     if device is not None and dev_type != kDLCPU:
         kwargs["dl_device"] = (kDLCUDA, dev.id)
-    with dev.activate():  # PyTorch refuses to export from another current device
+    with dev.activate():
         try:
             return x.__dlpack__(**kwargs)
         except TypeError:
@@ -102,14 +79,63 @@ def _request(x: Any, dev: Device, dev_type: int, copy: bool | None, device: Any)
 
 
 def _host_view(t: ImportedTensor) -> np.ndarray:
-    """A NumPy view of an imported host tensor (any strides, negative included)."""
-    lo, hi = _layout.extent(t.shape, t.byte_strides, t.dtype.itemsize)
+    """A NumPy view of an imported host tensor (any strides, negative included).
+
+    The view keeps ``t`` alive (through its buffer), so the producer's
+    deleter runs when the last view dies.
+    """
+    lo, hi = t.extent
     if hi == lo:
         return np.empty(t.shape, dtype=t.dtype)
     buf = (ctypes.c_uint8 * (hi - lo)).from_address(t.data_ptr + lo)
+    buf._dlpack_tensor = t  # type: ignore[attr-defined]  # lifetime: the view's base
     # A ctypes array exports the buffer protocol; NumPy's stub lists only some buffer types.
-    return np.ndarray(t.shape, t.dtype, buffer=buf,  # type: ignore[arg-type]
+    view = np.ndarray(t.shape, t.dtype, buffer=buf,  # type: ignore[arg-type]
                       offset=-lo, strides=t.byte_strides)
+    if t.readonly:
+        view.flags.writeable = False
+    return view
+
+
+def host_array_from_dlpack(x: Any) -> np.ndarray:
+    """A NumPy view of a host (``kDLCPU``) DLPack producer's data, zero-copy.
+
+    Unlike ``np.from_dlpack`` it takes every dtype gpuarray maps (bfloat16
+    included); the view keeps the producer's memory alive.
+
+    Parameters
+    ----------
+    x : object
+        A DLPack producer whose ``__dlpack_device__`` is ``(1, 0)``.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Raises
+    ------
+    BufferError
+        The capsule is not host memory, or cannot be used (dtype, version).
+    """
+    t = consume_capsule(_request(x, get_device(), kDLCPU, None, None))
+    if t.device_type != kDLCPU:
+        t.release()
+        raise BufferError(f"{type(x).__name__}.__dlpack__ gave DLPack device type "
+                          f"{t.device_type}, not host memory (1)")
+    return _host_view(t)
+
+
+def _host_to_device(t: ImportedTensor, dev: Device) -> DeviceNDArray:
+    host = _host_view(t)
+    f = host.flags.f_contiguous and not host.flags.c_contiguous
+    shape, itemsize = host.shape, host.dtype.itemsize
+    strides = (_layout.f_strides if f else _layout.c_strides)(shape, itemsize)
+    with dev.activate():
+        out = DeviceNDArray(shape, strides, host.dtype)
+        if host.size:
+            out._assign(host, out.stream)  # complete: pageable copies are staged at the call
+        out.stream.synchronize()
+    return out
 
 
 def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> DeviceNDArray:
@@ -136,45 +162,46 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
     ------
     BufferError
         For a capsule gpuarray cannot use (unsupported device, dtype or
-        version), or host data with ``copy=False``.
+        version; sizes, strides or addresses that do not fit 64 bits), or
+        host data with ``copy=False``.
     TypeError
-        If ``x`` is neither a DLPack producer nor a capsule.
+        If ``x`` is neither a DLPack producer nor a capsule, or its
+        ``__dlpack_device__`` does not return two ints.
 
     Examples
     --------
     >>> d = gpuarray.from_dlpack(np.arange(3))            # host data: copied
     >>> t = gpuarray.from_dlpack(torch.ones(3, device="cuda"))   # doctest: +SKIP
     """
-    if _is_capsule(x):
+    if type(x) is _CapsuleType:
         t = consume_capsule(x)
         dev = _target_device(device, t.device_type, t.device_id)
+        stream = default_stream(dev)
     else:
         if not hasattr(x, "__dlpack__"):
             raise TypeError(f"{type(x).__name__} object is not a DLPack producer (no __dlpack__)")
-        dev_type, dev_id = (x.__dlpack_device__() if hasattr(x, "__dlpack_device__")
-                            else (kDLCPU, 0))
+        get = getattr(x, "__dlpack_device__", None)
+        dev_type, dev_id = (kDLCPU, 0) if get is None else parse_dlpack_device(get(), x)
         dev = _target_device(device, dev_type, dev_id)
-        t = consume_capsule(_request(x, dev, dev_type, copy, device))
-    if t.device_type == kDLCPU:
+        stream = default_stream(dev)
+        t = consume_capsule(_request(x, dev, dev_type, copy, device, stream))
+    kind = t.device_type
+    if kind == kDLCPU:
         if copy is False:
             t.release()
             raise BufferError("the producer's data is in host memory; it cannot be used on the "
                               "device without a copy (copy=False)")
-        from .._creation import to_device
-
-        with dev.activate():
-            out = to_device(_host_view(t))  # complete: pageable copies are staged at the call
-            out.stream.synchronize()
+        out = _host_to_device(t, dev)
         t.release()
         return out
-    if t.device_type not in (kDLCUDA, kDLCUDAHost, kDLCUDAManaged):
+    if kind not in _DEVICE_KINDS:
         t.release()
-        raise BufferError(f"DLPack device type {t.device_type} is not CUDA memory "
+        raise BufferError(f"DLPack device type {kind} is not CUDA memory "
                           "(supported: 1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed)")
-    size = int(np.prod(t.shape)) if t.shape else 1
-    lo, hi = _layout.extent(t.shape, t.byte_strides, t.dtype.itemsize)
-    mem = MemoryPointer(dev, t.data_ptr + lo if size else 0, hi - lo, owner=t)
-    arr = DeviceNDArray._make(tuple(t.shape), tuple(t.byte_strides), t.dtype, t.data_ptr, mem,
-                              default_stream(dev), bool(t.readonly), dev)
-    arr._dl = t.device_type
+    lo, hi = t.extent
+    mem = MemoryPointer(dev, t.data_ptr + lo if t.size else 0, hi - lo, owner=t)
+    # Imported memory is not stream-ordered: no stream to record on it.
+    arr = DeviceNDArray._make(t.shape, t.byte_strides, t.dtype, t.data_ptr, mem, stream,
+                              t.readonly, dev, False)
+    arr._dl = kind
     return arr.copy() if copy and not t.is_copied else arr  # the producer may have copied

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "DLPACK_MAX_VERSION", "DLPackRequest", "dlpack_to_dtype", "dtype_to_dlpack",
+    "DLPACK_MAX_VERSION", "DLPackRequest", "dlpack_to_dtype", "dtype_to_dlpack", "parse_dlpack_device",
     "export_version", "parse_dlpack_request", "parse_dlpack_stream", "wants_versioned",
 ]
 
@@ -298,3 +298,41 @@ def parse_dlpack_request(*, stream: Any = None, max_version: Any = None,
         stream=_parse_stream(stream, 4), version=export_version(max_version),
         dl_device=None if dl_device is None else _pair(dl_device, "dl_device"),
         copy=None if copy is None else bool(copy))
+
+
+def parse_dlpack_device(value: Any, producer: Any = None) -> tuple[int, int]:
+    """Validate what a producer's ``__dlpack_device__()`` returned.
+
+    Parameters
+    ----------
+    value : object
+        Should be ``(device_type, device_id)``, two ints (an ``IntEnum``
+        device type, as PyTorch's, is an int).
+    producer : object, optional
+        Named in the error message.
+
+    Returns
+    -------
+    tuple of int
+
+    Raises
+    ------
+    TypeError
+        Anything else (strings such as ``("2", "0")`` included); the message
+        names the value.
+
+    Examples
+    --------
+    >>> parse_dlpack_device((2, 0))
+    (2, 0)
+    """
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is int \
+            and type(value[1]) is int:
+        return value
+    try:
+        dev_type, dev_id = value
+        return (_int(dev_type, "device type"), _int(dev_id, "device id"))
+    except (TypeError, ValueError):
+        who = "" if producer is None else f"{type(producer).__name__}."
+        raise TypeError(f"{who}__dlpack_device__() must return (device_type, device_id) "
+                        f"as two ints, got {value!r}") from None

@@ -1,0 +1,673 @@
+/* gpuarray.interop._dlpack_core: the C half of DLPack (dlpack.h 1.x).
+ *
+ * One concern: make a DLPack capsule from plain values, and consume one into
+ * plain values. It knows nothing of arrays or CUDA; the Python module
+ * gpuarray/interop/_dlpack_capsule.py validates arguments, maps dtypes and
+ * builds the ImportedTensor, and falls back to a ctypes implementation of the
+ * same functions when this extension was not built.
+ *
+ * Written against the Limited API of Python 3.10, so one build (abi3) serves
+ * every later version.
+ *
+ * Exports: one malloc'd block per capsule holds the managed struct and then
+ * shape and strides (int64, elements); manager_ctx is a strong reference to
+ * the owner. The deleter takes the GIL (PyGILState_Ensure: a consumer may
+ * call it from any thread), saves the pending exception, frees the block,
+ * drops the owner (which may run Python code: none runs with an exception
+ * pending), restores the exception and releases the GIL. The capsule
+ * destructor calls the deleter only while the capsule is unconsumed (named
+ * "dltensor" or "dltensor_versioned"), saving the error indicator too.
+ * After the interpreter is finalized the deleter leaks rather than touch it.
+ *
+ * Imports: consume() renames the capsule "used_..." and returns a Releaser
+ * that calls the producer's deleter exactly once: on release(), or when it is
+ * deallocated (again saving and restoring the error indicator around it).
+ */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- dlpack.h 1.x, as the specification lays it out --- */
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+#define MAX_NDIM 64
+static const char NAME_LEGACY[] = "dltensor";
+static const char NAME_VERSIONED[] = "dltensor_versioned";
+static const char USED_LEGACY[] = "used_dltensor";
+static const char USED_VERSIONED[] = "used_dltensor_versioned";
+
+/* Counters of this module's exports; changed only with the GIL held. */
+static Py_ssize_t live_count = 0;
+static Py_ssize_t deleter_count = 0;
+
+/* --- exports --- */
+static void
+release_export(void *block, PyObject *owner)
+{
+    PyGILState_STATE gil;
+    PyObject *type, *value, *tb;
+
+    if (!Py_IsInitialized()) {
+        return; /* the interpreter is gone: leak rather than touch it */
+    }
+    gil = PyGILState_Ensure();
+    PyErr_Fetch(&type, &value, &tb); /* nothing below runs with it pending */
+    deleter_count++;
+    live_count--;
+    free(block);
+    Py_XDECREF(owner);
+    PyErr_Restore(type, value, tb);
+    PyGILState_Release(gil);
+}
+
+static void
+deleter_legacy(DLManagedTensor *self)
+{
+    if (self != NULL) {
+        release_export(self, (PyObject *)self->manager_ctx);
+    }
+}
+
+static void
+deleter_versioned(DLManagedTensorVersioned *self)
+{
+    if (self != NULL) {
+        release_export(self, (PyObject *)self->manager_ctx);
+    }
+}
+
+static void
+capsule_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *tb;
+    const char *name;
+    void *ptr;
+
+    PyErr_Fetch(&type, &value, &tb);
+    name = PyCapsule_GetName(capsule);
+    if (name != NULL && strcmp(name, NAME_VERSIONED) == 0) {
+        ptr = PyCapsule_GetPointer(capsule, NAME_VERSIONED);
+        if (ptr != NULL && ((DLManagedTensorVersioned *)ptr)->deleter != NULL) {
+            ((DLManagedTensorVersioned *)ptr)->deleter((DLManagedTensorVersioned *)ptr);
+        }
+    }
+    else if (name != NULL && strcmp(name, NAME_LEGACY) == 0) {
+        ptr = PyCapsule_GetPointer(capsule, NAME_LEGACY);
+        if (ptr != NULL && ((DLManagedTensor *)ptr)->deleter != NULL) {
+            ((DLManagedTensor *)ptr)->deleter((DLManagedTensor *)ptr);
+        }
+    }
+    /* "used_..." (consumed) capsules: the consumer owns the tensor now. */
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+/* An int argument as int64 in [lo, hi]; ValueError naming `what` otherwise. */
+static int
+as_int64(PyObject *obj, const char *what, long long lo, long long hi, long long *out)
+{
+    int overflow = 0;
+    long long v;
+
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, got %R", what, obj);
+        return -1;
+    }
+    v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow || v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s %R is out of range for DLPack", what, obj);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* make(owner, data, shape, byte_strides, itemsize, code, bits, lanes,
+ *      device_type, device_id, versioned, major, minor, flags) -> capsule
+ * shape and byte_strides are tuples of ints; strides are exported in elements. */
+static PyObject *
+core_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *owner, *shape, *strides, *capsule;
+    long long itemsize, code, bits, lanes, dev_type, dev_id, major, minor;
+    unsigned long long ptr, flags;
+    int versioned;
+    Py_ssize_t ndim, i;
+    long long sh[MAX_NDIM], st[MAX_NDIM], extent = 1, expected = 1, q, r;
+    int empty = 0;
+    size_t head;
+    char *block;
+    DLTensor *t;
+
+    (void)module;
+    if (nargs != 14) {
+        PyErr_Format(PyExc_TypeError, "make() takes 14 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    owner = args[0];
+    shape = args[2];
+    strides = args[3];
+    if (!PyLong_Check(args[1]) || PyBool_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "data_ptr must be an int, got %R", args[1]);
+        return NULL;
+    }
+    ptr = PyLong_AsUnsignedLongLong(args[1]);
+    if (ptr == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "data_ptr %R is not a 64-bit address", args[1]);
+        return NULL;
+    }
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides)) {
+        PyErr_SetString(PyExc_TypeError, "shape and byte_strides must be tuples of ints");
+        return NULL;
+    }
+    ndim = PyTuple_Size(shape);
+    if (ndim > MAX_NDIM || PyTuple_Size(strides) != ndim) {
+        PyErr_Format(PyExc_ValueError, "invalid export: shape %R, byte_strides %R", shape,
+                     strides);
+        return NULL;
+    }
+    if (as_int64(args[4], "itemsize", 1, INT64_MAX, &itemsize) < 0
+        || as_int64(args[5], "dtype code", 0, 255, &code) < 0
+        || as_int64(args[6], "dtype bits", 0, 255, &bits) < 0
+        || as_int64(args[7], "dtype lanes", 0, 65535, &lanes) < 0
+        || as_int64(args[8], "device_type", INT32_MIN, INT32_MAX, &dev_type) < 0
+        || as_int64(args[9], "device_id", INT32_MIN, INT32_MAX, &dev_id) < 0) {
+        return NULL;
+    }
+    versioned = PyObject_IsTrue(args[10]);
+    if (versioned < 0 || as_int64(args[11], "version major", 1, 1, &major) < 0
+        || as_int64(args[12], "version minor", 0, UINT32_MAX, &minor) < 0) {
+        return NULL;
+    }
+    if (!PyLong_Check(args[13]) || PyBool_Check(args[13])) {
+        PyErr_SetString(PyExc_TypeError, "flags must be an int");
+        return NULL;
+    }
+    flags = PyLong_AsUnsignedLongLong(args[13]);
+    if (flags == (unsigned long long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    for (i = 0; i < ndim; i++) {
+        if (as_int64(PyTuple_GetItem(shape, i), "shape entry", 0, INT64_MAX, &sh[i]) < 0
+            || as_int64(PyTuple_GetItem(strides, i), "byte stride", -INT64_MAX, INT64_MAX,
+                        &st[i]) < 0) {
+            return NULL;
+        }
+        if (sh[i] == 0) {
+            empty = 1;
+        }
+        else if (extent > INT64_MAX / sh[i]) {
+            PyErr_Format(PyExc_ValueError, "shape %R is too large for DLPack", shape);
+            return NULL;
+        }
+        else {
+            extent *= sh[i];
+        }
+    }
+    if (extent > INT64_MAX / itemsize) {
+        PyErr_Format(PyExc_ValueError, "shape %R is too large for DLPack", shape);
+        return NULL;
+    }
+    for (i = ndim - 1; i >= 0; i--) {
+        q = st[i] / itemsize;
+        r = st[i] % itemsize;
+        if (r != 0) {
+            if (sh[i] > 1 && !empty) {
+                PyErr_Format(PyExc_BufferError,
+                             "byte strides %R are not multiples of the item size %lld: "
+                             "DLPack counts strides in elements", strides, itemsize);
+                return NULL;
+            }
+            q = expected; /* the stride of an axis of extent <= 1 does not matter */
+        }
+        st[i] = q;
+        expected *= (sh[i] > 1 ? sh[i] : 1);
+    }
+
+    head = versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor);
+    block = (char *)calloc(1, head + 16 * (size_t)ndim);
+    if (block == NULL) {
+        return PyErr_NoMemory();
+    }
+    if (versioned) {
+        DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)block;
+        m->version.major = (uint32_t)major;
+        m->version.minor = (uint32_t)minor;
+        m->manager_ctx = owner;
+        m->deleter = deleter_versioned;
+        m->flags = flags;
+        t = &m->dl_tensor;
+    }
+    else {
+        DLManagedTensor *m = (DLManagedTensor *)block;
+        m->manager_ctx = owner;
+        m->deleter = deleter_legacy;
+        t = &m->dl_tensor;
+    }
+    t->data = empty ? NULL : (void *)(uintptr_t)ptr;
+    t->device.device_type = (int32_t)dev_type;
+    t->device.device_id = (int32_t)dev_id;
+    t->ndim = (int32_t)ndim;
+    t->dtype.code = (uint8_t)code;
+    t->dtype.bits = (uint8_t)bits;
+    t->dtype.lanes = (uint16_t)lanes;
+    t->byte_offset = 0;
+    if (ndim) {
+        t->shape = (int64_t *)(block + head);
+        t->strides = t->shape + ndim;
+        for (i = 0; i < ndim; i++) {
+            t->shape[i] = (int64_t)sh[i];
+            t->strides[i] = (int64_t)st[i];
+        }
+    }
+    Py_INCREF(owner);
+    live_count++;
+    capsule = PyCapsule_New(block, versioned ? NAME_VERSIONED : NAME_LEGACY,
+                            capsule_destructor);
+    if (capsule == NULL) {
+        live_count--;
+        free(block);
+        Py_DECREF(owner);
+    }
+    return capsule;
+}
+
+/* --- imports: the Releaser --- */
+typedef struct {
+    PyObject_HEAD
+    void *manager;
+    void *deleter;
+    int released;
+} Releaser;
+
+static PyObject *ReleaserType = NULL;
+
+static void
+releaser_run(Releaser *self)
+{
+    PyObject *type, *value, *tb;
+    void (*fn)(void *);
+
+    if (self->released) {
+        return;
+    }
+    self->released = 1;
+    if (self->deleter == NULL) {
+        return; /* "no way to provide a destructor": allowed by the specification */
+    }
+    fn = (void (*)(void *))self->deleter;
+    PyErr_Fetch(&type, &value, &tb);
+    fn(self->manager);
+    PyErr_Restore(type, value, tb);
+}
+
+static PyObject *
+releaser_release(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    releaser_run((Releaser *)self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+releaser_get_released(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(((Releaser *)self)->released);
+}
+
+static void
+releaser_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+
+    releaser_run((Releaser *)self);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef releaser_methods[] = {
+    {"release", releaser_release, METH_NOARGS,
+     "Call the producer's deleter now; later calls do nothing."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef releaser_getset[] = {
+    {"released", releaser_get_released, NULL, "Whether the deleter has been called.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot releaser_slots[] = {
+    {Py_tp_dealloc, (void *)releaser_dealloc},
+    {Py_tp_methods, releaser_methods},
+    {Py_tp_getset, releaser_getset},
+    {Py_tp_doc, (void *)"Calls a consumed DLPack tensor's deleter exactly once."},
+    {0, NULL},
+};
+
+static PyType_Spec releaser_spec = {
+    "gpuarray.interop._dlpack_core.Releaser",
+    sizeof(Releaser),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    releaser_slots,
+};
+
+static PyObject *
+int64_tuple(const int64_t *values, Py_ssize_t n)
+{
+    PyObject *out = PyTuple_New(n);
+    Py_ssize_t i;
+
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong((long long)values[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SetItem(out, i, v);
+    }
+    return out;
+}
+
+#ifndef __SIZEOF_INT128__
+#error "the DLPack core needs a 128-bit integer type for its size checks"
+#endif
+typedef __int128 wide;
+#define I64_MAX ((wide)INT64_MAX)
+#define ADDR_END ((wide)1 << 64)
+
+/* Release, then raise BufferError(message % shape): the caller returns NULL. */
+static PyObject *
+refuse(Releaser *rel, PyObject *shape, const char *message)
+{
+    releaser_run(rel);
+    Py_DECREF(rel);
+    PyErr_Format(PyExc_BufferError, message, shape);
+    Py_DECREF(shape);
+    return NULL;
+}
+
+/* consume(capsule) -> (releaser, versioned, major, minor, flags, data_ptr,
+ *                      device_type, device_id, code, bits, lanes, shape,
+ *                      byte_strides, size, lo, hi)
+ * data_ptr is data + byte_offset; byte_strides are bytes (C-contiguous when
+ * the producer gave NULL); [data_ptr + lo, data_ptr + hi) are the bytes the
+ * tensor addresses ((0, 0) for size 0). After a major version other than 1
+ * the fields from data_ptr on are None (only the fields up to `flags` may be
+ * read); for a dtype whose item size is not whole bytes (lanes != 1
+ * included), shape and what follows are None: the caller refuses the dtype.
+ * BufferError, after calling the deleter, for a bad ndim or shape, and for
+ * sizes, strides or addresses that do not fit 64 bits. */
+static PyObject *
+core_consume(PyObject *module, PyObject *capsule)
+{
+    const char *name;
+    int versioned;
+    void *manager;
+    Releaser *rel;
+    DLTensor *t;
+    unsigned long long major = 0, minor = 0, flags = 0;
+    PyObject *shape, *strides;
+    int64_t ndim, i, n, itemsize, bs[MAX_NDIM];
+    wide size = 1, lo = 0, hi, acc, step, ptr;
+    int empty = 0;
+
+    (void)module;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyErr_SetString(PyExc_TypeError, "expected a DLPack PyCapsule");
+        return NULL;
+    }
+    name = PyCapsule_GetName(capsule);
+    if (name == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (name != NULL && (strcmp(name, USED_LEGACY) == 0 || strcmp(name, USED_VERSIONED) == 0)) {
+        PyErr_Format(PyExc_BufferError, "this DLPack capsule was already consumed (its name "
+                     "is '%s'); a capsule can be consumed only once", name);
+        return NULL;
+    }
+    if (name != NULL && strcmp(name, NAME_VERSIONED) == 0) {
+        versioned = 1;
+    }
+    else if (name != NULL && strcmp(name, NAME_LEGACY) == 0) {
+        versioned = 0;
+    }
+    else {
+        if (name == NULL) {
+            PyErr_SetString(PyExc_ValueError, "not a DLPack capsule: its name is None, "
+                            "expected 'dltensor' or 'dltensor_versioned'");
+        }
+        else {
+            PyErr_Format(PyExc_ValueError, "not a DLPack capsule: its name is b'%s', "
+                         "expected 'dltensor' or 'dltensor_versioned'", name);
+        }
+        return NULL;
+    }
+    manager = PyCapsule_GetPointer(capsule, name);
+    if (manager == NULL) {
+        return NULL;
+    }
+    rel = (Releaser *)PyType_GenericAlloc((PyTypeObject *)ReleaserType, 0);
+    if (rel == NULL) {
+        return NULL;
+    }
+    rel->manager = manager;
+    rel->released = 1; /* not ours until the capsule is renamed */
+    if (PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY) < 0) {
+        Py_DECREF(rel);
+        return NULL;
+    }
+    rel->released = 0;
+    if (versioned) {
+        DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)manager;
+        rel->deleter = (void *)m->deleter;
+        major = m->version.major;
+        minor = m->version.minor;
+        flags = m->flags;
+        if (major != 1) {
+            return Py_BuildValue("(NiKKKOOOOOOOOOOO)", (PyObject *)rel, 1, major, minor, flags,
+                                 Py_None, Py_None, Py_None, Py_None, Py_None, Py_None,
+                                 Py_None, Py_None, Py_None, Py_None, Py_None);
+        }
+        t = &m->dl_tensor;
+    }
+    else {
+        DLManagedTensor *m = (DLManagedTensor *)manager;
+        rel->deleter = (void *)m->deleter;
+        t = &m->dl_tensor;
+    }
+    ndim = t->ndim;
+    if (ndim < 0 || ndim > MAX_NDIM || (ndim && t->shape == NULL)) {
+        releaser_run(rel);
+        Py_DECREF(rel);
+        PyErr_Format(PyExc_BufferError, "invalid DLPack tensor: ndim=%d, shape pointer %s",
+                     (int)ndim, t->shape == NULL ? "NULL" : "set");
+        return NULL;
+    }
+    if (t->dtype.lanes != 1 || t->dtype.bits == 0 || t->dtype.bits % 8) {
+        return Py_BuildValue("(NiKKKKiiiiiOOOOO)", (PyObject *)rel, versioned, major, minor,
+                             flags, 0ULL, (int)t->device.device_type,
+                             (int)t->device.device_id, (int)t->dtype.code, (int)t->dtype.bits,
+                             (int)t->dtype.lanes, Py_None, Py_None, Py_None, Py_None, Py_None);
+    }
+    itemsize = t->dtype.bits / 8;
+    shape = int64_tuple(t->shape, ndim);
+    if (shape == NULL) {
+        Py_DECREF(rel);
+        return NULL;
+    }
+    hi = itemsize;
+    acc = itemsize;
+    for (i = ndim - 1; i >= 0; i--) {
+        n = t->shape[i];
+        if (n < 0) {
+            return refuse(rel, shape, "invalid DLPack tensor: negative shape %R");
+        }
+        if (n == 0) {
+            empty = 1;
+        }
+        else if (size <= I64_MAX) {
+            size *= n; /* saturates in effect: once past int64 it is refused below */
+        }
+        if (t->strides != NULL) {
+            step = (wide)t->strides[i] * itemsize;
+        }
+        else {
+            step = acc;
+            if (n > 1 && acc <= I64_MAX) {
+                acc *= n;
+            }
+        }
+        if (step > I64_MAX || step < -I64_MAX) {
+            return refuse(rel, shape, "DLPack tensor of shape %R has a stride that does not "
+                          "fit 64 bits in bytes");
+        }
+        bs[i] = (int64_t)step;
+        if (n > 1) {
+            if ((step < 0 ? -step : step) > (ADDR_END / (n - 1))) {
+                return refuse(rel, shape, "DLPack tensor of shape %R spans more than a 64-bit "
+                              "address space");
+            }
+            if (step < 0) {
+                lo += step * (n - 1);
+            }
+            else {
+                hi += step * (n - 1);
+            }
+        }
+    }
+    if (!empty && (size > I64_MAX || size * itemsize > I64_MAX || hi - lo > I64_MAX)) {
+        return refuse(rel, shape, "DLPack tensor of shape %R is too large for a 64-bit "
+                      "address space");
+    }
+    ptr = (wide)(uintptr_t)t->data + (wide)t->byte_offset;
+    if (empty) {
+        lo = hi = 0;
+        size = 0;
+    }
+    else if (t->data == NULL) {
+        return refuse(rel, shape, "invalid DLPack tensor: NULL data for shape %R");
+    }
+    if (ptr + lo < 0 || ptr + hi > ADDR_END || ptr >= ADDR_END) {
+        char where[96];
+        snprintf(where, sizeof(where), "data 0x%llx + byte_offset 0x%llx",
+                 (unsigned long long)(uintptr_t)t->data, (unsigned long long)t->byte_offset);
+        releaser_run(rel);
+        Py_DECREF(rel);
+        PyErr_Format(PyExc_BufferError, "DLPack tensor %s with shape %R addresses memory "
+                     "outside a 64-bit address space", where, shape);
+        Py_DECREF(shape);
+        return NULL;
+    }
+    strides = int64_tuple(bs, ndim);
+    if (strides == NULL) {
+        Py_DECREF(shape);
+        Py_DECREF(rel);
+        return NULL;
+    }
+    return Py_BuildValue("(NiKKKKiiiiiNNLLL)", (PyObject *)rel, versioned, major, minor, flags,
+                         (unsigned long long)ptr, (int)t->device.device_type,
+                         (int)t->device.device_id, (int)t->dtype.code, (int)t->dtype.bits,
+                         (int)t->dtype.lanes, shape, strides, (long long)size, (long long)lo,
+                         (long long)hi);
+}
+
+static PyObject *
+core_live_exports(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromSsize_t(live_count);
+}
+
+static PyObject *
+core_deleter_calls(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromSsize_t(deleter_count);
+}
+
+static PyMethodDef core_methods[] = {
+    {"make", (PyCFunction)(void (*)(void))core_make, METH_FASTCALL,
+     "make(owner, data, shape, byte_strides, itemsize, code, bits, lanes, device_type, "
+     "device_id, versioned, major, minor, flags) -> DLPack capsule"},
+    {"consume", core_consume, METH_O, "consume(capsule) -> tuple of plain values"},
+    {"live_exports", core_live_exports, METH_NOARGS,
+     "How many exports still hold their owner (deleter not run yet)."},
+    {"deleter_calls", core_deleter_calls, METH_NOARGS,
+     "How many times this module's deleter has run."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    "gpuarray.interop._dlpack_core",
+    "DLPack capsules in C: make one from plain values, consume one into plain values.",
+    -1,
+    core_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__dlpack_core(void)
+{
+    PyObject *m = PyModule_Create(&core_module);
+
+    if (m == NULL) {
+        return NULL;
+    }
+    if (ReleaserType == NULL) {
+        ReleaserType = PyType_FromSpec(&releaser_spec);
+        if (ReleaserType == NULL) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    Py_INCREF(ReleaserType);
+    if (PyModule_AddObject(m, "Releaser", ReleaserType) < 0) {
+        Py_DECREF(ReleaserType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
