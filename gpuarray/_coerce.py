@@ -47,7 +47,9 @@ def _dlpack_kind(obj: Any) -> int | None:
 
 def is_foreign_device_array(obj: Any) -> bool:
     """Whether ``obj`` exports device memory (CAI, or DLPack on a CUDA device)."""
-    if isinstance(obj, (DeviceNDArray, np.ndarray)):
+    # Exactly ndarray: its subclasses may export device memory (gpuarray's
+    # mapped/managed arrays, as Numba's, are host arrays that are also device arrays).
+    if type(obj) is np.ndarray or isinstance(obj, DeviceNDArray):
         return False
     if hasattr(obj, "__cuda_array_interface__"):
         return True
@@ -56,8 +58,8 @@ def is_foreign_device_array(obj: Any) -> bool:
 
 def as_device_source(obj: Any, device: Device | None = None) -> Any:
     """A ``DeviceNDArray`` for device data (zero-copy), else host data (``obj`` or a view)."""
-    if isinstance(obj, (DeviceNDArray, np.ndarray, np.generic)):
-        return obj
+    if type(obj) is np.ndarray or isinstance(obj, (DeviceNDArray, np.generic)):
+        return obj  # (an ndarray subclass may export device memory: see above)
     if hasattr(obj, "__cuda_array_interface__"):
         return as_cuda_array(obj)
     kind = _dlpack_kind(obj)
