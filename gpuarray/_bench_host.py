@@ -153,6 +153,8 @@ class PeerRow:
         """
         if self.goal is None:
             return None
+        if self.library_us < 0:  # the run's noise exceeds what is left: nothing to judge
+            return None
         if self.goal_vs == "raw":   # library microseconds over the raw calls
             return self.library_us <= self.goal
         r = self.library_ratio()
@@ -334,5 +336,6 @@ def format_peer_table(rows: list[PeerRow], backend: str) -> str:
     notes = sorted({f"- `{r.case}`: {r.peer_note}" for r in rows if r.peer_note})
     notes.append("- ratio: gpuarray / PyTorch CPU, total time; library ratio and met: gpuarray's "
                  "time less its backend calls (counted and timed separately, so the simulator's "
-                 "own cost is not blamed on the library)")
+                 "own cost is not blamed on the library); a negative library time means the "
+                 "run's noise exceeded it, and the row is not judged")
     return "\n".join(out + [""] + notes)
