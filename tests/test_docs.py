@@ -199,7 +199,9 @@ def test_public_name_has_numpydoc_docstring(qualname, obj):
 
 
 # --------------------------------------------------- rendered by api.rst
-_DIRECTIVE = re.compile(r"^\.\. (?P<kind>[\w:]+):: *(?P<arg>\S+)[ \t]*\n(?P<body>(?:[ \t]+\S.*\n?)*)", re.M)
+# Directives may be nested in another's content (api.rst renders DeviceNDArray inside the
+# package's automodule, so that it keeps its place after the module docstring).
+_DIRECTIVE = re.compile(r"^[ \t]*\.\. (?P<kind>[\w:]+):: *(?P<arg>\S+)[ \t]*\n(?P<body>(?:[ \t]+\S.*\n?)*)", re.M)
 
 
 def _options(body: str) -> dict[str, str]:

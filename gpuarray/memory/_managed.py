@@ -15,7 +15,8 @@ import functools
 from .._device import Device, get_device
 from .._driver import get_backend
 from ..errors import CudaOutOfMemoryError
-from ._manager import _fmt_size, get_memory_manager
+from ._default import _fmt_size
+from ._manager import get_memory_manager
 from ._pointer import ManagedMemory
 
 __all__ = ["managed_alloc"]

@@ -71,7 +71,7 @@ from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
 from .._stream import event as new_event
 from ..errors import CudaError, CudaOutOfMemoryError
-from ._manager import SUPPORTED_INTERFACE_VERSION, HostOnlyCUDAMemoryManager, _fmt_size
+from ._default import SUPPORTED_INTERFACE_VERSION, HostOnlyCUDAMemoryManager, _fmt_size
 from ._pointer import MemoryInfo, MemoryPointer
 
 __all__ = [

@@ -55,7 +55,7 @@ from ...errors import CudaError
 from ._memory import ALIGN, Allocation
 
 if TYPE_CHECKING:
-    from ._backend import SimBackend
+    from ._core import SimCore
 
 MAGIC = b"GSIM"
 VERSION = 1
@@ -149,7 +149,7 @@ class _Import:
 class SimIpc:
     """The IPC state of one simulated driver (exports and open mappings)."""
 
-    def __init__(self, backend: SimBackend) -> None:
+    def __init__(self, backend: SimCore) -> None:
         self._b = backend
         self._exports: dict[int, bytes] = {}  # allocation base -> handle
         self._imports: dict[tuple[int, bytes], _Import] = {}  # (device, handle) -> mapping

@@ -37,7 +37,7 @@ from ...errors import StreamOrderError
 from ._memory import AddressSpace, Allocation
 
 if TYPE_CHECKING:  # the backend imports this module
-    from ._backend import SimContext
+    from ._core import SimContext
 
 
 class Op:

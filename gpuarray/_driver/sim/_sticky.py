@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ...errors import CudaError
 
 if TYPE_CHECKING:  # the backend imports this module
-    from ._backend import SimBackend, SimContext
+    from ._core import SimContext, SimCore
 
 #: CUresult codes CUDA documents as sticky (the context cannot be used after them).
 STICKY_CODES = frozenset({
@@ -45,7 +45,7 @@ STICKY_CODES = frozenset({
 })
 
 
-def poison(backend: SimBackend, ctx: SimContext, code: int, detail: str) -> None:
+def poison(backend: SimCore, ctx: SimContext, code: int, detail: str) -> None:
     """Make ``ctx`` unusable after a sticky fault; drop its queued work."""
     if ctx.sticky is None:
         ctx.sticky = (code, detail)
@@ -61,7 +61,7 @@ def check(ctx: SimContext | None, call: str) -> None:
                                     "or reset the primary context: cuDevicePrimaryCtxReset)")
 
 
-def reset(backend: SimBackend, ctx: SimContext) -> None:
+def reset(backend: SimCore, ctx: SimContext) -> None:
     """``cuDevicePrimaryCtxReset``: destroy every resource of ``ctx`` and clear its error."""
     sched = backend.sched
     sched.discard(ctx)

@@ -1,0 +1,199 @@
+"""State and checks shared by the simulator's call groups.
+
+One concern: what every simulated driver call needs around its own work --
+the per-device contexts, the handle tables, the lock (``_locked``: the
+scheduler's lock serialises every call), fault injection's countdown, and the
+checks that turn a handle, an ordinal or an address range into a simulator
+object or a ``CudaError`` (``_current``, ``_stream``, ``_check_range``,
+``_sync``, ``_complete``...).  :class:`SimCore` holds them; the call groups
+(``_memory_calls.py``, ``_stream_calls.py``, ``_module_calls.py``) subclass
+it and ``SimBackend`` (``_backend.py``) combines them.  The faithfulness
+rules are in ``_backend.py``'s docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import CudaError, CudaOutOfMemoryError
+from .._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
+from . import _sticky
+from ._ipc import SimIpc
+from ._memory import AddressSpace, Allocation, DeviceFault
+from ._sched import Op, Scheduler, SimEvent, SimStream
+from ._visible import visible_list
+
+INVALID_VALUE = 1
+INVALID_CONTEXT = 201
+INVALID_HANDLE = 400
+NOT_FOUND = 500
+NOT_READY = 600
+ILLEGAL_ADDRESS = 700
+
+
+class SimContext:
+    def __init__(self, handle: int, device: int) -> None:
+        self.handle = handle
+        self.device = device
+        self.refs = 0
+        self.legacy: SimStream = None  # type: ignore[assignment]
+        self.per_thread: dict[int, SimStream] = {}
+        self.peers: set[int] = set()
+        #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
+        self.sticky: tuple[int, str] | None = None
+
+
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+class SimCore(Backend):
+    """The simulator's state and the checks its calls share (parameters: ``SimBackend``)."""
+
+    def __init__(self, devices: int = 1, memory: int = 4 << 30,
+                 compute_capability: Sequence[tuple[int, int]] = ((9, 0),),
+                 racecheck: str = "error", seed: int | None = None, max_queue: int = 64,
+                 visible: Sequence[int] | None = None) -> None:
+        if devices < 1:
+            raise ValueError(f"the simulator needs at least 1 device, got {devices}")
+        if racecheck not in ("error", "warn", "0"):
+            raise ValueError(f"racecheck must be 'error', 'warn' or '0', got {racecheck!r}")
+        #: machine device of each visible ordinal (CUDA_VISIBLE_DEVICES)
+        self.physical = visible_list(devices, visible)
+        self.compute_capability = [tuple(compute_capability[min(i, len(compute_capability) - 1)])
+                                   for i in self.physical]
+        self.machine_devices = devices
+        devices = self.devices = len(self.physical)
+        self.memory = AddressSpace([memory] * devices)
+        self.sched = Scheduler(self.memory, racecheck=racecheck, seed=seed, max_queue=max_queue)
+        self._lock = self.sched.lock
+        self._tls = threading.local()
+        self._contexts: list[SimContext] = []
+        self._streams: dict[int, SimStream] = {}
+        self._events: dict[int, SimEvent] = {}
+        self._modules: dict[int, tuple[SimContext, bytes]] = {}
+        self._functions: dict[int, tuple[SimContext, str, Any]] = {}
+        self._release_threshold = [0] * devices
+        self._ipc = SimIpc(self)
+        self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
+        self._next_handle = 0x5100_0000
+        self.sched.on_fault = self._fault_while_draining
+        for d in range(devices):
+            ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
+            ctx.legacy = self.sched.new_stream(STREAM_LEGACY, ctx, "legacy")
+            self._contexts.append(ctx)
+
+    def _handle(self) -> int:
+        self._next_handle += 0x40
+        return self._next_handle
+
+    def _fault(self, kind: str, call: str) -> None:
+        plans = self._faults.get(kind)
+        if not plans:
+            return
+        fire = None
+        for plan in plans:
+            plan[0] -= 1
+            if plan[0] == 0 and fire is None:
+                fire = plan
+        if fire is not None:
+            plans.remove(fire)
+            cls = CudaOutOfMemoryError if fire[1] == 2 else CudaError
+            raise cls(fire[1], call, "(fault injected by the simulator)")
+
+    def _dev(self, ordinal: int, call: str) -> int:
+        if not isinstance(ordinal, (int, np.integer)) or not 0 <= ordinal < self.devices:
+            raise CudaError(101, call, f"device {ordinal!r} (the simulator has {self.devices})")
+        return int(ordinal)
+
+    def _current(self, call: str, work: bool = True) -> SimContext:
+        """The current context; INVALID_CONTEXT when none, its sticky error when ``work``."""
+        ctx = getattr(self._tls, "ctx", None)
+        if ctx is None:
+            raise CudaError(INVALID_CONTEXT, call, "(no context is current on this thread)")
+        if work and ctx.sticky is not None:
+            _sticky.check(ctx, call)
+        return ctx
+
+    def _check_current(self, call: str) -> None:
+        """The sticky error of the current context, if one is current (else nothing)."""
+        _sticky.check(getattr(self._tls, "ctx", None), call)
+
+    def _ctx_by_handle(self, handle: int, call: str) -> SimContext:
+        for ctx in self._contexts:
+            if ctx.handle == handle:
+                return ctx
+        raise CudaError(INVALID_CONTEXT, call, f"0x{handle:x} is not a context")
+
+    # ------------------------------------------------------------- helpers
+    def _sync(self, call: str, fn) -> None:
+        """Run queued work; device faults become CudaError of ``call`` (sticky ones poison)."""
+        try:
+            fn()
+        except DeviceFault as f:
+            self._poison_if_sticky(f.code, f.detail)
+            raise CudaError(f.code, call, f.detail) from None
+        except CudaError as e:  # raised by a kernel's reference (launch checks)
+            self._poison_if_sticky(e.code, e.detail)
+            raise
+
+    def _poison_if_sticky(self, code: int, detail: str) -> bool:
+        op = self.sched.failed_op
+        if code not in _sticky.STICKY_CODES or op is None:
+            return False
+        _sticky.poison(self, op.stream.ctx, code, detail)
+        return True
+
+    def _fault_while_draining(self, op: Op, e: BaseException) -> bool:
+        # Work that ran because the queue grew: no call is synchronising, so
+        # a sticky fault is reported by the context's next call, as on CUDA.
+        if isinstance(e, (DeviceFault, CudaError)):
+            return self._poison_if_sticky(e.code, e.detail)
+        return False
+
+    def _stream(self, handle: int, call: str) -> SimStream:
+        if handle in (0, STREAM_LEGACY):
+            return self._current(call).legacy
+        if handle == STREAM_PER_THREAD:
+            ctx = self._current(call)
+            tid = threading.get_ident()
+            s = ctx.per_thread.get(tid)
+            if s is None:
+                s = ctx.per_thread[tid] = self.sched.new_stream(STREAM_PER_THREAD, ctx, "per_thread")
+            return s
+        s = self._streams.get(handle)
+        if s is None or s.destroyed:
+            raise CudaError(INVALID_HANDLE, call, f"stream 0x{int(handle):x} does not exist (destroyed?)")
+        if s.ctx.sticky is not None:
+            _sticky.check(s.ctx, call)
+        return s
+
+    def _check_range(self, address: int, nbytes: int, call: str, role: str) -> Allocation:
+        """A device (or page-locked) range, checked now; returns its allocation."""
+        try:
+            a, _ = self.memory.resolve(address, nbytes, f"{call} {role}")
+        except DeviceFault as f:
+            raise CudaError(f.code, call, f.detail) from None
+        return a
+
+    def _check_host(self, address: int, call: str, role: str) -> None:
+        if address == 0 or self.memory.is_device_address(address):
+            raise CudaError(INVALID_VALUE, call, f"{role} 0x{address:x} is not host memory")
+
+    def _mem_rw(self, address: int, nbytes: int):
+        a, off = self.memory.resolve(address, nbytes, "copy")
+        return a, off
+
+    def _complete(self, op: Op, call: str) -> None:
+        self._sync(call, lambda: self.sched.complete(op))
+        self.sched.host_observes(op.vc)

@@ -1,0 +1,311 @@
+"""The simulator's memory calls: allocation, copies and memsets.
+
+One concern: the ``cuMem*`` calls of the driver interface -- device,
+stream-ordered, page-locked, registered and managed allocations and their
+frees, pointer queries, the 1-D and 2-D copies and the memsets -- on the
+address space of ``_memory.py``, queued on the streams of ``_sched.py``.
+The copy rules (pageable sources read at the call, pageable destinations
+complete on return, page-locked destinations poisoned until the copy is
+done: ``_poisoner``) are in ``_backend.py``'s docstring.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import CudaError
+from .._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
+from . import _sticky
+from ._core import INVALID_VALUE, SimCore, _locked
+from ._memory import read_host, write_host
+
+
+class SimMemoryCalls(SimCore):
+    """Memory, copy and memset calls of the simulator."""
+
+    # -------------------------------------------------------------- memory
+    @_locked
+    def mem_alloc(self, nbytes: int) -> int:
+        ctx = self._current("cuMemAlloc")
+        self._fault("alloc", "cuMemAlloc")
+        return self.memory.alloc_device(ctx.device, int(nbytes)).base
+
+    @_locked
+    def mem_free(self, ptr: int) -> None:
+        a = self.memory.find(int(ptr))
+        if a is not None and a.alive and a.kind == "ipc":
+            raise CudaError(INVALID_VALUE, "cuMemFree", f"0x{int(ptr):x} is an IPC mapping: "
+                                                        "close it with cuIpcCloseMemHandle")
+        if a is not None and 0 <= a.device < self.devices:
+            _sticky.check(self._contexts[a.device], "cuMemFree")
+        self._check_current("cuMemFree")
+        self._sync("cuMemFree", lambda: self.sched.complete_all())
+        for ctx in self._contexts:
+            for s in self.sched.streams_by_ctx.get(id(ctx), ()):
+                self.sched.host_observes(s.vc)
+        self.memory.free_device(int(ptr), "cuMemFree")
+
+    @_locked
+    def mem_alloc_async(self, nbytes: int, stream: int) -> int:
+        s = self._stream(stream, "cuMemAllocAsync")
+        self._fault("alloc", "cuMemAllocAsync")
+        a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="pool", call="cuMemAllocAsync")
+        self.sched.enqueue(s, None, f"cuMemAllocAsync of 0x{a.base:x}", [(a.base, a.size, True)])
+        return a.base
+
+    @_locked
+    def mem_free_async(self, ptr: int, stream: int) -> None:
+        s = self._stream(stream, "cuMemFreeAsync")
+        a = self.memory.find(int(ptr))
+        if a is None or a.base != ptr or not a.alive or a.is_host:
+            raise CudaError(INVALID_VALUE, "cuMemFreeAsync", f"0x{int(ptr):x} is not a live device allocation")
+        self.sched.enqueue(s, lambda: self.memory.free_device(a.base, "cuMemFreeAsync"),
+                           f"cuMemFreeAsync of 0x{a.base:x}", [(a.base, a.size, True)])
+
+    def mempool_set_release_threshold(self, ordinal: int, nbytes: int) -> None:
+        self._release_threshold[self._dev(ordinal, "cuMemPoolSetAttribute")] = int(nbytes)
+
+    @_locked
+    def mem_get_info(self) -> tuple[int, int]:
+        d = self._current("cuMemGetInfo").device
+        return self.memory.capacities[d] - self.memory.used[d], self.memory.capacities[d]
+
+    @_locked
+    def mem_host_alloc(self, nbytes: int, mapped: bool = False, portable: bool = False,
+                       write_combined: bool = False) -> int:
+        self._current("cuMemHostAlloc")  # allocates for the current context (see _current)
+        self._fault("alloc", "cuMemHostAlloc")
+        return self.memory.alloc_host(int(nbytes), mapped).base
+
+    @_locked
+    def mem_free_host(self, ptr: int) -> None:
+        self._check_current("cuMemFreeHost")
+        self._sync("cuMemFreeHost", lambda: self.sched.complete_all())
+        self.memory.free_host(int(ptr))
+
+    @_locked
+    def mem_host_register(self, ptr: int, nbytes: int, mapped: bool = False, portable: bool = False) -> None:
+        self._current("cuMemHostRegister")
+        self._fault("alloc", "cuMemHostRegister")
+        self.memory.register_host(int(ptr), int(nbytes), mapped)
+
+    @_locked
+    def mem_host_unregister(self, ptr: int) -> None:
+        self._check_current("cuMemHostUnregister")
+        self._sync("cuMemHostUnregister", lambda: self.sched.complete_all())
+        self.memory.unregister_host(int(ptr))
+
+    @_locked
+    def mem_host_get_device_pointer(self, host_ptr: int) -> int:
+        self._check_current("cuMemHostGetDevicePointer")
+        a = self.memory.host_kind(int(host_ptr), 1)
+        if a is None:
+            raise CudaError(INVALID_VALUE, "cuMemHostGetDevicePointer", f"0x{int(host_ptr):x} is not page-locked")
+        return int(host_ptr)
+
+    @_locked
+    def pointer_info(self, ptr: int) -> PointerInfo:
+        self._check_current("cuPointerGetAttributes")
+        a = self.memory.find(int(ptr))
+        if a is None or not a.alive:
+            return PointerInfo(0, -1, 0, 0)
+        if a.is_host:
+            ctx = getattr(self._tls, "ctx", None)
+            return PointerInfo(MEMORYTYPE_HOST, ctx.device if ctx else 0, a.base, a.size)
+        return PointerInfo(MEMORYTYPE_DEVICE, a.device, a.base, a.size, a.kind == "managed")
+
+    # ---------------------------------------------------- copies and sets
+    @_locked
+    def memcpy_htod_async(self, dst: int, src_host: int, nbytes: int, stream: int) -> None:
+        call = "cuMemcpyHtoDAsync"
+        s = self._stream(stream, call)
+        self._fault("copy", call)
+        if nbytes == 0:
+            return
+        self._check_host(src_host, call, "source")
+        self._check_range(dst, nbytes, call, "destination")
+        pinned = self.memory.host_kind(src_host, nbytes)
+        data = None if pinned else read_host(src_host, nbytes)
+
+        def run():
+            a, off = self._mem_rw(dst, nbytes)
+            self.memory.write(a, off, read_host(src_host, nbytes) if data is None else data)
+
+        acc = [(dst, nbytes, True)] + ([(src_host, nbytes, False)] if pinned else [])
+        self.sched.enqueue(s, run, f"{call} of {nbytes} bytes to 0x{dst:x}", acc)
+
+    @_locked
+    def memcpy_dtoh_async(self, dst_host: int, src: int, nbytes: int, stream: int) -> None:
+        call = "cuMemcpyDtoHAsync"
+        s = self._stream(stream, call)
+        self._fault("copy", call)
+        if nbytes == 0:
+            return
+        self._check_host(dst_host, call, "destination")
+        self._check_range(src, nbytes, call, "source")
+        pinned = self.memory.host_kind(dst_host, nbytes)
+
+        def run():
+            a, off = self._mem_rw(src, nbytes)
+            write_host(dst_host, self.memory.read(a, off, nbytes))
+
+        acc = [(src, nbytes, False)] + ([(dst_host, nbytes, True)] if pinned else [])
+        poison = self._poisoner(dst_host, nbytes, None) if pinned else None
+        op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc,
+                                on_ready=poison[1] if poison else None)
+        if not pinned:  # pageable destination: returns once the copy is done
+            self._complete(op, call)
+        elif poison is not None:
+            poison[0]()
+
+    def _poisoner(self, dst: int, span: int, mask: np.ndarray | None):
+        """``(now, when_ready)``: poison a page-locked copy destination.
+
+        Until a copy into page-locked memory completes, its destination is
+        undefined: a host read before synchronising must show garbage
+        (``0xFF`` bytes), not plausible old data.  But bytes that work queued
+        ahead of the copy still reads keep their value until then: ``now``
+        poisons the rest (call it once the copy is queued), ``when_ready``
+        poisons every byte the copy writes when the copy is next to run.
+        ``mask`` (``span`` booleans) selects the bytes written; None: all.
+        """
+        full = np.ones(span, bool) if mask is None else mask
+        now_mask = full.copy()
+        for lo, hi in self.sched.pending_reads(dst, dst + span):
+            now_mask[lo - dst:hi - dst] = False
+
+        def fill(m: np.ndarray) -> None:
+            if m.all():
+                write_host(dst, np.full(span, 0xFF, np.uint8))
+            elif m.any():
+                buf = read_host(dst, span)
+                buf[m] = 0xFF
+                write_host(dst, buf)
+
+        return (lambda: fill(now_mask)), (lambda: fill(full))
+
+    @_locked
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        call = "cuMemcpyDtoDAsync"
+        s = self._stream(stream, call)
+        self._fault("copy", call)
+        if nbytes == 0:
+            return
+        self._check_range(src, nbytes, call, "source")
+        self._check_range(dst, nbytes, call, "destination")
+
+        def run():
+            a, off = self._mem_rw(src, nbytes)
+            data = self.memory.read(a, off, nbytes)
+            b, boff = self._mem_rw(dst, nbytes)
+            self.memory.write(b, boff, data)
+
+        self.sched.enqueue(s, run, f"{call} of {nbytes} bytes 0x{src:x} -> 0x{dst:x}",
+                           [(src, nbytes, False), (dst, nbytes, True)])
+
+    @_locked
+    def memcpy_2d_async(self, dst: int, dst_pitch: int, dst_is_device: bool,
+                        src: int, src_pitch: int, src_is_device: bool,
+                        width_bytes: int, height: int, stream: int) -> None:
+        call = "cuMemcpy2DAsync"
+        s = self._stream(stream, call)
+        self._fault("copy", call)
+        if width_bytes == 0 or height == 0:
+            return
+        if width_bytes > dst_pitch or width_bytes > src_pitch or width_bytes < 0 or height < 0:
+            raise CudaError(INVALID_VALUE, call, f"width {width_bytes} exceeds a pitch "
+                                                 f"(src {src_pitch}, dst {dst_pitch})")
+        src_span = (height - 1) * src_pitch + width_bytes
+        dst_span = (height - 1) * dst_pitch + width_bytes
+        pinned_src = pinned_dst = None
+        for addr, span, is_dev, role in ((src, src_span, src_is_device, "source"),
+                                         (dst, dst_span, dst_is_device, "destination")):
+            if is_dev:
+                self._check_range(addr, span, call, role)
+            else:
+                self._check_host(addr, call, role)
+        if not src_is_device:
+            pinned_src = self.memory.host_kind(src, src_span)
+        if not dst_is_device:
+            pinned_dst = self.memory.host_kind(dst, dst_span)
+        snapshot = None
+        if not src_is_device and pinned_src is None:
+            snapshot = read_host(src, src_span)
+
+        def rows(buf: np.ndarray, pitch: int) -> np.ndarray:
+            return np.lib.stride_tricks.as_strided(buf, (height, width_bytes), (pitch, 1))
+
+        def run():
+            if snapshot is not None:
+                sbuf = snapshot
+            elif src_is_device:
+                a, off = self._mem_rw(src, src_span)
+                sbuf = self.memory.read(a, off, src_span)
+            else:
+                sbuf = read_host(src, src_span)
+            data = rows(sbuf, src_pitch)
+            if dst_is_device:
+                a, off = self._mem_rw(dst, dst_span)
+                dbuf = self.memory.read(a, off, dst_span)
+                rows(dbuf, dst_pitch)[...] = data
+                self.memory.write(a, off, dbuf)
+            else:
+                dbuf = read_host(dst, dst_span)
+                rows(dbuf, dst_pitch)[...] = data
+                write_host(dst, dbuf)
+
+        acc = []
+        if src_is_device or pinned_src is not None:
+            acc.append((src, src_span, False))
+        if dst_is_device or pinned_dst is not None:
+            acc.append((dst, dst_span, True))
+        poison = None
+        if pinned_dst is not None:  # undefined until complete (see _poisoner)
+            mask = np.zeros(dst_span, bool)
+            rows(mask, dst_pitch)[...] = True
+            poison = self._poisoner(dst, dst_span, mask)
+        op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc,
+                                on_ready=poison[1] if poison else None)
+        if not dst_is_device and pinned_dst is None:
+            self._complete(op, call)
+        elif poison is not None:
+            poison[0]()
+
+    def _memset(self, bits: int, dst: int, value: int, count: int, stream: int) -> None:
+        call = f"cuMemsetD{bits}Async"
+        s = self._stream(stream, call)
+        self._fault("copy", call)
+        size = bits // 8
+        if dst % size:
+            raise CudaError(INVALID_VALUE, call, f"0x{dst:x} is not {size}-byte aligned")
+        if count == 0:
+            return
+        nbytes = count * size
+        self._check_range(dst, nbytes, call, "destination")
+        dtype = {8: np.uint8, 16: np.uint16, 32: np.uint32}[bits]
+        pattern = np.full(count, value & ((1 << bits) - 1), dtype=dtype)
+
+        def run():
+            a, off = self._mem_rw(dst, nbytes)
+            self.memory.write(a, off, pattern.view(np.uint8))
+
+        self.sched.enqueue(s, run, f"{call} of {count} x {size} bytes at 0x{dst:x}", [(dst, nbytes, True)])
+
+    @_locked
+    def memset_d8_async(self, dst: int, value: int, count: int, stream: int) -> None:
+        self._memset(8, dst, value, count, stream)
+
+    @_locked
+    def memset_d16_async(self, dst: int, value: int, count: int, stream: int) -> None:
+        self._memset(16, dst, value, count, stream)
+
+    @_locked
+    def memset_d32_async(self, dst: int, value: int, count: int, stream: int) -> None:
+        self._memset(32, dst, value, count, stream)
+
+    # ------------------------------------------------------ managed memory
+    @_locked
+    def mem_alloc_managed(self, nbytes: int, attach_global: bool = True) -> int:
+        ctx = self._current("cuMemAllocManaged")
+        self._fault("alloc", "cuMemAllocManaged")
+        return self.memory.alloc_managed(ctx.device, int(nbytes)).base

@@ -1,0 +1,136 @@
+"""The simulator's module, launch and IPC calls.
+
+One concern: code and sharing -- ``cuModuleLoadData`` /
+``cuModuleGetFunction`` resolve a kernel name to its reference
+implementation (``gpuarray._driver.sim_kernels``), ``cuLaunchKernel`` checks
+the launch and queues the reference kernel, which reaches device memory only
+through :class:`_KernelMemory` (bounds, use after free, peer access); the
+``cuIpc*`` calls delegate to ``_ipc.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import CudaError
+from .. import sim_kernels
+from . import _sticky
+from ._core import (
+    ILLEGAL_ADDRESS,
+    INVALID_HANDLE,
+    INVALID_VALUE,
+    NOT_FOUND,
+    SimContext,
+    SimCore,
+    _locked,
+)
+from ._memory import Allocation, DeviceFault
+
+
+class _KernelMemory:
+    """The ``SimMemoryAccess`` given to reference kernels of one launch."""
+
+    def __init__(self, backend: SimCore, ctx: SimContext, kernel: str) -> None:
+        self._b = backend
+        self._ctx = ctx
+        self._kernel = kernel
+
+    def _resolve(self, address: int, nbytes: int) -> tuple[Allocation, int]:
+        a, off = self._b.memory.resolve(int(address), int(nbytes), f"kernel {self._kernel}")
+        if a.store is not None and a.device != self._ctx.device and a.device not in self._ctx.peers:
+            raise DeviceFault(ILLEGAL_ADDRESS, f"kernel {self._kernel} on device {self._ctx.device} "
+                                               f"accessed {a.describe()} without peer access enabled")
+        return a, off
+
+    def read(self, address: int, nbytes: int) -> np.ndarray:
+        a, off = self._resolve(address, nbytes)
+        return self._b.memory.read(a, off, int(nbytes))
+
+    def write(self, address: int, data: Any) -> None:
+        data = np.ascontiguousarray(np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8))
+        a, off = self._resolve(address, data.size)
+        self._b.memory.write(a, off, data)
+
+
+class SimModuleCalls(SimCore):
+    """Module, kernel-launch and IPC calls of the simulator."""
+
+    # --------------------------------------------------- modules, launches
+    @_locked
+    def module_load_data(self, image: bytes) -> int:
+        ctx = self._current("cuModuleLoadData")
+        self._fault("module", "cuModuleLoadData")
+        if not image:
+            raise CudaError(200, "cuModuleLoadData", "empty image")
+        h = self._handle()
+        self._modules[h] = (ctx, bytes(image))
+        return h
+
+    @_locked
+    def module_unload(self, module: int) -> None:
+        entry = self._modules.get(module)
+        if entry is None:
+            raise CudaError(INVALID_HANDLE, "cuModuleUnload", f"module 0x{int(module):x}")
+        _sticky.check(entry[0], "cuModuleUnload")
+        del self._modules[module]
+
+    @_locked
+    def module_get_function(self, module: int, name: str) -> int:
+        entry = self._modules.get(module)
+        if entry is None:
+            raise CudaError(INVALID_HANDLE, "cuModuleGetFunction", f"module 0x{int(module):x}")
+        _sticky.check(entry[0], "cuModuleGetFunction")
+        impl = sim_kernels.lookup(name)
+        if impl is None:
+            raise CudaError(NOT_FOUND, "cuModuleGetFunction",
+                            f"{name!r} has no reference implementation registered for the simulator")
+        h = self._handle()
+        self._functions[h] = (entry[0], name, impl)
+        return h
+
+    @_locked
+    def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+                      shared_mem: int, stream: int, params: Sequence[Any]) -> None:
+        call = "cuLaunchKernel"
+        entry = self._functions.get(func)
+        if entry is None:
+            raise CudaError(INVALID_HANDLE, call, f"function 0x{int(func):x}")
+        ctx, name, impl = entry
+        s = self._stream(stream, call)
+        self._fault("launch", call)
+        if s.ctx is not ctx:
+            raise CudaError(INVALID_HANDLE, call, f"{name}: stream of device {s.ctx.device}, "
+                                                  f"module of device {ctx.device}")
+        g = tuple(int(x) for x in grid)
+        b = tuple(int(x) for x in block)
+        if (len(g) != 3 or len(b) != 3 or min(g + b) < 1 or g[0] > 2**31 - 1
+                or max(g[1:]) > 65535 or b[0] * b[1] * b[2] > 1024 or b[2] > 64):
+            raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
+        if shared_mem > 48 << 10:
+            raise CudaError(INVALID_VALUE, call, f"{name}: {shared_mem} bytes of shared memory")
+        try:
+            snap = [type(p).from_buffer_copy(p) for p in params]  # CUDA copies parameters at launch
+        except TypeError:
+            raise TypeError(f"{name}: kernel parameters must be ctypes objects, got "
+                            f"{[type(p).__name__ for p in params]}") from None
+        acc = impl.accesses(snap)
+        mem = _KernelMemory(self, ctx, name)
+        self.sched.enqueue(s, lambda: impl.run(mem, g, b, shared_mem, snap),
+                           f"kernel {name}", acc)
+
+    # ----------------------------------------------------------------- IPC
+    # Across processes through shared memory: see _ipc.py.
+    @_locked
+    def ipc_get_mem_handle(self, ptr: int) -> bytes:
+        return self._ipc.get_handle(int(ptr))
+
+    @_locked
+    def ipc_open_mem_handle(self, handle: bytes) -> int:
+        return self._ipc.open(bytes(handle))
+
+    @_locked
+    def ipc_close_mem_handle(self, ptr: int) -> None:
+        self._ipc.close(int(ptr))

@@ -1,0 +1,182 @@
+"""The simulator's stream, event and host-callback calls.
+
+One concern: the ``cuStream*`` and ``cuEvent*`` calls of the driver
+interface on the scheduler of ``_sched.py`` -- creation and destruction,
+queries and synchronisation (which run queued work and report its faults),
+cross-stream waits, event timing, and ``cuStreamAddCallback``, whose host
+function a driver thread calls once the stream reaches it, as CUDA's
+callback thread does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import CudaError
+from .._base import STREAM_LEGACY, STREAM_PER_THREAD
+from . import _sticky
+from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked
+from ._memory import DeviceFault
+from ._sched import Op, SimEvent, SimStream
+
+
+class SimStreamCalls(SimCore):
+    """Stream, event and host-callback calls of the simulator."""
+
+    # ------------------------------------------------------------- streams
+    @_locked
+    def stream_create(self, non_blocking: bool = False, priority: int = 0) -> int:
+        ctx = self._current("cuStreamCreate")
+        self._fault("stream", "cuStreamCreate")
+        h = self._handle()
+        s = self.sched.new_stream(h, ctx, "non_blocking" if non_blocking else "blocking")
+        self._streams[h] = s
+        return h
+
+    @_locked
+    def stream_destroy(self, stream: int) -> None:
+        if stream in (0, STREAM_LEGACY, STREAM_PER_THREAD):
+            raise CudaError(INVALID_HANDLE, "cuStreamDestroy", f"cannot destroy default stream {stream}")
+        s = self._stream(stream, "cuStreamDestroy")
+        del self._streams[stream]
+        self.sched.forget_stream(s)
+
+    @_locked
+    def stream_query(self, stream: int) -> bool:
+        s = self._stream(stream, "cuStreamQuery")
+        if s.tail is not None:
+            self._complete(s.tail, "cuStreamQuery")
+        return True
+
+    @_locked
+    def stream_synchronize(self, stream: int) -> None:
+        s = self._stream(stream, "cuStreamSynchronize")
+        if s.tail is not None:
+            self._complete(s.tail, "cuStreamSynchronize")
+        self.sched.host_observes(s.vc)
+
+    @_locked
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        s = self._stream(stream, "cuStreamWaitEvent")
+        ev = self._event(event, "cuStreamWaitEvent")
+        if ev.op is None:
+            return
+        self.sched.enqueue(s, None, "cuStreamWaitEvent", extra_deps=[ev.op], extra_vc=ev.vc)
+
+    @_locked
+    def stream_get_ctx(self, stream: int) -> int:
+        return self._stream(stream, "cuStreamGetCtx").ctx.handle
+
+    # -------------------------------------------------------------- events
+    def _event(self, event: int, call: str) -> SimEvent:
+        ev = self._events.get(event)
+        if ev is None:
+            raise CudaError(INVALID_HANDLE, call, f"event 0x{int(event):x} does not exist (destroyed?)")
+        _sticky.check(ev.ctx, call)
+        return ev
+
+    @_locked
+    def event_create(self, timing: bool = True, interprocess: bool = False) -> int:
+        ctx = self._current("cuEventCreate")
+        self._fault("stream", "cuEventCreate")
+        h = self._handle()
+        self._events[h] = SimEvent(h, timing, ctx)
+        return h
+
+    @_locked
+    def event_destroy(self, event: int) -> None:
+        self._event(event, "cuEventDestroy")
+        del self._events[event]
+
+    @_locked
+    def event_record(self, event: int, stream: int) -> None:
+        ev = self._event(event, "cuEventRecord")
+        s = self._stream(stream, "cuEventRecord")
+        ev.op = self.sched.enqueue(s, None, "cuEventRecord")
+        ev.vc = dict(ev.op.vc)
+
+    @_locked
+    def event_query(self, event: int) -> bool:
+        ev = self._event(event, "cuEventQuery")
+        if ev.op is not None:
+            self._complete(ev.op, "cuEventQuery")
+        return True
+
+    @_locked
+    def event_synchronize(self, event: int) -> None:
+        ev = self._event(event, "cuEventSynchronize")
+        if ev.op is not None:
+            self._complete(ev.op, "cuEventSynchronize")
+
+    @_locked
+    def event_elapsed_time(self, start: int, end: int) -> float:
+        a = self._event(start, "cuEventElapsedTime")
+        b = self._event(end, "cuEventElapsedTime")
+        if not (a.timing and b.timing):
+            raise CudaError(INVALID_HANDLE, "cuEventElapsedTime", "an event was created without timing")
+        if a.op is None or b.op is None:
+            raise CudaError(INVALID_HANDLE, "cuEventElapsedTime", "an event was never recorded")
+        if not (a.op.done and b.op.done):
+            raise CudaError(NOT_READY, "cuEventElapsedTime", "an event has not completed")
+        return (b.op.t_done - a.op.t_done) * 1000.0
+
+    # -------------------------------------------------------- host callbacks
+    @_locked
+    def stream_add_callback(self, stream: int, fn: Callable[[int], None]) -> None:
+        call = "cuStreamAddCallback"
+        s = self._stream(stream, call)
+        if not callable(fn):
+            raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
+        status = [0]
+        ran = [False]
+
+        def run() -> None:
+            ran[0] = True
+            try:
+                fn(status[0])
+            except Exception as e:  # CUDA cannot raise into the host: report, never lose
+                _unraisable(e, fn)
+
+        op = self.sched.enqueue(s, run, f"{call} host function {getattr(fn, '__name__', fn)!r}")
+        # The GPU makes progress without the host: a driver thread runs the
+        # stream up to the callback and calls it, as CUDA's callback thread does.
+        threading.Thread(target=self._run_host_fn, args=(s, op, status, run, ran), daemon=True,
+                         name="gpuarray-sim-callback").start()
+
+    def _run_host_fn(self, s: SimStream, op: Op, status: list[int], run: Callable[[], None],
+                     ran: list[bool]) -> None:
+        with self._lock:
+            while not op.done:
+                try:
+                    self.sched.complete(op)
+                except DeviceFault as f:
+                    # Earlier work failed: the callback gets the error status.
+                    # A sticky fault poisons the context here, as a sync would
+                    # (its next call reports it); any other stays on the stream
+                    # for the host's next sync of it. It never vanishes here.
+                    status[0] = status[0] or f.code
+                    if self._poison_if_sticky(f.code, f.detail):
+                        break
+
+                    def refault(f: DeviceFault = f) -> None:
+                        raise f
+
+                    self.sched.enqueue(s, refault, "fault of work before a host callback")
+            if not ran[0]:
+                # A sticky fault dropped the context's queued work, this
+                # callback with it (here or in another thread's sync): CUDA
+                # still calls a stream callback, with the persistent error.
+                status[0] = status[0] or (s.ctx.sticky[0] if s.ctx.sticky else ILLEGAL_ADDRESS)
+                run()
+
+
+def _unraisable(exc: BaseException, fn: Any) -> None:
+    """Report an exception of a host callback as CPython reports one of a ctypes callback."""
+    import sys
+    import types
+
+    sys.unraisablehook(types.SimpleNamespace(
+        exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
+        err_msg="Exception ignored in a stream callback", object=fn))

@@ -1,0 +1,116 @@
+"""The deferred-deallocation queue of one device (``_PendingDeallocs``).
+
+One concern: batching frees.  The default manager (and every
+``HostOnlyCUDAMemoryManager``) frees through this queue: frees are batched
+until more than ``GPUARRAY_MAX_PENDING_DEALLOCS_COUNT`` (default 10) are
+pending or their size passes ``GPUARRAY_MAX_PENDING_DEALLOCS_RATIO`` (default
+0.2) of the device memory; the manager flushes it on out-of-memory before
+retrying once.  :func:`~gpuarray.defer_cleanup` holds all frees back
+(``disable``: nestable, exception-safe).  A flush frees every item with the
+queue's device current, even when some fail (the first error is raised, the
+others added to it as notes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+
+from .. import _config
+from .._device import Device
+from .._driver._finalize import cleanup
+
+
+class _PendingDeallocs:
+    """The deferred-deallocation queue of one device."""
+
+    def __init__(self, device: Device | None) -> None:
+        self._device = device
+        self._lock = threading.Lock()
+        self._items: list[tuple[Callable[[int], None], int, int]] = []
+        self._size = 0
+        self._disabled = 0
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._items)
+
+    def __len__(self) -> int:  # Numba's ``len(context.deallocations)``
+        return len(self._items)
+
+    @property
+    def pending_size(self) -> int:
+        return self._size
+
+    def _limits(self) -> tuple[int, int]:
+        cfg = _config.get()
+        total = self._device.total_memory if self._device is not None else 0
+        return cfg.max_pending_deallocs_count, int(cfg.max_pending_deallocs_ratio * total)
+
+    def add_item(self, free: Callable[[int], None], handle: int, size: int) -> None:
+        with self._lock:
+            self._items.append((free, handle, size))
+            self._size += size
+            count_max, size_max = self._limits()
+            over = len(self._items) > count_max or (size_max and self._size > size_max)
+        if over:
+            self.clear()
+
+    def take(self, handle: int, free: Callable[..., None]) -> bool:
+        """Run now the pending release of ``handle`` whose function is ``free``; whether one was queued."""
+        with self._lock:
+            for i, (fn, h, size) in enumerate(self._items):
+                if h == handle and getattr(fn, "func", fn) == free:
+                    del self._items[i]
+                    self._size -= size
+                    break
+            else:
+                return False
+        fn(h)
+        return True
+
+    def clear(self) -> None:
+        """Run the pending frees now (unless cleanup is deferred).
+
+        Every item is freed even when some fail (a failure must not leak the
+        rest of the batch); then the first error is raised, with the others
+        added to it as notes.
+        """
+        with self._lock:
+            if self._disabled:
+                return
+            items, self._items, self._size = self._items, [], 0
+        if not items:
+            return
+        errors: list[Exception] = []
+        ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
+        with cleanup(), ctx:
+            for free, handle, _ in items:
+                try:
+                    free(handle)
+                except Exception as e:  # each item must be tried
+                    errors.append(e)
+        if errors:
+            first = errors[0]
+            add_note = getattr(first, "add_note", None)  # Python 3.11+
+            for other in errors[1:]:
+                if add_note is not None:
+                    add_note(f"another deferred free in the same batch failed too: "
+                             f"{type(other).__name__}: {other}")
+            raise first
+
+    @contextlib.contextmanager
+    def disable(self) -> Iterator[None]:
+        with self._lock:
+            self._disabled += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._disabled -= 1
+
+    @property
+    def is_disabled(self) -> bool:
+        return self._disabled > 0
+
