@@ -311,7 +311,8 @@ def cluster():
                    "CUDA_VISIBLE_DEVICES": str(len(self.worker_spec) % 2)}
             return {name: {**spec, "options": {**spec["options"], "env": env}}}
 
-    cl = PinnedCluster(n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None,
+    cl = PinnedCluster(n_workers=0, processes=True, threads_per_worker=1, host="127.0.0.1",
+                       dashboard_address="127.0.0.1:0",  # a free port: 8787 may be taken
                        silence_logs=logging.ERROR, preload=["gpuarray.dask"],
                        env={"GPUARRAY_BACKEND": "sim", "GPUARRAY_SIM_DEVICES": "2"})
     client = distributed.Client(cl, timeout=TIMEOUT)
