@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from ._bench import _CAIOnly, _DLPackOnly  # the same foreign producers as the GPU rows
+
 __all__ = ["BackendMeter", "PeerRow", "compare", "peer_cases", "format_peer_table", "load_torch"]
 
 SHAPE = (64, 64)
@@ -159,23 +161,6 @@ class PeerRow:
             return self.library_us <= self.goal
         r = self.library_ratio()
         return None if r is None else r <= self.goal
-
-
-class _CAIOnly:
-    def __init__(self, arr: Any) -> None:
-        self.__cuda_array_interface__ = dict(arr.__cuda_array_interface__)
-        self._keep = arr
-
-
-class _DLPackOnly:
-    def __init__(self, arr: Any) -> None:
-        self._arr = arr
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._arr.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> Any:
-        return self._arr.__dlpack_device__()
 
 
 class _ArrayInterfaceOnly:
