@@ -8,7 +8,9 @@
 # 12.x drivers), e.g. `make demo CUDA_EXTRA=cu12`. gpu-check is different: it
 # runs on the GPU machine, which has no package registry, so it uses the
 # system python3 on the source tree (PYTHONPATH=.) and never creates a venv or
-# installs anything.
+# installs anything; it builds the C DLPack core in place first
+# (setup.py build_ext --inplace; the ctypes core runs if that fails) so the
+# run measures what users get, and records which core ran.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -100,7 +102,10 @@ gpu-check:
 	@mkdir -p $(RESULTS)
 	@base=$(RESULTS)/gpu-check-$$(date -u +%Y%m%dT%H%M%SZ); \
 	export GPUARRAY_BACKEND=cuda PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH}; \
+	$(PYTHON) setup.py -q build_ext --inplace >$$base.build.txt 2>&1 \
+	    || echo "gpu-check: the C DLPack core did not build (see $$base.build.txt): the ctypes core runs"; \
 	{ date -u; uname -srm; $(PYTHON) --version; \
+	  $(PYTHON) -c 'import gpuarray.interop._dlpack_capsule as c; print("DLPack core:", c.CORE_DESCRIPTION)'; \
 	  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
 	      2>/dev/null || echo "nvidia-smi: not available"; \
 	  for p in cuda-bindings cuda-pathfinder nvidia-cuda-nvrtc nvidia-cuda-nvrtc-cu12 numpy cupy-cuda13x cupy-cuda12x torch jax numba-cuda; do \

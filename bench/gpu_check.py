@@ -34,12 +34,14 @@ _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|desel
 
 # -------------------------------------------------------------------- inputs
 def parse_env(text: str) -> dict:
-    """The environment file the Makefile writes: date, uname, python, nvidia-smi, packages."""
+    """The environment file the Makefile writes: date, uname, python, DLPack core, nvidia-smi, packages."""
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     env: dict = {"date": lines[0] if lines else MISSING, "uname": MISSING, "python": MISSING,
-                 "gpus": [], "nvidia_smi": None, "packages": {}}
+                 "gpus": [], "nvidia_smi": None, "packages": {}, "dlpack_core": None}
     for ln in lines[1:]:
-        if ln.startswith("Python "):
+        if ln.startswith("DLPack core:"):
+            env["dlpack_core"] = ln.split(":", 1)[1].strip()
+        elif ln.startswith("Python "):
             env["python"] = ln.split(None, 1)[1]
         elif ln.startswith("nvidia-smi:"):
             env["nvidia_smi"] = ln
@@ -218,6 +220,7 @@ def report(args: argparse.Namespace) -> str:
     else:
         out.append(f"- GPU: {env['nvidia_smi'] or MISSING}")
     out.append(f"- Host: {env['uname']}, Python {env['python']}")
+    out.append(f"- DLPack core: {env['dlpack_core'] or MISSING}")
     if env["packages"]:
         out.append("- Packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
     if ga:

@@ -61,6 +61,7 @@ def test_json_report_and_plots(tmp_path):
     log.write_text(r.stdout)
     env = tmp_path / "env.txt"
     env.write_text("Fri Nov 21 20:30:00 UTC 2026\nLinux 6.8.0 x86_64\nPython 3.12.3\n"
+                   "DLPack core: C extension (gpuarray.interop._dlpack_core)\n"
                    "NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB, 9.0\nnumpy 2.3.1\n"
                    "torch: not installed\n")
     md = tmp_path / "report.md"
@@ -73,6 +74,7 @@ def test_json_report_and_plots(tmp_path):
     assert "simulator host overheads, not GPU performance" in text
     assert "| copy | copy |" in text and "| view a.T |" in text
     assert " passed" in text and "torch not installed" in text
+    assert "- DLPack core: C extension (gpuarray.interop._dlpack_core)" in text
 
     if importlib.util.find_spec("matplotlib") is not None:
         r = _run(str(BENCH / "plot.py"), str(out))
