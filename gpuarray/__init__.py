@@ -47,6 +47,13 @@ from ._stream import (
     stream,
     synchronize,
 )
+from ._support import (
+    is_supported_version,
+    profile_start,
+    profile_stop,
+    profiling,
+    require_context,
+)
 from .errors import (
     CudaError,
     CudaOutOfMemoryError,
@@ -87,6 +94,7 @@ __all__ = [
     "per_thread_default_stream", "external_stream", "event", "synchronize",
     "Device", "get_device", "select_device", "device_count",
     "Context", "current_context", "gpus", "list_devices", "detect", "close", "open_ipc_array",
+    "require_context", "is_supported_version", "profile_start", "profile_stop", "profiling",
     "MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo", "IpcHandle",
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "set_memory_manager", "defer_cleanup", "get_memory_info",

@@ -536,6 +536,21 @@ def test_not_ready_and_peer_already_enabled_are_not_errors(fake):
         b.ctx_enable_peer_access(0x77)
 
 
+def test_profiler_start_stop_call_the_driver_and_report_its_error(fake):
+    f, b = fake
+    f.results.update(cuProfilerStart=(OK,), cuProfilerStop=(OK,))
+    b.profiler_start()
+    b.profiler_stop()
+    assert [n for n, _ in f.calls if n.startswith("cuProfiler")] == [
+        "cuProfilerStart", "cuProfilerStop"]
+    f.results.update(cuProfilerStart=(R.CUDA_ERROR_INVALID_CONTEXT,),
+                     cuProfilerStop=(R.CUDA_ERROR_INVALID_CONTEXT,))
+    for call, name in ((b.profiler_start, "cuProfilerStart"), (b.profiler_stop, "cuProfilerStop")):
+        with pytest.raises(CudaError, match=name) as info:
+            call()
+        assert info.value.code == 201
+
+
 def test_device_queries(fake):
     f, b = fake
     f.results.update(
@@ -620,6 +635,8 @@ def test_arguments_pass_the_bindings_conversion(restore_module_state):
         "ctx_get_device": lambda: b.ctx_get_device(),
         "ctx_synchronize": lambda: b.ctx_synchronize(),
         "ctx_enable_peer_access": lambda: b.ctx_enable_peer_access(0x1234),
+        "profiler_start": lambda: b.profiler_start(),
+        "profiler_stop": lambda: b.profiler_stop(),
         "mem_alloc": lambda: b.mem_alloc(1 << 40),
         "mem_free": lambda: b.mem_free(0x7F0000000000),
         "mem_alloc_async": lambda: b.mem_alloc_async(1 << 20, 0),

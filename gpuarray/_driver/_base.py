@@ -211,6 +211,22 @@ class Backend(abc.ABC):
     def ctx_enable_peer_access(self, peer_ctx: int) -> None:
         """Let the current context's kernels access ``peer_ctx``'s memory."""
 
+    @abc.abstractmethod
+    def profiler_start(self) -> None:
+        """``cuProfilerStart``: enable profile collection for the current context.
+
+        Needs a current context (``CUDA_ERROR_INVALID_CONTEXT`` otherwise);
+        no effect when collection is already enabled.
+        """
+
+    @abc.abstractmethod
+    def profiler_stop(self) -> None:
+        """``cuProfilerStop``: disable profile collection for the current context.
+
+        Needs a current context (``CUDA_ERROR_INVALID_CONTEXT`` otherwise);
+        no effect when collection is already disabled.
+        """
+
     # --------------------------------------------------------------- memory
     @abc.abstractmethod
     def mem_alloc(self, nbytes: int) -> int:

@@ -416,6 +416,16 @@ class CudaBackend(Backend):
         if int(res[0]) != _ERR_PEER_ACCESS_ALREADY_ENABLED:
             _check(res, "cuCtxEnablePeerAccess")
 
+    def profiler_start(self) -> None:
+        if not self._ready:
+            self.init()
+        _check(_d.cuProfilerStart(), "cuProfilerStart")
+
+    def profiler_stop(self) -> None:
+        if not self._ready:
+            self.init()
+        _check(_d.cuProfilerStop(), "cuProfilerStop")
+
     # --------------------------------------------------------------- memory
     def mem_alloc(self, nbytes: int) -> int:
         if not self._ready:

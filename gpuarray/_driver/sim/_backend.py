@@ -31,7 +31,8 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
 - a thread with no current context gets ``CUDA_ERROR_INVALID_CONTEXT`` from
   the calls that act on the current context: allocations (``cuMemAlloc``,
   ``cuMemHostAlloc``, ``cuMemHostRegister``), creations (streams, events,
-  modules), ``cuMemGetInfo``, ``cuCtxSynchronize`` and the default-stream
+  modules), ``cuMemGetInfo``, ``cuCtxSynchronize``, ``cuProfilerStart``,
+  ``cuProfilerStop`` and the default-stream
   handles 0/1/2.  Calls whose handle or pointer names the resource
   (``cuStreamDestroy``, ``cuEventDestroy``, ``cuMemFree``, ``cuMemFreeHost``,
   ``cuMemHostUnregister``, work on an explicit stream) are accepted: the
@@ -273,3 +274,18 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
         if peer.device in ctx.peers:
             raise CudaError(704, "cuCtxEnablePeerAccess", f"device {ctx.device} -> {peer.device}")
         ctx.peers.add(peer.device)
+
+    # ------------------------------------------------------------ profiler
+    # No profiling tool watches the simulator: the calls only record the
+    # request (``profiler_active``), with CUDA's need for a current context.
+    @_locked
+    def profiler_start(self) -> None:
+        self._current("cuProfilerStart").profiling = True
+
+    @_locked
+    def profiler_stop(self) -> None:
+        self._current("cuProfilerStop").profiling = False
+
+    def profiler_active(self, ordinal: int) -> bool:
+        """Simulator only: whether profile collection is enabled in device ``ordinal``'s context."""
+        return self._contexts[self._dev(ordinal, "profiler_active")].profiling

@@ -44,6 +44,8 @@ class SimContext:
         self.legacy: SimStream = None  # type: ignore[assignment]
         self.per_thread: dict[int, SimStream] = {}
         self.peers: set[int] = set()
+        #: Whether ``cuProfilerStart`` enabled profile collection (no profiler runs).
+        self.profiling = False
         #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
         self.sticky: tuple[int, str] | None = None
 

@@ -87,5 +87,6 @@ def reset(backend: SimCore, ctx: SimContext) -> None:
     sched.streams_by_ctx[id(ctx)] = []
     ctx.per_thread.clear()
     ctx.peers.clear()
+    ctx.profiling = False
     ctx.legacy = sched.new_stream(ctx.legacy.handle, ctx, "legacy")
     ctx.sticky = None
