@@ -222,3 +222,13 @@ def test_docstring_examples_run(sim, name):
     for t in examples:
         runner.run(t)
     assert runner.failures == 0
+
+
+def test_supported_majors_are_the_cuda_extras_of_the_package():
+    # is_supported_version's table must follow pyproject's [cuNN] extras.
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    extras = sorted(int(m) for m in re.findall(r"^cu(\d+) = \[", text, flags=re.M))
+    assert extras and tuple(extras) == _support.SUPPORTED_CUDA_MAJORS, extras
