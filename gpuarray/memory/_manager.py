@@ -214,6 +214,19 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
         return _checked(mgr, "memalloc", nbytes, mgr.memalloc(nbytes), MemoryPointer)
 
 
+def _allocate_current(nbytes: int, device: Device) -> MemoryPointer:
+    """:func:`allocate` of ``nbytes > 0`` when ``device``'s primary context is already current.
+
+    The same manager call and check, without entering ``device.activate()``
+    (which would change nothing): for small hot paths that made sure of the
+    context themselves (see ``_device._current_primary``).
+    """
+    mgr = _managers.get(device.id)
+    if mgr is None:
+        mgr = get_memory_manager(device)
+    return _checked(mgr, "memalloc", nbytes, mgr.memalloc(nbytes), MemoryPointer)
+
+
 def _checked(mgr: Any, method: str, size: int, result: Any, expected: type) -> Any:
     """``result`` of ``mgr.method(size, ...)`` when it is an ``expected``, else TypeError.
 
