@@ -89,9 +89,13 @@ class _Release(weakref.ref):
         return obj, run_finalizer, (fn,), {}
 
 
-def _released(ref: _Release, _shutdown: list[bool] = _shutdown) -> None:
+def _released(ref: _Release, _live: set[_Release] = _live, _shutdown: list[bool] = _shutdown) -> None:
     """The weak reference's callback: run the release once (not after exit)."""
-    fn = ref._claim()
+    try:  # _claim(), inlined: this runs once a release
+        _live.remove(ref)
+    except KeyError:  # already run or detached
+        return
+    fn, ref.fn = ref.fn, None
     if fn is not None and not _shutdown[0]:
         run_finalizer(fn)
 
@@ -144,8 +148,9 @@ class MemoryPointer:
     def __init__(self, context: Any, pointer: Any, size: int, owner: Any = None,
                  finalizer: Callable[[], None] | None = None) -> None:
         self.context = context
-        self.device_pointer = _address(pointer)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        # exact ints (the common case) skip the conversions' calls
+        self.device_pointer = pointer if type(pointer) is int else _address(pointer)
+        if type(size) is not int and (isinstance(size, bool) or not isinstance(size, int)) or size < 0:
             raise ValueError(f"size must be a non-negative int, got {size!r}")
         self.size = size
         self.owner = owner
