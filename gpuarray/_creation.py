@@ -20,7 +20,7 @@ from ._coerce import as_device_source
 from ._device import _current_primary, get_device
 from ._driver import get_backend
 from ._driver._base import MEMORYTYPE_HOST
-from ._stream import as_stream
+from ._stream import Stream, as_stream
 from .memory import MemoryPointer, allocate
 from .memory._manager import _allocate_current
 
@@ -299,7 +299,7 @@ def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
     if dev is None:  # no context, or not a primary one: activate around each call
         return _small_to_device_activating(host, stream)
     # dev's primary context is current: allocate and copy without activations
-    s = as_stream(stream, dev)
+    s = stream if type(stream) is Stream else as_stream(stream, dev)
     nbytes, dtype, shape = host.nbytes, host.dtype, host.shape
     mem = _allocate_current(nbytes, dev)
     strides = (dtype.itemsize,) if len(shape) == 1 else _layout.c_strides(shape, dtype.itemsize)

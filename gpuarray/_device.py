@@ -231,7 +231,9 @@ def _current_primary() -> Device | None:
     """
     if _finalizer_errors:
         raise_pending()
-    return _by_context.get(_backend_ready().ctx_get_current())
+    if not _by_context:  # no device made yet (the driver may not be initialised)
+        return None
+    return _by_context.get(get_backend().ctx_get_current())
 
 
 def get_device(ordinal: int | None = None) -> Device:

@@ -224,7 +224,8 @@ def _allocate_current(nbytes: int, device: Device) -> MemoryPointer:
     mgr = _managers.get(device.id)
     if mgr is None:
         mgr = get_memory_manager(device)
-    return _checked(mgr, "memalloc", nbytes, mgr.memalloc(nbytes), MemoryPointer)
+    mem = mgr.memalloc(nbytes)
+    return mem if type(mem) is MemoryPointer else _checked(mgr, "memalloc", nbytes, mem, MemoryPointer)
 
 
 def _checked(mgr: Any, method: str, size: int, result: Any, expected: type) -> Any:
