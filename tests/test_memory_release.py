@@ -123,3 +123,19 @@ def test_small_to_device_on_the_current_device(make_sim):
     d = gpuarray.to_device(np.arange(4, dtype=np.int32))
     assert d.device.id == 1 and get_backend().pointer_info(d._ptr).device_ordinal == 1
     assert d.copy_to_host().tolist() == [0, 1, 2, 3]
+
+
+def test_allocate_on_the_current_or_another_device(make_sim):
+    from gpuarray.memory import allocate
+
+    b = make_sim(devices=2)
+    d0, d1 = gpuarray.get_device(0), gpuarray.get_device(1)
+    d0.make_current()
+    here, there, default = allocate(8, d0), allocate(8, d1), allocate(8)
+    assert b.pointer_info(here.device_pointer).device_ordinal == 0
+    assert b.pointer_info(there.device_pointer).device_ordinal == 1
+    assert b.pointer_info(default.device_pointer).device_ordinal == 0
+    assert b.ctx_get_current() == d0.context_handle  # the activation for d1 was undone
+    b.ctx_set_current(0)
+    p = allocate(8)  # no context current: device 0, made current
+    assert b.pointer_info(p.device_pointer).device_ordinal == 0 and p.context is d0

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import _config
-from .._device import Device, get_device
+from .._device import Device, _current_primary, get_device
 from ._deallocs import _PendingDeallocs  # noqa: F401  (tests reach it here)
 from ._default import (
     SUPPORTED_INTERFACE_VERSION,
@@ -206,6 +206,10 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
         When the active manager's ``memalloc`` returns something that is not
         a :class:`MemoryPointer` (the message names the manager class).
     """
+    if nbytes > 0:  # when that device's primary context is current already, no activation
+        current = _current_primary()
+        if current is not None and (device is None or device is current):
+            return _allocate_current(nbytes, current)
     dev = device if device is not None else get_device()
     if nbytes == 0:
         return MemoryPointer(dev, 0, 0)
