@@ -17,11 +17,12 @@ import numpy as np
 from . import _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
-from ._device import get_device
+from ._device import _current_primary, get_device
 from ._driver import get_backend
 from ._driver._base import MEMORYTYPE_HOST
-from ._stream import as_stream
+from ._stream import Stream, as_stream
 from .memory import MemoryPointer, allocate
+from .memory._manager import _allocate_current
 
 __all__ = ["to_device", "device_array", "device_array_like", "empty", "zeros", "ones", "full",
            "empty_like", "zeros_like", "ones_like", "full_like", "asarray"]
@@ -294,6 +295,24 @@ _SMALL = 64 * 1024
 
 
 def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
+    dev = _current_primary()
+    if dev is None:  # no context, or not a primary one: activate around each call
+        return _small_to_device_activating(host, stream)
+    # dev's primary context is current: allocate and copy without activations
+    s = stream if type(stream) is Stream else as_stream(stream, dev)
+    nbytes, dtype, shape = host.nbytes, host.dtype, host.shape
+    mem = _allocate_current(nbytes, dev)
+    strides = (dtype.itemsize,) if len(shape) == 1 else _layout.c_strides(shape, dtype.itemsize)
+    out = DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem, s, False, dev)
+    try:
+        src = ctypes.addressof(ctypes.c_char.from_buffer(host))  # type: ignore[arg-type]
+    except (TypeError, ValueError, BufferError):
+        src = host.ctypes.data
+    get_backend().memcpy_htod_async(out._ptr, src, nbytes, s.handle)
+    return out
+
+
+def _small_to_device_activating(host: np.ndarray, stream: Any) -> DeviceNDArray:
     dev = get_device()
     s = as_stream(stream, dev)
     nbytes, dtype, shape = host.nbytes, host.dtype, host.shape

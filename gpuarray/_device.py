@@ -20,6 +20,8 @@ __all__ = ["Device", "get_device", "select_device", "device_count"]
 
 _lock = threading.Lock()
 _devices: dict[int, Device] = {}
+#: The devices made so far, by the handle of their primary context.
+_by_context: dict[int, Device] = {}
 _initialised = False
 
 
@@ -37,6 +39,7 @@ def _reset_for_tests() -> None:
     global _initialised
     with _lock:
         _devices.clear()
+        _by_context.clear()
         _initialised = False
 
 
@@ -212,7 +215,25 @@ def _device(ordinal: int) -> Device:
                     raise ValueError(f"device ordinal {ordinal} is out of range: "
                                      f"there {'is' if n == 1 else 'are'} {n} device{'s' * (n != 1)}")
                 dev = _devices[ordinal] = Device(ordinal, _TOKEN)
+                _by_context[dev._ctx] = dev
     return dev
+
+
+def _current_primary() -> Device | None:
+    """The device whose primary context is current on this thread, else None (one driver call).
+
+    For hot paths that would otherwise call :func:`get_device` and then
+    ``activate()`` the device it returned: when a primary context is
+    current, its device is the current device and activating it changes
+    nothing.  None means "take the general path" (no context current, a
+    non-primary context, or a device not made yet).  Like ``activate()``, it
+    first raises an error remembered from a finalizer.
+    """
+    if _finalizer_errors:
+        raise_pending()
+    if not _by_context:  # no device made yet (the driver may not be initialised)
+        return None
+    return _by_context.get(get_backend().ctx_get_current())
 
 
 def get_device(ordinal: int | None = None) -> Device:

@@ -45,15 +45,23 @@ class _PendingDeallocs:
 
     def _limits(self) -> tuple[int, int]:
         cfg = _config.get()
-        total = self._device.total_memory if self._device is not None else 0
-        return cfg.max_pending_deallocs_count, int(cfg.max_pending_deallocs_ratio * total)
+        if cfg is not self._limits_of:  # computed once per configuration
+            total = self._device.total_memory if self._device is not None else 0
+            self._limits_cached = (cfg.max_pending_deallocs_count,
+                                   int(cfg.max_pending_deallocs_ratio * total))
+            self._limits_of = cfg
+        return self._limits_cached
+
+    _limits_of: object = None
+    _limits_cached: tuple[int, int] = (0, 0)
 
     def add_item(self, free: Callable[[int], None], handle: int, size: int) -> None:
         with self._lock:
-            self._items.append((free, handle, size))
+            items = self._items
+            items.append((free, handle, size))
             self._size += size
             count_max, size_max = self._limits()
-            over = len(self._items) > count_max or (size_max and self._size > size_max)
+            over = len(items) > count_max or (size_max and self._size > size_max)
         if over:
             self.clear()
 

@@ -323,13 +323,17 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
                 raise CudaOutOfMemoryError(
                     e.code, e.call, f"while allocating {_fmt_size(size)} ({size} bytes) on device {dev}",
                     e.name) from e
-        dealloc = self.deallocations
-
-        def finalizer(ptr=ptr, size=size):
-            dealloc.add_item(functools.partial(self._free_device, b), ptr, size)
-
+        free = self._free_device_of
+        if free is None or free.args[0] is not b:
+            free = self._free_device_of = functools.partial(self._free_device, b)
         self.allocations[ptr] = size
-        return MemoryPointer(self.context, ptr, size, finalizer=finalizer)
+        # A partial, not a closure: one Python frame less on every release.
+        return MemoryPointer(self.context, ptr, size,
+                             finalizer=functools.partial(self.deallocations.add_item, free, ptr, size))
+
+    #: ``_free_device`` bound to the backend of the last allocation (made once,
+    #: not once a release; the queue's take() still sees ``.func``).
+    _free_device_of: functools.partial | None = None
 
     def _free_device(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)

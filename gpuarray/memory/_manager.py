@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import _config
-from .._device import Device, get_device
+from .._device import Device, _current_primary, get_device
 from ._deallocs import _PendingDeallocs  # noqa: F401  (tests reach it here)
 from ._default import (
     SUPPORTED_INTERFACE_VERSION,
@@ -206,12 +206,30 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
         When the active manager's ``memalloc`` returns something that is not
         a :class:`MemoryPointer` (the message names the manager class).
     """
+    if nbytes > 0:  # when that device's primary context is current already, no activation
+        current = _current_primary()
+        if current is not None and (device is None or device is current):
+            return _allocate_current(nbytes, current)
     dev = device if device is not None else get_device()
     if nbytes == 0:
         return MemoryPointer(dev, 0, 0)
     mgr = get_memory_manager(dev)
     with dev.activate():
         return _checked(mgr, "memalloc", nbytes, mgr.memalloc(nbytes), MemoryPointer)
+
+
+def _allocate_current(nbytes: int, device: Device) -> MemoryPointer:
+    """:func:`allocate` of ``nbytes > 0`` when ``device``'s primary context is already current.
+
+    The same manager call and check, without entering ``device.activate()``
+    (which would change nothing): for small hot paths that made sure of the
+    context themselves (see ``_device._current_primary``).
+    """
+    mgr = _managers.get(device.id)
+    if mgr is None:
+        mgr = get_memory_manager(device)
+    mem = mgr.memalloc(nbytes)
+    return mem if type(mem) is MemoryPointer else _checked(mgr, "memalloc", nbytes, mem, MemoryPointer)
 
 
 def _checked(mgr: Any, method: str, size: int, result: Any, expected: type) -> Any:

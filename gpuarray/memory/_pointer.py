@@ -1,10 +1,11 @@
 """Owning references to memory: device pointers and page-locked host memory.
 
 A :class:`MemoryPointer` stands for an allocation (or a view of one).  Its
-``finalizer`` runs exactly once, through :func:`weakref.finalize`, when the
-last reference goes; views hold a reference to their base, so the base is
-released only after every view.  Finalizers do not run at interpreter exit
-(the driver releases everything then).
+``finalizer`` runs exactly once, through a :class:`_Release` (a weak
+reference with a callback, lighter than :func:`weakref.finalize` on the
+allocation hot path), when the last reference goes; views hold a reference
+to their base, so the base is released only after every view.  Finalizers do
+not run at interpreter exit (the driver releases everything then).
 
 Signatures follow NBEP 7 (Numba's external memory management interface):
 ``MemoryPointer(context, pointer, size, owner=None, finalizer=None)``; here
@@ -13,6 +14,7 @@ Signatures follow NBEP 7 (Numba's external memory management interface):
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import weakref
 from collections.abc import Callable
@@ -30,6 +32,72 @@ def _address(pointer: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"pointer must be an int or a ctypes pointer value, got {pointer!r}")
     return value
+
+
+#: The live releases: a weak reference whose callback must run has to be
+#: reachable from outside the dying object (the garbage collector drops the
+#: callbacks of weak references that are garbage themselves, e.g. one held
+#: only by an object in a reference cycle); membership is also the claim
+#: that makes a release run once (``set.remove`` is atomic).
+_live: set[_Release] = set()
+#: ``[True]`` once the interpreter exits: releases no longer run then.
+_shutdown: list[bool] = [False]
+
+
+@atexit.register
+def _at_exit() -> None:
+    _shutdown[0] = True
+
+
+class _Release(weakref.ref):
+    """The release of one :class:`MemoryPointer`: ``weakref.finalize``'s semantics, cheaper.
+
+    Runs ``fn`` through :func:`run_finalizer` (an error is remembered and
+    raised by the next call) when the pointer dies, exactly once, unless
+    :meth:`detach` claimed it first; never after interpreter exit (as
+    ``weakref.finalize`` with ``atexit=False``).  ``alive`` and ``detach()``
+    are ``weakref.finalize``'s, so :func:`call_now` runs it for ``free()``.
+    """
+
+    __slots__ = ("fn",)
+
+    fn: Callable[[], None] | None
+    # Identity, not the referent's hash and equality (a subclass of
+    # MemoryPointer may define them): every release is its own set member.
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+    def _claim(self) -> Callable[[], None] | None:
+        try:
+            _live.remove(self)
+        except KeyError:  # already run or detached
+            return None
+        fn, self.fn = self.fn, None
+        return fn
+
+    @property
+    def alive(self) -> bool:
+        """Whether the release is still to run."""
+        return self in _live
+
+    def detach(self) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]] | None:
+        """Claim the release without running it: ``(obj, run_finalizer, (fn,), {})`` or None."""
+        obj = self()
+        fn = self._claim()
+        if fn is None:
+            return None
+        return obj, run_finalizer, (fn,), {}
+
+
+def _released(ref: _Release, _live: set[_Release] = _live, _shutdown: list[bool] = _shutdown) -> None:
+    """The weak reference's callback: run the release once (not after exit)."""
+    try:  # _claim(), inlined: this runs once a release
+        _live.remove(ref)
+    except KeyError:  # already run or detached
+        return
+    fn, ref.fn = ref.fn, None
+    if fn is not None and not _shutdown[0]:
+        run_finalizer(fn)
 
 
 class MemoryInfo(NamedTuple):
@@ -80,17 +148,20 @@ class MemoryPointer:
     def __init__(self, context: Any, pointer: Any, size: int, owner: Any = None,
                  finalizer: Callable[[], None] | None = None) -> None:
         self.context = context
-        self.device_pointer = _address(pointer)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        # exact ints (the common case) skip the conversions' calls
+        self.device_pointer = pointer if type(pointer) is int else _address(pointer)
+        if type(size) is not int and (isinstance(size, bool) or not isinstance(size, int)) or size < 0:
             raise ValueError(f"size must be a non-negative int, got {size!r}")
         self.size = size
         self.owner = owner
-        self._finalizer = None
-        if finalizer is not None:
+        if finalizer is None:
+            self._finalizer = None
+        else:
             # An error of the release (often the first sync point after a
             # device fault) is raised by the next call: see _driver/_finalize.py.
-            self._finalizer = weakref.finalize(self, run_finalizer, finalizer)
-            self._finalizer.atexit = False
+            self._finalizer = rel = _Release(self, _released)
+            rel.fn = finalizer
+            _live.add(rel)
 
     @property
     def handle(self) -> int:
