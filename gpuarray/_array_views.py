@@ -344,7 +344,8 @@ class ArrayViewsMixin:
         if isinstance(key, str):
             v = _record.field_view(self, key)  # type: ignore[arg-type]  # self is a DeviceNDArray
         else:
-            if type(value) is tuple and self.dtype.names is not None:
+            if self.dtype.names is not None and isinstance(value, (tuple, list)):
+                # records given as tuples (or a list of them), as NumPy takes them
                 value = np.array(value, dtype=self.dtype)
             r = _layout.index(self.shape, self.strides, key)
             v = self._view(r.shape, r.strides, r.offset)
@@ -357,11 +358,4 @@ class ArrayViewsMixin:
         exporting ``__cuda_array_interface__`` or ``__dlpack__``; overlapping
         sources give NumPy's result.  Runs on the array's stream.
         """
-        self._check_writeable("assignment")
-        if isinstance(key, str):
-            _record.set_field(self, key, value)  # type: ignore[arg-type]  # self is a DeviceNDArray
-            return
-        if type(value) is tuple and self.dtype.names is not None:
-            value = np.array(value, dtype=self.dtype)  # a record given as a tuple, as NumPy
-        r = _layout.index(self.shape, self.strides, key)
-        self._view(r.shape, r.strides, r.offset)._assign(value, self.stream)
+        self.setitem(key, value)

@@ -21,7 +21,7 @@ from . import _layout
 if TYPE_CHECKING:  # the array module imports this one
     from ._array import DeviceNDArray
 
-__all__ = ["field_view", "get_field", "set_field"]
+__all__ = ["field_view", "get_field"]
 
 
 def field_view(arr: DeviceNDArray, name: str) -> DeviceNDArray:
@@ -61,8 +61,3 @@ def get_field(arr: DeviceNDArray, name: str) -> Any:
         return v.copy_to_host()[()]
     return v
 
-
-def set_field(arr: DeviceNDArray, name: str, value: Any) -> None:
-    """``arr[name] = value`` on the array's stream (broadcast and cast as NumPy)."""
-    arr._check_writeable("assignment")
-    field_view(arr, name)._assign(value, arr.stream)

@@ -126,3 +126,12 @@ def test_records_from_host_values():
     d[1] = (9, 1.5)        # a tuple, as NumPy
     d[2]["b"] = np.float32(2.5)
     assert d.copy_to_host().tolist() == [(3, 0.0), (9, 1.5), (3, 2.5)]
+
+
+def test_a_list_of_records_assigns_to_a_slice_as_numpy():
+    dt = np.dtype([("a", "i4"), ("b", "f8")])
+    d = gpuarray.zeros(3, dtype=dt)
+    d[0:2] = [(1, 2.0), (3, 4.0)]
+    d.setitem(slice(2, 3), [(5, 6.0)], stream=gpuarray.stream())
+    want = np.array([(1, 2.0), (3, 4.0), (5, 6.0)], dtype=dt)
+    assert d.copy_to_host().tolist() == want.tolist()
