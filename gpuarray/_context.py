@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from . import _layout
 from ._device import Device, device_count, get_device
 from ._driver import get_backend
 from ._stream import (
@@ -27,7 +28,15 @@ from ._stream import (
     per_thread_default_stream,
     stream,
 )
-from .memory import IpcHandle, MemoryInfo, MemoryPointer, PinnedMemory, get_memory_manager
+from .memory import (
+    IpcHandle,
+    MemoryInfo,
+    MemoryPointer,
+    PinnedMemory,
+    allocate,
+    get_memory_info,
+    get_memory_manager,
+)
 from .memory import host_alloc as _host_alloc
 from .memory import host_pin as _host_pin
 from .memory._managed import managed_alloc
@@ -110,8 +119,7 @@ class Context:
         -------
         MemoryInfo
         """
-        with self.device.activate():
-            return MemoryInfo(*self.memory_manager.get_memory_info())
+        return get_memory_info(self.device)
 
     def memalloc(self, size: int) -> MemoryPointer:
         """Allocate device memory through the memory manager.
@@ -124,8 +132,6 @@ class Context:
         -------
         MemoryPointer
         """
-        from .memory import allocate
-
         return allocate(_size(size), self.device)
 
     def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False,
@@ -178,7 +184,7 @@ class Context:
         return managed_alloc(_size(size), attach_global, self.device)
 
     def memfree(self, pointer: MemoryPointer) -> None:
-        """Release memory now (its finalizer runs, through the deferred queue).
+        """Release memory now: its free is queued on the deferred-deallocation queue.
 
         Parameters
         ----------
@@ -319,7 +325,9 @@ def _size(size: Any) -> int:
     return n
 
 
-_contexts: dict[int, Context] = {}
+#: The Context of each device, with the Device it was made for: a replaced
+#: backend (tests) makes new Device objects, and their contexts are made anew.
+_contexts: dict[int, tuple[Device, Context]] = {}
 
 
 def current_context(devnum: int | None = None) -> Context:
@@ -348,10 +356,10 @@ def current_context(devnum: int | None = None) -> Context:
         dev.make_current()
     else:
         dev = get_device()
-    ctx = _contexts.get(dev.id)
-    if ctx is None:
-        ctx = _contexts.setdefault(dev.id, Context._make(dev))
-    return ctx
+    entry = _contexts.get(dev.id)
+    if entry is None or entry[0] is not dev:
+        entry = _contexts[dev.id] = (dev, Context._make(dev))
+    return entry[1]
 
 
 class _DeviceList:
@@ -456,8 +464,9 @@ def detect(file: Any = None) -> bool:
 def close() -> None:
     """Finish gpuarray's work on every device (Numba's ``cuda.close()``).
 
-    Waits for every device, runs deferred frees, resets the memory managers
-    and leaves no context current on the calling thread.  Unlike Numba, the
+    Waits for every device gpuarray has used, runs deferred frees, resets
+    their memory managers and leaves no context current on the calling
+    thread.  Devices never used are not touched (no context is made for them).  Unlike Numba, the
     primary contexts are not destroyed (CuPy, PyTorch and the CUDA runtime
     share them); the next call uses them again.
 
@@ -467,9 +476,10 @@ def close() -> None:
     >>> gpuarray.current_context().device.id
     0
     """
-    for i in range(device_count()):
-        ctx = _contexts.get(i) or Context._make(get_device(i))
-        ctx.reset()
+    from . import _device
+
+    for dev in list(_device._devices.values()):  # only devices already in use: no new contexts
+        Context._make(dev).reset()
     get_backend().ctx_set_current(0)
 
 
@@ -517,11 +527,14 @@ def open_ipc_array(handle: Any, shape: Any, dtype: Any, strides: Any = None,
     dt = np.dtype(dtype)
     shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
     if strides is None:
-        size = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        st = _layout.c_strides(shp, dt.itemsize)
     else:
-        size = sum((n - 1) * abs(int(s)) for n, s in zip(shp, strides, strict=True)) + dt.itemsize
-    h = IpcHandle(raw, size, b"", int(offset))
-    arr = h.open_array(None, shp, dt, strides)
+        st = tuple(int(x) for x in strides)
+        if len(st) != len(shp):
+            raise ValueError(f"strides {st} do not match shape {shp}")
+    lo, hi = _layout.extent(shp, st, dt.itemsize)
+    h = IpcHandle(raw, hi - lo, b"", int(offset))
+    arr = h.open_array(get_device(), shp, dt, strides)
     try:
         yield arr
     finally:

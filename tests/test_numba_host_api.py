@@ -375,3 +375,29 @@ def test_getitem_and_setitem_of_records_with_a_stream():
                                              "data": (d.ptr, True)}, owner=d)
     with pytest.raises(ValueError, match="read-only"):
         ro.setitem(0, (1, 1.0), stream=s)
+
+
+def test_close_makes_no_context_for_a_device_never_used(make_sim):
+    from gpuarray import _device
+
+    b = make_sim(devices=2)
+    gpuarray.to_device(np.arange(3))              # device 0 only
+    gpuarray.close()
+    assert set(_device._devices) == {0}, "close() started device 1"
+    assert b._contexts[1].refs == 0
+
+
+def test_current_context_follows_a_replaced_backend(make_sim):
+    make_sim(memory=1 << 30)
+    first = gpuarray.current_context()
+    make_sim(memory=1 << 20)                      # a new machine: new Device objects
+    ctx = gpuarray.current_context()
+    assert ctx is not first and ctx.device is gpuarray.get_device()
+    assert ctx.get_memory_info().total == 1 << 20
+
+
+def test_open_ipc_array_checks_the_layout_before_mapping():
+    raw = bytes(64)
+    with pytest.raises(ValueError, match="do not match shape"):
+        with gpuarray.open_ipc_array(raw, (2, 3), np.float32, strides=(4,)):
+            pass
