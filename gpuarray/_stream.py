@@ -16,6 +16,7 @@ can be reused at once).
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -48,6 +49,30 @@ def _destroy_stream(device: Device, backend, handle: int) -> None:
         return
     with device.activate():
         backend.stream_destroy(handle)
+
+
+# Objects a host callback held, dropped on this thread rather than on the
+# driver's callback thread (CUDA calls are refused there; see add_callback).
+_reaper_queue: queue.SimpleQueue = queue.SimpleQueue()
+_reaper_lock = threading.Lock()
+_reaper: threading.Thread | None = None
+
+
+def _reap() -> None:
+    while True:
+        held = _reaper_queue.get()
+        held.clear()  # releases, if these were the last references, run here
+        del held
+
+
+def _hand_to_reaper(held: list) -> None:
+    global _reaper
+    if _reaper is None:
+        with _reaper_lock:
+            if _reaper is None:
+                _reaper = threading.Thread(target=_reap, daemon=True, name="gpuarray-reaper")
+                _reaper.start()
+    _reaper_queue.put(held)
 
 
 class Stream:
@@ -215,8 +240,18 @@ class Stream:
         if not callable(callback):
             raise TypeError(f"add_callback needs a callable, got {type(callback).__name__} {callback!r}")
 
-        def host_fn(status: int) -> None:  # holds self: the stream outlives the callback
-            callback(self, status, arg)
+        held = [self, callback, arg]  # the stream (and arg) outlive the callback
+
+        def host_fn(status: int) -> None:
+            stream, fn, value = held
+            try:
+                fn(stream, status, value)
+            finally:
+                # The last references may be these: dropped here, their
+                # releases (cuStreamDestroy, cuMemFree) would run on the
+                # driver's callback thread, where CUDA refuses every call.
+                del stream, fn, value
+                _hand_to_reaper(held)
 
         with self.device.activate():
             get_backend().stream_add_callback(self.handle, host_fn)

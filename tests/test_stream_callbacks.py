@@ -185,3 +185,57 @@ def test_backend_callback_refuses_non_callables(sim):
     gpuarray.get_device()
     with pytest.raises(TypeError, match="callable"):
         get_backend().stream_add_callback(1, None)
+
+
+def test_what_a_callback_held_is_released_off_the_callback_thread(sim, monkeypatch):
+    # CUDA refuses API calls on its callback thread: the stream's own release
+    # (cuStreamDestroy) must not run there when the callback held the last reference.
+    where: list[str] = []
+    destroy = sim.stream_destroy
+
+    def recording(handle):
+        where.append(threading.current_thread().name)
+        return destroy(handle)
+
+    monkeypatch.setattr(sim, "stream_destroy", recording)
+    done = threading.Event()
+    s = gpuarray.stream()
+    s.add_callback(lambda st, status, arg: done.set())
+    del s
+    assert done.wait(TIMEOUT)
+    for _ in range(300):
+        if where:
+            break
+        threading.Event().wait(0.01)
+    assert where and "gpuarray-sim-callback" not in where, where
+
+
+class _FailingKernel:
+    """A reference kernel that fails as CUDA kernels can (misaligned address)."""
+
+    def accesses(self, params):
+        return []
+
+    def run(self, mem, grid, block, shared, params):
+        raise gpuarray.CudaError(716, "cuLaunchKernel", "reference kernel failed")
+
+
+def test_callback_after_a_failing_kernel_gets_its_code(sim):
+    # A reference kernel reports failure as CudaError, not DeviceFault: the
+    # callback thread must still call the callback (async_done would hang).
+    import ctypes
+
+    from gpuarray._driver import sim_kernels
+
+    sim_kernels.register("test_failing_kernel", _FailingKernel())
+    s = gpuarray.stream()
+    got: list = []
+    done = threading.Event()
+    with s.device.activate():
+        f = sim.module_get_function(sim.module_load_data(b"image"), "test_failing_kernel")
+        sim.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, s.handle, [ctypes.c_int(0)])
+        s.add_callback(lambda st, status, arg: (got.append(status), done.set()))
+    assert done.wait(TIMEOUT), "the callback was never called"
+    assert got == [716]
+    with pytest.raises(gpuarray.CudaError):
+        s.synchronize()  # the fault is sticky; the next test gets a fresh simulator

@@ -151,8 +151,9 @@ class SimStreamCalls(SimCore):
             while not op.done:
                 try:
                     self.sched.complete(op)
-                except DeviceFault as f:
-                    # Earlier work failed: the callback gets the error status.
+                except (DeviceFault, CudaError) as f:
+                    # Earlier work failed (an illegal address, or a reference
+                    # kernel's CudaError): the callback gets the error status.
                     # A sticky fault poisons the context here, as a sync would
                     # (its next call reports it); any other stays on the stream
                     # for the host's next sync of it. It never vanishes here.
@@ -160,7 +161,7 @@ class SimStreamCalls(SimCore):
                     if self._poison_if_sticky(f.code, f.detail):
                         break
 
-                    def refault(f: DeviceFault = f) -> None:
+                    def refault(f: DeviceFault | CudaError = f) -> None:
                         raise f
 
                     self.sched.enqueue(s, refault, "fault of work before a host callback")
