@@ -135,13 +135,15 @@ def from_device_frame(header: dict[str, Any], frame: Any) -> DeviceNDArray:
     else:
         raise TypeError(f"a device frame must export __cuda_array_interface__ or __dlpack__ "
                         f"of device memory, got {type(frame).__name__}")
+    # read-only when the sender said so, or when the frame itself is read-only
+    readonly = bool(header.get("readonly", False)) or f.readonly
     want = int(np.prod(core, dtype=np.int64)) * dtype.itemsize
     if f.nbytes != want or not (f.is_c_contiguous() or f.is_f_contiguous()):
         raise ValueError(f"a gpuarray frame of shape {core} and dtype {dtype} is {want} contiguous "
                          f"bytes, got shape {f.shape}, strides {f.strides}, dtype {f.dtype}")
     dev = DeviceNDArray._make(core, _strides(core, order, dtype.itemsize), dtype, f._ptr, f._mem,
-                              f.stream, bool(header.get("readonly", False)), f.device, record=False)
-    return _finish(dev, shape, bool(header.get("readonly", False)))
+                              f.stream, readonly, f.device, record=False)
+    return _finish(dev, shape, readonly)
 
 
 def _dlpack_on_device(frame: Any) -> bool:
@@ -165,23 +167,53 @@ def rebuild(header: dict[str, Any], frame: Any) -> DeviceNDArray:
 
 
 # ------------------------------------------------------------------------ dtype
-def encode_dtype(dtype: np.dtype) -> str | bytes:
-    """A dtype as a msgpack-safe value: its ``str`` when that names it exactly, else its pickle."""
+# A header comes from a peer: it is data, never code. Dtypes travel as plain
+# values (no pickle, which would run whatever a header carried).
+def encode_dtype(dtype: np.dtype) -> Any:
+    """A dtype as a msgpack-safe value: its ``str``, or a dict of plain values.
+
+    Structured dtypes give ``{"names", "formats", "offsets", "itemsize"}``
+    (formats encoded the same way), subarray fields ``{"base", "shape"}``,
+    ``ml_dtypes`` types (bfloat16...) ``{"ml_dtypes": name}``.
+    """
     dtype = np.dtype(dtype)
-    if dtype.fields is None and dtype.kind != "V" and np.dtype(dtype.str) == dtype:
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return {"base": encode_dtype(base), "shape": list(shape)}
+    if dtype.fields is not None:
+        names = list(dtype.names or ())
+        return {"names": names,
+                "formats": [encode_dtype(dtype.fields[n][0]) for n in names],
+                "offsets": [int(dtype.fields[n][1]) for n in names],
+                "itemsize": dtype.itemsize}
+    if dtype.kind == "V" and dtype.type.__module__.startswith("ml_dtypes"):
+        return {"ml_dtypes": dtype.name}
+    if np.dtype(dtype.str) == dtype:
         return dtype.str
-    return pickle.dumps(dtype, protocol=pickle.HIGHEST_PROTOCOL)
+    raise ValueError(f"dtype {dtype!r} cannot travel in a gpuarray frame header")
 
 
 def decode_dtype(value: Any) -> np.dtype:
-    """Inverse of :func:`encode_dtype` (a dtype passes through)."""
+    """Inverse of :func:`encode_dtype` (a dtype passes through); ValueError for anything else."""
     if isinstance(value, np.dtype):
         return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        dt = pickle.loads(bytes(value))
-        if not isinstance(dt, np.dtype):
-            raise ValueError(f"the frame header's dtype unpickles to {type(dt).__name__}, not a dtype")
-        return dt
-    if isinstance(value, str):
-        return np.dtype(value)
+    try:
+        if isinstance(value, str):
+            return np.dtype(value)
+        if isinstance(value, dict):
+            if set(value) == {"base", "shape"}:
+                return np.dtype((decode_dtype(value["base"]), tuple(int(n) for n in value["shape"])))
+            if set(value) == {"names", "formats", "offsets", "itemsize"}:
+                return np.dtype({"names": [str(n) for n in value["names"]],
+                                 "formats": [decode_dtype(f) for f in value["formats"]],
+                                 "offsets": [int(o) for o in value["offsets"]],
+                                 "itemsize": int(value["itemsize"])})
+            if set(value) == {"ml_dtypes"} and isinstance(value["ml_dtypes"], str):
+                import ml_dtypes
+
+                dt = getattr(ml_dtypes, value["ml_dtypes"], None)
+                if dt is not None:
+                    return np.dtype(dt)
+    except (TypeError, ValueError, ImportError) as e:
+        raise ValueError(f"the frame header's dtype {value!r} is not a dtype: {e}") from None
     raise ValueError(f"the frame header's dtype {value!r} is not a dtype")

@@ -143,6 +143,40 @@ def test_bad_frames_are_refused_with_clear_errors():
         _wire.from_device_frame(header, gpuarray.zeros(3))
 
 
+def test_a_header_is_data_never_code():
+    # A peer's header with a pickled "dtype" must not run what it carries.
+    import pickle
+
+    ran: list[bool] = []
+
+    class Payload:
+        def __reduce__(self):
+            return (ran.append, (True,))
+
+    header, frame = _wire.to_host_frame(gpuarray.to_device(np.arange(4.0)))
+    with pytest.raises(ValueError, match="is not a dtype"):
+        _wire.from_host_frame(dict(header, dtype=pickle.dumps(Payload())), frame)
+    assert not ran
+
+
+@pytest.mark.parametrize("dtype", [np.dtype([("a", "i4"), ("b", "f8", (2,))], align=True),
+                                   np.dtype([("p", [("x", "u1"), ("y", "f2")]), ("z", "?")]),
+                                   np.dtype(">i2"), np.dtype("V3")])
+def test_dtypes_travel_as_plain_values(dtype):
+    import json
+
+    encoded = _wire.encode_dtype(dtype)
+    assert _wire.decode_dtype(json.loads(json.dumps(encoded))) == dtype
+
+
+def test_a_read_only_device_frame_arrives_read_only():
+    x = gpuarray.to_device(np.arange(4.0))
+    header, frame = _wire.to_device_frame(x)
+    assert not header.get("readonly")
+    got = _wire.from_device_frame(header, _readonly(frame))
+    assert got.readonly
+
+
 # ------------------------------------------------- distributed, one process
 @pytest.fixture
 def protocol():
