@@ -196,7 +196,7 @@ def test_fingerprint_follows_files_listed_by_ld_so_cache(tmp_path, monkeypatch):
     cache = tmp_path / "ld.so.cache"
     cache.write_bytes(b"glibc-ld.so.cache1.1\0libnvrtc.so.12\0" + str(lib).encode() + b"\0")
     monkeypatch.setattr(_nvrtc_id, "_LD_SO_CACHE", str(cache))
-    assert _nvrtc_id._ld_cache_paths() == [str(cache), str(lib)]
+    assert _nvrtc_id._ld_cache_paths() == [str(lib)]  # not the cache file: ldconfig rewrites it
     prints = []
     for content in (None, b"\x7fELF 12.4", b"\x7fELF 12.6 build"):
         if content is not None:
@@ -303,3 +303,22 @@ def test_missing_nvrtc(sim, private_cache, monkeypatch):
     finally:
         _nvrtc.nvrtc_version.cache_clear()
         _nvrtc.supported_archs.cache_clear()
+
+
+def test_fingerprint_does_not_depend_on_what_is_already_imported_or_loaded():
+    # Importing cuda.bindings.nvrtc maps its own modules and loading NVRTC
+    # maps libnvrtc: neither may change the key (the disk cache would split).
+    code = ("from gpuarray._kernels import _nvrtc_id as n, _nvrtc\n"
+            "a = n.fingerprint(); n.fingerprint.cache_clear()\n"
+            "import cuda.bindings.nvrtc\n"
+            "b = n.fingerprint(); n.fingerprint.cache_clear()\n"
+            "_nvrtc.nvrtc_version()\n"
+            "print(a == b == n.fingerprint())\n")
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, GPUARRAY_BACKEND="sim"))
+    if "NVRTC is not available" in r.stderr:
+        pytest.skip("NVRTC is not installed here")
+    assert r.stdout.strip() == "True", r.stdout + r.stderr

@@ -115,18 +115,18 @@ def _scan_dir(d: str, pick) -> list[str]:
 
 
 def _ld_cache_paths() -> list[str]:
-    """The ld.so.cache file itself and the NVRTC paths it lists."""
+    """The NVRTC paths ld.so.cache lists (not the cache file: any ldconfig rewrites it)."""
     try:
         with open(_LD_SO_CACHE, "rb") as f:
             data = f.read(64 << 20)
     except OSError:
         return []
     if b"nvrtc" not in data:
-        return [_LD_SO_CACHE]
+        return []
     import re  # only when the cache lists an NVRTC
 
     paths = {m.decode(errors="replace") for m in re.findall(_CACHE_PATHS, data)}
-    return [_LD_SO_CACHE, *sorted(paths)]
+    return sorted(paths)
 
 
 def _mapped_paths() -> list[str]:
@@ -140,9 +140,12 @@ def _mapped_paths() -> list[str]:
         return []
     found = set()
     for line in data.splitlines():
-        if b"nvrtc" in line:
+        if b"libnvrtc" in line:
             parts = line.split(None, 5)
-            if len(parts) == 6:
+            # libnvrtc itself only: cuda.bindings' own nvrtc modules are mapped
+            # as soon as cuda.bindings.nvrtc is imported, by whoever imports it
+            # first, which must not change the key.
+            if len(parts) == 6 and os.path.basename(parts[5]).startswith(b"libnvrtc"):
                 found.add(parts[5].decode(errors="replace"))
     return sorted(found)
 
@@ -161,7 +164,12 @@ def _describe() -> list[str]:
             if os.path.lexists(p):
                 lines.append(_stat_line(p))
     lines += [_stat_line(p) for p in _ld_cache_paths()]
-    lines += ["mapped:" + _stat_line(p) for p in _mapped_paths()]
+    # A loaded library counts only when it is none of the files above (say
+    # LD_PRELOAD): whether NVRTC happens to be loaded already must not
+    # change the key.
+    seen = {line.split("\0", 1)[1] for line in lines if "\0" in line}
+    lines += ["mapped:" + line for line in map(_stat_line, _mapped_paths())
+              if line.split("\0", 1)[1] not in seen]
     return lines
 
 
