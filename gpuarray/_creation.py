@@ -294,10 +294,10 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
 _SMALL = 64 * 1024
 
 
-def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
+def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     dev = _current_primary()
-    if dev is None:  # no context, or not a primary one: activate around each call
-        return _small_to_device_activating(host, stream)
+    if dev is None:  # no context, or not a primary one: the general path activates
+        return None
     # dev's primary context is current: allocate and copy without activations
     s = stream if type(stream) is Stream else as_stream(stream, dev)
     nbytes, dtype, shape = host.nbytes, host.dtype, host.shape
@@ -309,23 +309,6 @@ def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray:
     except (TypeError, ValueError, BufferError):
         src = host.ctypes.data
     get_backend().memcpy_htod_async(out._ptr, src, nbytes, s.handle)
-    return out
-
-
-def _small_to_device_activating(host: np.ndarray, stream: Any) -> DeviceNDArray:
-    dev = get_device()
-    s = as_stream(stream, dev)
-    nbytes, dtype, shape = host.nbytes, host.dtype, host.shape
-    mem = allocate(nbytes, dev)
-    strides = (dtype.itemsize,) if len(shape) == 1 else _layout.c_strides(shape, dtype.itemsize)
-    # made first: it records `s` on stream-ordered memory (ordered after the allocation)
-    out = DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem, s, False, dev)
-    try:  # the address through the buffer protocol: ~3x cheaper than host.ctypes.data
-        src = ctypes.addressof(ctypes.c_char.from_buffer(host))  # type: ignore[arg-type]
-    except (TypeError, ValueError, BufferError):  # read-only memory
-        src = host.ctypes.data
-    with dev.activate():  # the current context may be another one of this device
-        get_backend().memcpy_htod_async(out._ptr, src, nbytes, s.handle)
     return out
 
 
@@ -364,7 +347,9 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
     if type(obj) is np.ndarray and obj.dtype.isnative and not obj.dtype.hasobject:
         host = obj  # the common case: skip the coercion probes
         if copy and 0 < host.nbytes <= _SMALL and host.flags.c_contiguous:
-            return _small_to_device(host, stream)
+            small = _small_to_device(host, stream)
+            if small is not None:
+                return small
     else:
         src = as_device_source(obj)
         if isinstance(src, DeviceNDArray):
