@@ -147,10 +147,9 @@ def from_device_frame(header: dict[str, Any], frame: Any) -> DeviceNDArray:
 
 
 def _dlpack_on_device(frame: Any) -> bool:
-    try:
-        return int(frame.__dlpack_device__()[0]) in (2, 13)  # kDLCUDA, kDLCUDAManaged
-    except (AttributeError, TypeError, ValueError, IndexError):
-        return False
+    from ._coerce import _DEVICE_KINDS, _dlpack_kind  # the one test of a DLPack device
+
+    return _dlpack_kind(frame) in _DEVICE_KINDS
 
 
 # ----------------------------------------------------------------------- pickle

@@ -19,12 +19,13 @@ from typing import Any
 from .._stream import external_stream, order_after
 from . import _dlpack_capsule as _cap
 from ._dlpack_capsule import kDLCPU, make_capsule
-from ._dlpack_protocol import DLPACK_MAX_VERSION, parse_dlpack_request
+from ._dlpack_protocol import DLPACK_MAX_VERSION, export_version, parse_dlpack_request
 
 __all__ = ["export_capsule"]
 
-# (major, minor) a consumer may pass -> the minor version exported (major 1).
-_MINOR = {(1, 0): 0, (1, 1): 1, (1, 2): 1, (1, 3): 1, (2, 0): 1}
+# (major, minor) a consumer may pass -> the minor version exported (major 1),
+# precomputed from export_version for the common requests.
+_MINOR = {v: export_version(v)[1] for v in ((1, 0), (1, 1), (1, 2), (1, 3), (2, 0))}  # type: ignore[index]
 
 
 def export_capsule(arr: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> Any:
