@@ -21,10 +21,10 @@ Conventions:
   Only what is printed leaves the device: when NumPy would summarise (size
   above ``threshold``), only the ``edgeitems`` corners are copied.
 - ``float``, ``int``, ``complex``, ``operator.index`` and ``bool`` follow
-  NumPy: a size-1 array (0-d for ``index``) copies its one element and lets
-  NumPy convert it; any other size gets NumPy's own error, raised on a host
-  stand-in of the same shape and dtype that holds no data, so nothing is
-  copied.
+  NumPy: NumPy first converts a host stand-in of the same shape and dtype
+  that holds no data; where it refuses (its own error: in NumPy 2.x only 0-d
+  arrays convert to ``float``/``int``/``complex``), nothing is copied; else
+  the one element is copied and converted.
 """
 
 from __future__ import annotations
@@ -175,11 +175,15 @@ class ArrayProtocolsMixin:
         raise TypeError(no_arithmetic_message("abs()"))
 
     # --------------------------------------------------- scalar conversions
-    def _scalar_source(self, zero_d_only: bool = False) -> np.ndarray:
-        """The host array NumPy converts: the one element, or a data-less stand-in."""
-        if self.size == 1 and (self.ndim == 0 or not zero_d_only):
-            return self.copy_to_host()
-        return _host_stand_in(self.shape, self.dtype)
+    def _convert(self, fn: Any) -> Any:
+        """``fn`` (float, int, ...) of this array as NumPy would convert its host copy.
+
+        NumPy decides first, on a data-less stand-in of the same shape and
+        dtype: when it refuses (NumPy's own error), nothing is copied; else
+        the element is copied and converted.
+        """
+        fn(_host_stand_in(self.shape, self.dtype))
+        return fn(self.copy_to_host())
 
     def __bool__(self) -> bool:
         """Truth value as NumPy's: the element of a size-1 array; ``ValueError`` otherwise.
@@ -189,37 +193,37 @@ class ArrayProtocolsMixin:
         ValueError
             For more than one element (and, as NumPy 2.2+, for none).
         """
-        return bool(self._scalar_source())
+        return self._convert(bool)
 
     def __float__(self) -> float:
-        """``float(a)`` for a size-1 array, as NumPy.
+        """``float(a)`` as NumPy converts the same host array (a 0-d array, in NumPy 2.x).
 
         Raises
         ------
         TypeError
-            For any other size (NumPy's message).
+            Where NumPy refuses (NumPy's message); nothing is copied then.
         """
-        return float(self._scalar_source())
+        return self._convert(float)
 
     def __int__(self) -> int:
-        """``int(a)`` for a size-1 array, as NumPy.
+        """``int(a)`` as NumPy converts the same host array (a 0-d array, in NumPy 2.x).
 
         Raises
         ------
         TypeError
-            For any other size (NumPy's message).
+            Where NumPy refuses (NumPy's message); nothing is copied then.
         """
-        return int(self._scalar_source())
+        return self._convert(int)
 
     def __complex__(self) -> complex:
-        """``complex(a)`` for a size-1 array, as NumPy.
+        """``complex(a)`` as NumPy converts the same host array (a 0-d array, in NumPy 2.x).
 
         Raises
         ------
         TypeError
-            For any other size (NumPy's message).
+            Where NumPy refuses (NumPy's message); nothing is copied then.
         """
-        return complex(self._scalar_source())
+        return self._convert(complex)
 
     def __index__(self) -> int:
         """``operator.index(a)`` for a 0-d integer array, as NumPy.
@@ -229,7 +233,7 @@ class ArrayProtocolsMixin:
         TypeError
             For other shapes and dtypes (NumPy's message).
         """
-        return operator.index(self._scalar_source(zero_d_only=True))
+        return self._convert(operator.index)
 
     # ------------------------------------------------------------ printing
     def _printable(self) -> tuple[np.ndarray, dict[str, Any]]:
