@@ -10,7 +10,8 @@ Conventions:
 
 - gpuarray has no arithmetic.  NumPy functions and ufuncs refuse a device
   array with a ``TypeError`` that says what to do instead (``__array_function__``
-  and ``__array_ufunc__``), and so do Python's arithmetic operators; only
+  and ``__array_ufunc__``), and so do Python's arithmetic and ordering
+  operators (``==``/``!=`` stay identity, as for any object); only
   metadata queries (``np.shape``, ``np.ndim``, ``np.size``) answer.  Explicit
   host conversion stays: ``np.asarray(a)`` (``__array__``), ``a.get()``,
   ``a.copy_to_host()``.  ``__array_ufunc__`` is a method that raises rather
@@ -158,6 +159,13 @@ class ArrayProtocolsMixin:
     __and__ = __rand__ = _operator("&")
     __or__ = __ror__ = _operator("|")
     __xor__ = __rxor__ = _operator("^")
+    # Ordering too (reflected by Python itself: a < b tries b > a). == and !=
+    # stay identity, as for any Python object: an elementwise __eq__ would
+    # make arrays unhashable and break `x in list`.
+    __lt__ = _operator("<")
+    __le__ = _operator("<=")
+    __gt__ = _operator(">")
+    __ge__ = _operator(">=")
     __neg__ = _unary("-")
     __pos__ = _unary("+")
     __invert__ = _unary("~")

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ._device import _backend_ready, get_device
 from ._driver import get_backend
+from ._driver._finalize import raise_pending
 from .errors import CudaUnavailableError
 
 __all__ = ["is_supported_version", "require_context", "profile_start", "profile_stop",
@@ -148,8 +149,9 @@ def require_context(fn: _F) -> _F:
 
     @functools.wraps(fn)
     def with_context(*args: Any, **kwargs: Any) -> Any:
-        with get_device().activate():
-            return fn(*args, **kwargs)
+        raise_pending()  # an error first seen by a finalizer, as every operation
+        get_device()     # makes device 0's primary context current when none is
+        return fn(*args, **kwargs)
 
     return with_context  # type: ignore[return-value]
 

@@ -290,3 +290,10 @@ def test_index_conversion_works_where_python_wants_an_index():
     assert list(range(5))[:z] == [0, 1]
     assert gpuarray.to_device(np.arange(5))[z] == 2
     assert bin(z) == "0b10"
+
+
+def test_ordering_operators_refuse_with_the_message():
+    d = gpuarray.zeros(3)
+    for op in (lambda: d < 1, lambda: d <= 1, lambda: d > 1, lambda: d >= 1, lambda: 1 < d):
+        with pytest.raises(TypeError, match="no arithmetic"):
+            op()

@@ -115,3 +115,27 @@ def test_host_allocations_returning_a_non_pointer_are_type_errors_too():
     with pytest.raises(TypeError, match=r"_HostReturnsInt\.mempin\(.*str 'pinned'.*PinnedMemory"):
         with gpuarray.pinned(np.zeros(4)):
             pass
+
+
+def test_queue_accepts_a_release_started_inside_its_own_lock():
+    # The garbage collector can run a release (add_item) on a thread that is
+    # inside the queue's locked region: that must not deadlock.
+    import threading
+
+    from gpuarray.memory._deallocs import _PendingDeallocs
+
+    dq = _PendingDeallocs(None)
+    nested: list[int] = []
+
+    def limits():  # called with the lock held: a release "collected" right here
+        if not nested:
+            nested.append(1)
+            dq.add_item(id, 2, 8)
+        return (100, 0)
+
+    dq._limits = limits  # type: ignore[method-assign]
+    t = threading.Thread(target=dq.add_item, args=(id, 1, 8), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the queue deadlocked on a nested release"
+    assert dq.pending_count == 2

@@ -32,7 +32,6 @@ __all__ = [
     "Toolchain",
     "StaleToolchain",
     "loaded_toolchain",
-    "nvrtc_available",
     "nvrtc_version",
     "supported_archs",
     "select_target",
@@ -87,15 +86,6 @@ def _nvrtc():
         raise NvrtcError(f"NVRTC is not available ({e}); install the extra for your "
                          'driver\'s CUDA: pip install "gpuarray[cu13]" (or "gpuarray[cu12]")') from e
     return nvrtc
-
-
-def nvrtc_available() -> bool:
-    """True when ``cuda.bindings.nvrtc`` imports and reports a version."""
-    try:
-        nvrtc_version()
-    except (NvrtcError, OSError, RuntimeError):
-        return False
-    return True
 
 
 def _call(result, what: str):

@@ -27,7 +27,9 @@ class _PendingDeallocs:
 
     def __init__(self, device: Device | None) -> None:
         self._device = device
-        self._lock = threading.Lock()
+        # Reentrant: add_item runs from release callbacks, which the garbage
+        # collector may start on this thread while it holds the lock.
+        self._lock = threading.RLock()
         self._items: list[tuple[Callable[[int], None], int, int]] = []
         self._size = 0
         self._disabled = 0
