@@ -600,6 +600,34 @@ def test_deleter_called_late_during_finalization(core):
     assert res.stdout.strip() == "ok" and "Exception" not in res.stderr, res.stderr
 
 
+def test_an_export_released_during_shutdown_leaks_its_owner_on_both_cores(core):
+    """After atexit the interpreter is shutting down: a late deleter must not
+    run the owner's teardown there (both cores leak instead); before it, the
+    owner is released as usual."""
+    res = _run("""
+        import atexit, os, sys, numpy as np
+        from gpuarray.interop import _dlpack_capsule as dl
+        class Owner:
+            def __init__(self, tag): self.tag, self.a = tag, np.arange(4.0)
+            def __del__(self, _write=os.write):  # os.write: sys.stdout may be gone
+                _write(1, ("released " + self.tag + "\\n").encode())
+        def view(tag):
+            o = Owner(tag)
+            class W:
+                def __dlpack__(self, **kw):
+                    return dl.make_capsule(data_ptr=o.a.ctypes.data, shape=o.a.shape, owner=o,
+                        byte_strides=o.a.strides, dtype=o.a.dtype, device_type=1, device_id=0)
+                def __dlpack_device__(self): return (1, 0)
+            return np.from_dlpack(W())
+        early = view("early")
+        atexit.register(lambda: globals().pop("early"))   # runs before the core's own hook
+        sys.modules["__main__"].late = view("late")        # freed during module teardown
+        print("ok", flush=True)
+    """, core)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["ok", "released", "early"], res.stdout + res.stderr
+
+
 def test_deleter_called_with_an_exception_set(core):
     """A consumer that calls the deleter while its own exception is set (here
     NumPy freeing an array popped off the stack during unwinding): the release

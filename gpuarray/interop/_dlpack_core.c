@@ -17,7 +17,8 @@
  * pending), restores the exception and releases the GIL. The capsule
  * destructor calls the deleter only while the capsule is unconsumed (named
  * "dltensor" or "dltensor_versioned"), saving the error indicator too.
- * After the interpreter is finalized the deleter leaks rather than touch it.
+ * Once the interpreter shuts down (after atexit) the deleter leaks rather
+ * than touch it.
  *
  * Imports: consume() renames the capsule "used_..." and returns a Releaser
  * that calls the producer's deleter exactly once: on release(), or when it is
@@ -69,6 +70,11 @@ static const char USED_VERSIONED[] = "used_dltensor_versioned";
 /* Counters of this module's exports; changed only with the GIL held. */
 static Py_ssize_t live_count = 0;
 static Py_ssize_t deleter_count = 0;
+/* Set by an atexit callback: after it, the interpreter is shutting down
+ * (Py_IsInitialized stays true all through Py_Finalize) and a late deleter
+ * leaks its block and owner rather than run the owner's teardown in a
+ * half-finalized interpreter -- as the ctypes core does (sys.is_finalizing). */
+static int exiting = 0;
 
 /* --- exports --- */
 static void
@@ -77,8 +83,8 @@ release_export(void *block, PyObject *owner)
     PyGILState_STATE gil;
     PyObject *type, *value, *tb;
 
-    if (!Py_IsInitialized()) {
-        return; /* the interpreter is gone: leak rather than touch it */
+    if (!Py_IsInitialized() || exiting) {
+        return; /* the interpreter is going: leak rather than touch it */
     }
     gil = PyGILState_Ensure();
     PyErr_Fetch(&type, &value, &tb); /* nothing below runs with it pending */
@@ -627,6 +633,15 @@ core_deleter_calls(PyObject *module, PyObject *unused)
     return PyLong_FromSsize_t(deleter_count);
 }
 
+static PyObject *
+core_at_exit(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    exiting = 1;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
     {"make", (PyCFunction)(void (*)(void))core_make, METH_FASTCALL,
      "make(owner, data, shape, byte_strides, itemsize, code, bits, lanes, device_type, "
@@ -636,6 +651,8 @@ static PyMethodDef core_methods[] = {
      "How many exports still hold their owner (deleter not run yet)."},
     {"deleter_calls", core_deleter_calls, METH_NOARGS,
      "How many times this module's deleter has run."},
+    {"_at_exit", core_at_exit, METH_NOARGS,
+     "Registered with atexit: from then on, late deleters leak instead of releasing."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -668,6 +685,22 @@ PyInit__dlpack_core(void)
         Py_DECREF(ReleaserType);
         Py_DECREF(m);
         return NULL;
+    }
+    {
+        PyObject *atexit = PyImport_ImportModule("atexit");
+        PyObject *hook = PyObject_GetAttrString(m, "_at_exit");
+        PyObject *r = NULL;
+
+        if (atexit != NULL && hook != NULL) {
+            r = PyObject_CallMethod(atexit, "register", "O", hook);
+        }
+        Py_XDECREF(hook);
+        Py_XDECREF(atexit);
+        if (r == NULL) {
+            Py_DECREF(m);
+            return NULL;
+        }
+        Py_DECREF(r);
     }
     return m;
 }
