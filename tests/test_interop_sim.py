@@ -1317,12 +1317,18 @@ def test_no_upward_imports_between_array_creation_coerce_and_interop():
         package = "gpuarray" + ("" if "/" not in name else ".interop")
         here = rank[name.replace("/", ".")]
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ImportFrom) or not node.level:
+            if isinstance(node, ast.Import):  # import gpuarray._coerce
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:  # from gpuarray._x import y
+                mod = node.module or ""
+                targets = [mod, *(f"{mod}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                targets = [".".join([*base, *(node.module.split(".") if node.module else [])])]
+                if not node.module:
+                    targets = [".".join([*base, alias.name]) for alias in node.names]
+            else:
                 continue
-            base = package.split(".")[:len(package.split(".")) - node.level + 1]
-            targets = [".".join([*base, *(node.module.split(".") if node.module else [])])]
-            if not node.module:
-                targets = [".".join([*base, alias.name]) for alias in node.names]
             for target in targets:
                 short = target.removeprefix("gpuarray.")
                 if short in rank:
