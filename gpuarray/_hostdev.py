@@ -370,8 +370,9 @@ def mapped(*arrays: Any, stream: Any = None) -> Iterator[Any]:
             views.append(v)
         yield views[0] if len(views) == 1 else views
     finally:
-        for v in views:  # work queued on the views must finish before the memory is unmapped
-            if v.size:
-                v.stream.synchronize()
+        # Work queued on the views, on any stream (a kernel on the caller's own
+        # stream too), must finish before the memory is unmapped: wait for the device.
+        for dev in {v.device.id: v.device for v in views if v.size}.values():
+            dev.synchronize()
         for pm in pins:
             pm.free()

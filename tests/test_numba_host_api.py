@@ -401,3 +401,16 @@ def test_open_ipc_array_checks_the_layout_before_mapping():
     with pytest.raises(ValueError, match="do not match shape"):
         with gpuarray.open_ipc_array(raw, (2, 3), np.float32, strides=(4,)):
             pass
+
+
+def test_mapped_waits_for_work_on_any_stream_before_unmapping(sim, monkeypatch):
+    # A kernel on another stream than the views' may still use the memory.
+    other = gpuarray.stream()
+    calls: list[str] = []
+    sync = sim.ctx_synchronize
+    monkeypatch.setattr(sim, "ctx_synchronize", lambda: (calls.append("ctx"), sync())[1])
+    host = np.zeros(4, np.float32)
+    with gpuarray.mapped(host) as d:
+        d.bind(other).fill(1.0)      # queued on `other`, not on the view's stream
+    assert calls, "mapped() unmapped without waiting for the device"
+    assert host.tolist() == [1.0] * 4
