@@ -1,6 +1,6 @@
-"""Releases of MemoryPointer (its light weak-reference release) and the small to_device path.
+"""Releases of MemoryPointer (``__del__``, and the queued release) and the small to_device path.
 
-Pins the semantics the release object must keep from ``weakref.finalize``:
+Pins the semantics the release must keep from ``weakref.finalize``:
 exactly once (last reference, reference cycles, explicit ``free()``), errors
 remembered and raised by the next call, nothing after interpreter exit; and
 that the small ``to_device`` without activations finds the right device.
@@ -18,7 +18,7 @@ import pytest
 
 import gpuarray
 from gpuarray._driver import _finalize, get_backend
-from gpuarray.memory import MemoryPointer, _pointer
+from gpuarray.memory import MemoryPointer
 
 
 def test_release_runs_once_in_a_reference_cycle():
@@ -40,15 +40,77 @@ def test_release_runs_once_in_a_reference_cycle():
 def test_free_runs_once_and_the_collector_does_not_again():
     calls = []
     p = MemoryPointer(None, 0x1000, 64, finalizer=lambda: calls.append(1))
-    fin = p._finalizer
-    live = len(_pointer._live)
+    assert p.alive
     p.free()
-    assert calls == [1] and not fin.alive and not p.alive
-    assert len(_pointer._live) == live - 1  # nothing left behind
+    assert calls == [1] and not p.alive
     p.free()
     del p
     gc.collect()
     assert calls == [1]
+
+
+def test_a_pointer_whose_init_failed_has_nothing_to_release(recwarn):
+    with pytest.raises(ValueError, match="size"):
+        MemoryPointer(None, 0x1000, -1, finalizer=lambda: None)
+    gc.collect()
+    assert not [w for w in recwarn if "Exception ignored" in str(w.message)]
+
+
+def test_copying_a_pointer_is_refused_rather_than_freeing_twice():
+    import copy
+    import pickle
+
+    calls = []
+    p = MemoryPointer(None, 0x1000, 64, finalizer=lambda: calls.append(1))
+    for dup in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="own\\(\\)"):
+            dup(p)
+    del p
+    gc.collect()
+    assert calls == [1]
+
+
+def test_default_manager_pointers_queue_their_own_address_and_size():
+    from gpuarray.memory import get_memory_manager
+
+    mgr = get_memory_manager()
+    q = mgr.deallocations
+    a, b = gpuarray.memory.allocate(24), gpuarray.memory.allocate(40)
+    assert a._finalizer is b._finalizer  # one release object per manager, not per allocation
+    with gpuarray.defer_cleanup():
+        before = q.pending_count, q.pending_size
+        ptr_a = a.device_pointer
+        del a
+        assert (q.pending_count, q.pending_size) == (before[0] + 1, before[1] + 24)
+        assert ptr_a in mgr.allocations
+        b.free()  # explicit free: queued the same way, once
+        b.free()
+        assert (q.pending_count, q.pending_size) == (before[0] + 2, before[1] + 64)
+        del b
+        gc.collect()
+        assert q.pending_count == before[0] + 2
+    q.clear()
+    assert ptr_a not in mgr.allocations and q.pending_count == 0 and q.pending_size == 0
+
+
+def test_items_queued_while_a_flush_runs_are_not_lost():
+    from gpuarray.memory._deallocs import _PendingDeallocs
+
+    q = _PendingDeallocs(None)
+    freed: list[int] = []
+
+    def free(h: int) -> None:
+        freed.append(h)
+        if h == 1:  # a release that happens during the flush (GC, another thread)
+            q.add_item(free, 100, 8)
+
+    for h in range(1, 4):
+        q._items.append((free, h, 8))
+        q._size += 8
+    q.clear()
+    assert freed == [1, 2, 3] and q.pending_count == 1 and q.pending_size == 8
+    q.clear()
+    assert freed == [1, 2, 3, 100] and q.pending_count == 0 and q.pending_size == 0
 
 
 def test_many_pointers_release_each_exactly_once():

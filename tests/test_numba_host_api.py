@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import io
+import weakref
 
 import numpy as np
 import pytest
@@ -338,13 +339,13 @@ def test_own_keeps_the_memory_and_its_kind(make):
     q = p.own()
     assert type(q) is type(p) and q.device_pointer == p.device_pointer and q.size == p.size
     assert q.base is p
-    fin = p._finalizer
+    owner = weakref.ref(p)  # the allocation is released when p dies (its __del__)
     del p
     gc.collect()
-    assert fin.alive  # q keeps the allocation
+    assert owner() is not None and owner().alive  # q keeps the allocation
     del q
     gc.collect()
-    assert not fin.alive
+    assert owner() is None
 
 
 # ------------------------------------------------------------ getitem / setitem

@@ -1,8 +1,8 @@
 """Errors of finalizers: remembered, then raised by the next call.
 
 Resources (device and page-locked memory, streams, events, IPC mappings) are
-released by weak-reference callbacks (:func:`weakref.finalize`, or
-MemoryPointer's lighter equivalent), which the garbage collector
+released by weak-reference callbacks (:func:`weakref.finalize`) or, for
+MemoryPointer, its ``__del__``, which the garbage collector
 may run at any point of any thread.  Python cannot raise from there: an
 exception would only be printed as "Exception ignored" and every later call
 would succeed -- a lost fault.  That matters because a release is often a
@@ -103,7 +103,7 @@ def raise_pending() -> None:
 def call_now(fin: Any) -> None:
     """Run a ``weakref.finalize(obj, run_finalizer, fn, *args)`` now, raising its error.
 
-    (Or anything with the same ``detach()``, such as MemoryPointer's release.)
+    (Or anything with the same ``detach()``.)
 
     For explicit releases (``free()``, ``close()``): the caller is there to
     see the exception, so it propagates instead of being remembered.

@@ -20,11 +20,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from .. import _driver
 from .._device import Device
 from .._driver import get_backend
 from ..errors import CudaOutOfMemoryError
 from ._deallocs import _PendingDeallocs
-from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
+from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory, _QueuedRelease
+
+_new_pointer = object.__new__
 
 #: The NBEP 7 interface version gpuarray implements.
 SUPPORTED_INTERFACE_VERSION = 1
@@ -323,22 +326,38 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
                 raise CudaOutOfMemoryError(
                     e.code, e.call, f"while allocating {_fmt_size(size)} ({size} bytes) on device {dev}",
                     e.name) from e
-        free = self._free_device_of
-        if free is None or free.args[0] is not b:
-            free = self._free_device_of = functools.partial(self._free_device, b)
+        rel = self._release_of
+        if rel is None or rel.backend is not b:
+            rel = self._release_of = _QueuedRelease(self.deallocations, self._device_free(b), b)
         self.allocations[ptr] = size
-        # A partial, not a closure: one Python frame less on every release.
-        return MemoryPointer(self.context, ptr, size,
-                             finalizer=functools.partial(self.deallocations.add_item, free, ptr, size))
+        # MemoryPointer(self.context, ptr, size, None, rel) without the
+        # argument checks (ptr and size are exact ints here): every small
+        # array pays for this line.
+        mem = _new_pointer(MemoryPointer)
+        mem.context = self.context
+        mem.device_pointer = ptr
+        mem.size = size
+        mem.owner = None
+        mem._finalizer = rel
+        return mem
 
-    #: ``_free_device`` bound to the backend of the last allocation (made once,
-    #: not once a release; the queue's take() still sees ``.func``).
-    _free_device_of: functools.partial | None = None
+    #: The release of this manager's allocations: its queue and the free
+    #: function of the backend of the last allocation (made once, not once
+    #: an allocation or a release).
+    _release_of: _QueuedRelease | None = None
 
-    def _free_device(self, backend, ptr: int) -> None:
-        self.allocations.pop(ptr, None)
-        if get_backend() is backend:  # else the replaced backend (tests) took it
-            backend.mem_free(ptr)
+    def _device_free(self, backend: Any) -> Callable[[int], None]:
+        """The queue's free function of ``backend``'s allocations (one frame a free: a flush runs many)."""
+        allocations = self.allocations
+        b: Any = backend  # looked up at each free: a meter may wrap its methods meanwhile
+
+        def free_device(ptr: int) -> None:
+            allocations.pop(ptr, None)
+            current = _driver._backend
+            if current is b and current is not None:  # else the replaced backend (tests) took it
+                current.mem_free(ptr)
+
+        return free_device
 
     def get_memory_info(self) -> MemoryInfo:
         """Free and total memory of this manager's device.

@@ -1,11 +1,13 @@
 """Owning references to memory: device pointers and page-locked host memory.
 
 A :class:`MemoryPointer` stands for an allocation (or a view of one).  Its
-``finalizer`` runs exactly once, through a :class:`_Release` (a weak
-reference with a callback, lighter than :func:`weakref.finalize` on the
-allocation hot path), when the last reference goes; views hold a reference
-to their base, so the base is released only after every view.  Finalizers do
-not run at interpreter exit (the driver releases everything then).
+``finalizer`` runs exactly once, from ``__del__`` when the last reference
+goes (reference cycles included: the collector finalizes them, PEP 442) or
+from :meth:`MemoryPointer.free`; views hold a reference to their base, so the
+base is released only after every view.  Finalizers do not run at
+interpreter exit (the driver releases everything then).  ``__del__`` rather
+than a weak-reference callback: it costs nothing to set up, and every small
+allocation pays for the release machinery (issue 13).
 
 Signatures follow NBEP 7 (Numba's external memory management interface):
 ``MemoryPointer(context, pointer, size, owner=None, finalizer=None)``; here
@@ -16,11 +18,11 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import weakref
+import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from .._driver._finalize import call_now, run_finalizer
+from .._driver._finalize import cleanup, remember, run_finalizer
 
 __all__ = ["MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo"]
 
@@ -34,14 +36,11 @@ def _address(pointer: Any) -> int:
     return value
 
 
-#: The live releases: a weak reference whose callback must run has to be
-#: reachable from outside the dying object (the garbage collector drops the
-#: callbacks of weak references that are garbage themselves, e.g. one held
-#: only by an object in a reference cycle); membership is also the claim
-#: that makes a release run once (``set.remove`` is atomic).
-_live: set[_Release] = set()
 #: ``[True]`` once the interpreter exits: releases no longer run then.
 _shutdown: list[bool] = [False]
+#: Serialises explicit ``free()`` calls (the collector's release cannot race
+#: them: ``free()``'s caller holds a reference).
+_claim_lock = threading.Lock()
 
 
 @atexit.register
@@ -49,55 +48,38 @@ def _at_exit() -> None:
     _shutdown[0] = True
 
 
-class _Release(weakref.ref):
-    """The release of one :class:`MemoryPointer`: ``weakref.finalize``'s semantics, cheaper.
+class _Freed:
+    """The state of a pointer whose finalizer has run (or was claimed by ``free()``)."""
 
-    Runs ``fn`` through :func:`run_finalizer` (an error is remembered and
-    raised by the next call) when the pointer dies, exactly once, unless
-    :meth:`detach` claimed it first; never after interpreter exit (as
-    ``weakref.finalize`` with ``atexit=False``).  ``alive`` and ``detach()``
-    are ``weakref.finalize``'s, so :func:`call_now` runs it for ``free()``.
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<released>"
+
+
+_FREED = _Freed()
+
+
+class _QueuedRelease:
+    """A manager's release through its deferred-free queue, shared by all its pointers.
+
+    Held as a pointer's ``_finalizer`` in place of a callable made for every
+    allocation: the release queues ``free`` with the pointer's own address
+    and size (``queue.add_item(free, device_pointer, size)``), which is what
+    the callable would have done, for one object per manager instead of one
+    per allocation.  ``free`` is what :meth:`_PendingDeallocs.take` matches.
     """
 
-    __slots__ = ("fn",)
+    __slots__ = ("queue", "add", "free", "backend")
 
-    fn: Callable[[], None] | None
-    # Identity, not the referent's hash and equality (a subclass of
-    # MemoryPointer may define them): every release is its own set member.
-    __hash__ = object.__hash__
-    __eq__ = object.__eq__
+    def __init__(self, queue: Any, free: Callable[[int], None], backend: Any = None) -> None:
+        self.queue = queue
+        self.add = queue.add_item  # bound once
+        self.free = free
+        self.backend = backend  # whose allocations these are (the manager's check)
 
-    def _claim(self) -> Callable[[], None] | None:
-        try:
-            _live.remove(self)
-        except KeyError:  # already run or detached
-            return None
-        fn, self.fn = self.fn, None
-        return fn
-
-    @property
-    def alive(self) -> bool:
-        """Whether the release is still to run."""
-        return self in _live
-
-    def detach(self) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]] | None:
-        """Claim the release without running it: ``(obj, run_finalizer, (fn,), {})`` or None."""
-        obj = self()
-        fn = self._claim()
-        if fn is None:
-            return None
-        return obj, run_finalizer, (fn,), {}
-
-
-def _released(ref: _Release, _live: set[_Release] = _live, _shutdown: list[bool] = _shutdown) -> None:
-    """The weak reference's callback: run the release once (not after exit)."""
-    try:  # _claim(), inlined: this runs once a release
-        _live.remove(ref)
-    except KeyError:  # already run or detached
-        return
-    fn, ref.fn = ref.fn, None
-    if fn is not None and not _shutdown[0]:
-        run_finalizer(fn)
+    def __repr__(self) -> str:
+        return f"<queued release {self.free!r}>"
 
 
 class MemoryInfo(NamedTuple):
@@ -144,6 +126,7 @@ class MemoryPointer:
     """
 
     __slots__ = ("context", "device_pointer", "size", "owner", "_finalizer", "__weakref__")
+    _finalizer: Callable[[], None] | _QueuedRelease | _Freed | None
 
     def __init__(self, context: Any, pointer: Any, size: int, owner: Any = None,
                  finalizer: Callable[[], None] | None = None) -> None:
@@ -154,14 +137,37 @@ class MemoryPointer:
             raise ValueError(f"size must be a non-negative int, got {size!r}")
         self.size = size
         self.owner = owner
-        if finalizer is None:
-            self._finalizer = None
+        # None: a view or foreign memory, nothing to release; a callable:
+        # the release still to run; _FREED: it ran (or free() claimed it).
+        self._finalizer = finalizer
+
+    def __del__(self, _shutdown: list[bool] = _shutdown, _freed: _Freed = _FREED) -> None:
+        # Only the collector gets here, so nothing can race the claim: free()
+        # and every other method run with a reference held.
+        try:
+            fn = self._finalizer
+        except AttributeError:  # __init__ raised before it was set: nothing to release
+            return
+        if fn is None or fn is _freed:
+            return
+        self._finalizer = _freed
+        if _shutdown[0]:
+            return
+        # An error of the release (often the first sync point after a device
+        # fault) is raised by the next call: see _driver/_finalize.py.
+        if type(fn) is _QueuedRelease:
+            # the queue's flush runs its frees inside cleanup() itself
+            try:
+                fn.add(fn.free, self.device_pointer, self.size)
+            except Exception as e:
+                remember(e)
         else:
-            # An error of the release (often the first sync point after a
-            # device fault) is raised by the next call: see _driver/_finalize.py.
-            self._finalizer = rel = _Release(self, _released)
-            rel.fn = finalizer
-            _live.add(rel)
+            run_finalizer(cast(Callable[[], None], fn))
+
+    def __reduce__(self) -> Any:
+        # A copy would run the finalizer a second time (a double free).
+        raise TypeError(f"{type(self).__name__} cannot be copied or pickled "
+                        "(it owns memory); use own() for another reference")
 
     @property
     def handle(self) -> int:
@@ -177,14 +183,14 @@ class MemoryPointer:
     def base(self) -> MemoryPointer:
         """The allocation this pointer is a view of (itself for an allocation)."""
         p = self
-        while isinstance(p.owner, MemoryPointer) and p._finalizer is None:
+        while p._finalizer is None and isinstance(p.owner, MemoryPointer):
             p = p.owner
         return p
 
     @property
     def alive(self) -> bool:
         """False once the finalizer has run (memory released)."""
-        return self._finalizer is None or self._finalizer.alive
+        return self._finalizer is not _FREED
 
     def view(self, start: int, stop: int | None = None) -> MemoryPointer:
         """A pointer to bytes ``[start, stop)`` that keeps this allocation alive.
@@ -239,8 +245,16 @@ class MemoryPointer:
 
         An error of the release propagates from here.
         """
-        if self._finalizer is not None:
-            call_now(self._finalizer)
+        with _claim_lock:
+            fn = self._finalizer
+            if fn is None or fn is _FREED:
+                return
+            self._finalizer = _FREED
+        with cleanup():  # the caller is there to see an error: it propagates
+            if type(fn) is _QueuedRelease:
+                fn.add(fn.free, self.device_pointer, self.size)
+            else:
+                cast(Callable[[], None], fn)()
 
     def __repr__(self) -> str:
         dev = getattr(self.context, "id", self.context)
