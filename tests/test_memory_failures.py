@@ -119,23 +119,35 @@ def test_host_allocations_returning_a_non_pointer_are_type_errors_too():
 
 def test_queue_accepts_a_release_started_inside_its_own_lock():
     # The garbage collector can run a release (add_item) on a thread that is
-    # inside the queue's locked region: that must not deadlock.
+    # inside the queue's locked region (a flush): that must not deadlock, and
+    # the release must not be lost.
     import threading
 
     from gpuarray.memory._deallocs import _PendingDeallocs
 
     dq = _PendingDeallocs(None)
+    freed: list[int] = []
     nested: list[int] = []
 
-    def limits():  # called with the lock held: a release "collected" right here
-        if not nested:
-            nested.append(1)
-            dq.add_item(id, 2, 8)
-        return (100, 0)
+    class CollectingLock:  # the queue's lock, with a release "collected" right inside it
+        def __init__(self) -> None:
+            self._lock = threading.RLock()
 
-    dq._limits = limits  # type: ignore[method-assign]
-    t = threading.Thread(target=dq.add_item, args=(id, 1, 8), daemon=True)
+        def __enter__(self) -> None:
+            self._lock.acquire()
+            if not nested:
+                nested.append(1)
+                dq.add_item(freed.append, 2, 8)
+
+        def __exit__(self, *exc: object) -> None:
+            self._lock.release()
+
+    dq.add_item(freed.append, 1, 8)
+    dq._lock = CollectingLock()  # type: ignore[assignment]
+    t = threading.Thread(target=dq.clear, daemon=True)
     t.start()
     t.join(10)
     assert not t.is_alive(), "the queue deadlocked on a nested release"
-    assert dq.pending_count == 2
+    assert sorted(freed + [h for _, h, _ in dq._items]) == [1, 2]  # freed or still queued
+    dq.clear()
+    assert sorted(freed) == [1, 2] and dq.pending_count == 0 and dq.pending_size == 0

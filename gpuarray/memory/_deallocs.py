@@ -13,7 +13,10 @@ others added to it as notes).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
+import operator
 import threading
 from collections.abc import Callable, Iterator
 
@@ -21,18 +24,32 @@ from .. import _config
 from .._device import Device
 from .._driver._finalize import cleanup
 
+_size_of = operator.itemgetter(2)
+
 
 class _PendingDeallocs:
-    """The deferred-deallocation queue of one device."""
+    """The deferred-deallocation queue of one device.
+
+    ``add_item`` -- every release of the default manager's memory -- takes no
+    lock: ``deque.append`` is atomic, and a flush pops what it frees, so an
+    item added while another thread flushes is freed by that flush or the
+    next, never lost.  ``pending_size`` is exact on GIL builds of CPython (an
+    int ``+=`` on an attribute is not interrupted there); on free-threaded
+    builds concurrent releases may make it approximate, which only moves the
+    moment of a size-triggered flush.
+    """
 
     def __init__(self, device: Device | None) -> None:
         self._device = device
-        # Reentrant: add_item runs from release callbacks, which the garbage
-        # collector may start on this thread while it holds the lock.
+        # Reentrant: a flush's frees may start the garbage collector, whose
+        # releases may flush again on the same thread.
         self._lock = threading.RLock()
-        self._items: list[tuple[Callable[[int], None], int, int]] = []
+        self._items: collections.deque[tuple[Callable[[int], None], int, int]] = collections.deque()
         self._size = 0
         self._disabled = 0
+        self._limits_of: object = None
+        self._count_max = 0
+        self._size_max = 0
 
     @property
     def pending_count(self) -> int:
@@ -45,32 +62,28 @@ class _PendingDeallocs:
     def pending_size(self) -> int:
         return self._size
 
-    def _limits(self) -> tuple[int, int]:
+    def _refresh_limits(self) -> None:
         cfg = _config.get()
-        if cfg is not self._limits_of:  # computed once per configuration
-            total = self._device.total_memory if self._device is not None else 0
-            self._limits_cached = (cfg.max_pending_deallocs_count,
-                                   int(cfg.max_pending_deallocs_ratio * total))
-            self._limits_of = cfg
-        return self._limits_cached
-
-    _limits_of: object = None
-    _limits_cached: tuple[int, int] = (0, 0)
+        total = self._device.total_memory if self._device is not None else 0
+        self._count_max = cfg.max_pending_deallocs_count
+        self._size_max = int(cfg.max_pending_deallocs_ratio * total)
+        self._limits_of = cfg
 
     def add_item(self, free: Callable[[int], None], handle: int, size: int) -> None:
-        with self._lock:
-            items = self._items
-            items.append((free, handle, size))
-            self._size += size
-            count_max, size_max = self._limits()
-            over = len(items) > count_max or (size_max and self._size > size_max)
-        if over:
+        items = self._items
+        items.append((free, handle, size))
+        self._size += size
+        if _config._config is not self._limits_of:  # computed once per configuration
+            self._refresh_limits()
+        if len(items) > self._count_max or (self._size_max and self._size > self._size_max):
             self.clear()
 
     def take(self, handle: int, free: Callable[..., None]) -> bool:
         """Run now the pending release of ``handle`` whose function is ``free``; whether one was queued."""
         with self._lock:
-            for i, (fn, h, size) in enumerate(self._items):
+            # A snapshot: add_item appends without the lock, but only at the
+            # end, and only flushes (which take the lock) pop: indices hold.
+            for i, (fn, h, size) in enumerate(list(self._items)):
                 if h == handle and getattr(fn, "func", fn) == free:
                     del self._items[i]
                     self._size -= size
@@ -88,11 +101,13 @@ class _PendingDeallocs:
         added to it as notes.
         """
         with self._lock:
-            if self._disabled:
+            if self._disabled or not self._items:
                 return
-            items, self._items, self._size = self._items, [], 0
-        if not items:
-            return
+            # What is queued now (popped, not swapped: add_item takes no lock);
+            # items added meanwhile wait for the next flush.
+            queue = self._items
+            items = list(itertools.islice(iter(queue.popleft, None), len(queue)))
+            self._size -= sum(map(_size_of, items))
         errors: list[Exception] = []
         ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
         with cleanup(), ctx:
