@@ -88,11 +88,16 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
             device = get_device()
             gpu_data = allocate(hi, device)
         device = gpu_data.context if isinstance(gpu_data.context, Device) else get_device()
-        self._init(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
-                   as_stream(stream, device), False, device)
+        made = DeviceNDArray._make(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
+                                   as_stream(stream, device), False, device)
+        for name in _SLOTS:  # _make is the one place that fills an array
+            setattr(self, name, getattr(made, name))
 
-    def _init(self, shape, strides, dtype, ptr, mem, stream, readonly, device,
-              record: bool = True) -> None:
+    @classmethod
+    def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device,
+              record: bool = True) -> DeviceNDArray:
+        """A new array of these values, unchecked (every array is made here)."""
+        self = object.__new__(cls)
         self.shape = shape
         self.strides = strides
         self.dtype = dtype
@@ -104,14 +109,11 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         self._cai = None
         self._cf = None  # cached (C-contiguous, F-contiguous): the layout never changes
         self._dl = 2  # DLPack device type of the memory: 2 device, 3 page-locked host, 13 managed
-        if record:  # stream-ordered frees wait for this array's stream
+        # Stream-ordered frees wait for this array's stream.  A plain
+        # MemoryPointer that owns nothing (the default manager's) is not
+        # stream-ordered: record_stream would find nothing to record.
+        if record and (type(mem) is not MemoryPointer or mem.owner is not None):
             record_stream(mem, stream)
-
-    @classmethod
-    def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device,
-              record: bool = True) -> DeviceNDArray:
-        self = object.__new__(cls)
-        self._init(shape, strides, dtype, ptr, mem, stream, readonly, device, record)
         return self
 
     def _view(self, shape, strides, offset: int = 0, dtype=None) -> DeviceNDArray:
@@ -503,6 +505,8 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
 
 
 _SCALARS = frozenset((int, float, complex, bool))
+#: What ``__init__`` copies from the array ``_make`` made.
+_SLOTS = tuple(name for name in DeviceNDArray.__slots__ if name != "__weakref__")
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:

@@ -499,9 +499,23 @@ def default_stream(device: Device | None = None) -> Stream:
     >>> gpuarray.default_stream() == gpuarray.legacy_default_stream()   # doctest: +SKIP
     True
     """
+    global _last_default
+    cfg, dev, s = _last_default
+    if device is dev and cfg is _config._config and device is not None:
+        return s  # type: ignore[return-value]
     if _config.get().per_thread_default_stream:
-        return per_thread_default_stream(device)
-    return legacy_default_stream(device)
+        s = per_thread_default_stream(device)
+    else:
+        s = legacy_default_stream(device)
+    if device is not None:
+        _last_default = (_config._config, device, s)
+    return s
+
+
+#: ``(configuration, device, stream)`` of the last default_stream(device):
+#: hot paths ask for the same device's again and again (one tuple, so a
+#: thread reads a consistent entry).
+_last_default: tuple[Any, Any, Stream | None] = (None, None, None)
 
 
 def stream(non_blocking: bool = False, priority: int = 0, device: Device | None = None) -> Stream:
@@ -634,7 +648,9 @@ def order_after(waiter: Stream, producer: Stream) -> None:
 
 
 def _reset_for_tests() -> None:
+    global _last_default
     _defaults.clear()
+    _last_default = (None, None, None)
     _scratch.__dict__.clear()
 
 
