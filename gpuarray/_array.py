@@ -85,8 +85,8 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if gpu_data is None:
             if lo < 0:
                 raise ValueError(f"negative strides {strides} need gpu_data to point into memory")
-            device = get_device()
-            gpu_data = allocate(hi, device)
+            # on the stream's device when one is given (see _creation._device_of)
+            gpu_data = allocate(hi, stream.device if isinstance(stream, Stream) else get_device())
         device = gpu_data.context if isinstance(gpu_data.context, Device) else get_device()
         made = DeviceNDArray._make(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
                                    as_stream(stream, device), False, device)

@@ -17,7 +17,7 @@ import numpy as np
 from . import _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
-from ._device import _current_primary, get_device
+from ._device import Device, _current_primary, get_device
 from ._driver import get_backend
 from ._driver._base import MEMORYTYPE_HOST
 from ._stream import Stream, as_stream
@@ -26,6 +26,16 @@ from .memory._manager import _allocate_current
 
 __all__ = ["to_device", "device_array", "device_array_like", "empty", "zeros", "ones", "full",
            "empty_like", "zeros_like", "ones_like", "full_like", "asarray"]
+
+
+def _device_of(stream: Any) -> Device:
+    """Where a new array for ``stream`` lives: the stream's device, else the current one.
+
+    The stream says where the work runs: an array on another device than its
+    stream's could not run kernels there (CUDA refuses a launch into a stream
+    of a device other than the current one).
+    """
+    return stream.device if isinstance(stream, Stream) else get_device()
 
 
 def _new(shape, dtype, strides=None, order: str = "C", stream: Any = None) -> DeviceNDArray:
@@ -42,7 +52,7 @@ def _new(shape, dtype, strides=None, order: str = "C", stream: Any = None) -> De
             raise ValueError(f"strides {strides} do not match shape {shape}")
         if any(s < 0 for s in strides):
             raise ValueError(f"strides {strides} must be non-negative for a new array")
-    dev = get_device()
+    dev = _device_of(stream)
     _, hi = _layout.extent(shape, strides, dtype.itemsize)
     mem = allocate(hi, dev)
     return DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem,
@@ -60,7 +70,7 @@ def device_array(shape, dtype=np.float64, strides=None, order: str = "C", stream
         Byte strides (non-negative).
     order : {"C", "F"}
     stream : Stream, optional
-        The array's default stream.
+        The array's default stream; the array is allocated on its device.
 
     Returns
     -------
@@ -124,7 +134,7 @@ def zeros(shape, dtype=np.float64, order: str = "C", stream: Any = None) -> Devi
     dtype : data-type, default float64
     order : {"C", "F"}
     stream : Stream, optional
-        The array's default stream.
+        The array's default stream; the array is allocated on its device.
 
     Returns
     -------
@@ -147,7 +157,7 @@ def ones(shape, dtype=np.float64, order: str = "C", stream: Any = None) -> Devic
     dtype : data-type, default float64
     order : {"C", "F"}
     stream : Stream, optional
-        The array's default stream.
+        The array's default stream; the array is allocated on its device.
 
     Returns
     -------
@@ -271,7 +281,7 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     if host.size == 0:
         return None
     b = get_backend()
-    dev = get_device()
+    dev = _device_of(stream)
     with dev.activate():
         info = b.pointer_info(host.ctypes.data)
         if info.memory_type != MEMORYTYPE_HOST:
@@ -307,6 +317,8 @@ def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
         return None
     # dev's primary context is current: allocate and copy without activations
     s = stream if type(stream) is Stream else as_stream(stream, dev)
+    if s.device is not dev:  # a stream of another device: the general path allocates there
+        return None
     nbytes, shape = host.nbytes, host.shape
     mem = _allocate_current(nbytes, dev)
     itemsize = host.itemsize
@@ -332,8 +344,9 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
         NumPy array, scalar or sequence; or a device array (DeviceNDArray,
         CAI or DLPack exporter), which is copied on the device.
     stream : Stream, optional
-        Stream of the copy and default stream of the result.  Without it
-        the copy runs on the library default stream.
+        Stream of the copy and default stream of the result, which is
+        allocated on the stream's device.  Without it the copy runs on the
+        library default stream of the current device.
     copy : bool, default True
         False allocates the result without copying the data (Numba's meaning).
     to : DeviceNDArray, optional

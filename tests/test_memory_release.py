@@ -201,3 +201,31 @@ def test_allocate_on_the_current_or_another_device(make_sim):
     b.ctx_set_current(0)
     p = allocate(8)  # no context current: device 0, made current
     assert b.pointer_info(p.device_pointer).device_ordinal == 0 and p.context is d0
+
+
+@pytest.mark.parametrize("nbytes", [16, 1 << 20], ids=["small", "large"])
+@pytest.mark.parametrize("kind", ["to_device", "empty", "asarray", "DeviceNDArray"])
+def test_an_explicit_stream_of_another_device_puts_the_array_on_that_device(make_sim, kind, nbytes):
+    # The stream says where the work runs: an array made for a stream of
+    # device 1 while device 0 is current lives on device 1, so kernels can
+    # run on its stream (CUDA refuses a launch into another device's stream).
+    b = make_sim(devices=2)
+    d0, d1 = gpuarray.get_device(0), gpuarray.get_device(1)
+    d0.make_current()
+    s1 = gpuarray.stream(device=d1)
+    host = np.arange(nbytes // 4, dtype=np.int32)
+    if kind == "to_device":
+        d = gpuarray.to_device(host, stream=s1)
+    elif kind == "asarray":
+        d = gpuarray.asarray(host, stream=s1)
+    elif kind == "DeviceNDArray":
+        d = gpuarray.DeviceNDArray(host.shape, None, host.dtype, stream=s1)
+        d.copy_to_device(host)
+    else:
+        d = gpuarray.empty(host.shape, host.dtype, stream=s1)
+        d.copy_to_device(host)
+    assert d.device is d1 and d.stream is s1
+    assert b.pointer_info(d._ptr).device_ordinal == 1
+    assert b.ctx_get_current() == d0.context_handle  # device 0 stays current
+    d.fill(7)  # a kernel on the array's stream
+    assert (d.copy_to_host() == 7).all()
