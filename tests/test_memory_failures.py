@@ -151,3 +151,39 @@ def test_queue_accepts_a_release_started_inside_its_own_lock():
     assert sorted(freed + [h for _, h, _ in dq._items]) == [1, 2]  # freed or still queued
     dq.clear()
     assert sorted(freed) == [1, 2] and dq.pending_count == 0 and dq.pending_size == 0
+
+
+def test_queue_under_concurrent_releases_frees_everything_once():
+    # add_item takes no lock: releases on many threads, with flushes running
+    # on them, must free every item exactly once and leave the size at zero.
+    import threading
+
+    from gpuarray.memory._deallocs import _PendingDeallocs
+
+    dq = _PendingDeallocs(None)
+    freed: list[int] = []
+    lock = threading.Lock()
+
+    def free(h: int) -> None:
+        with lock:
+            freed.append(h)
+
+    def worker(base: int) -> None:
+        for i in range(2000):
+            dq.add_item(free, base + i, 3)
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+    try:
+        threads = [threading.Thread(target=worker, args=(k * 10_000,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    dq.clear()
+    assert sorted(freed) == sorted(k * 10_000 + i for k in range(4) for i in range(2000))
+    assert dq.pending_count == 0 and dq.pending_size == 0

@@ -34,7 +34,8 @@ class _PendingDeallocs:
     lock: ``deque.append`` is atomic, and a flush pops what it frees, so an
     item added while another thread flushes is freed by that flush or the
     next, never lost.  ``pending_size`` is exact on GIL builds of CPython (an
-    int ``+=`` on an attribute is not interrupted there); on free-threaded
+    int ``+=`` or ``-=`` on an attribute, with no call between the load and
+    the store, is not interrupted by another thread there); on free-threaded
     builds concurrent releases may make it approximate, which only moves the
     moment of a size-triggered flush.
     """
@@ -107,7 +108,8 @@ class _PendingDeallocs:
             # items added meanwhile wait for the next flush.
             queue = self._items
             items = list(itertools.islice(iter(queue.popleft, None), len(queue)))
-            self._size -= sum(map(_size_of, items))
+            freed = sum(map(_size_of, items))
+            self._size -= freed  # no call between its load and store (see the class docstring)
         errors: list[Exception] = []
         ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
         with cleanup(), ctx:
