@@ -22,7 +22,8 @@ import numpy as np
 
 from ...errors import CudaError, CudaOutOfMemoryError
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
-from . import _sticky
+from . import _hostfn, _sticky
+from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault
 from ._sched import Op, Scheduler, SimEvent, SimStream
@@ -51,10 +52,30 @@ class SimContext:
 
 
 def _locked(method):
+    """A driver call: refused inside a host function (``_hostfn.py``), else run under the lock."""
+    call = CALL_NAMES.get(method.__name__, method.__name__)
+    state = _hostfn._state
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
+        if state.active:
+            _hostfn.refuse(call)
         with self._lock:
             return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _api(method):
+    """A driver call that needs no lock: still refused inside a host function."""
+    call = CALL_NAMES.get(method.__name__, method.__name__)
+    state = _hostfn._state
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if state.active:
+            _hostfn.refuse(call)
+        return method(self, *args, **kwargs)
 
     return wrapper
 

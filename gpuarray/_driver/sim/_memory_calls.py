@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import CudaError
 from .._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
 from . import _sticky
-from ._core import INVALID_VALUE, SimCore, _locked
+from ._core import INVALID_VALUE, SimCore, _api, _locked
 from ._memory import read_host, write_host
 
 
@@ -62,6 +62,7 @@ class SimMemoryCalls(SimCore):
         self.sched.enqueue(s, lambda: self.memory.free_device(a.base, "cuMemFreeAsync"),
                            f"cuMemFreeAsync of 0x{a.base:x}", [(a.base, a.size, True)])
 
+    @_api
     def mempool_set_release_threshold(self, ordinal: int, nbytes: int) -> None:
         self._release_threshold[self._dev(ordinal, "cuMemPoolSetAttribute")] = int(nbytes)
 
