@@ -17,6 +17,7 @@ import ctypes
 import inspect
 import threading
 
+import numpy as np
 import pytest
 
 from gpuarray._driver._base import Backend
@@ -241,3 +242,86 @@ def test_a_sync_waits_for_a_callback_already_running(call):
     release.set()
     t.join(TIMEOUT)
     assert log == ["callback", "synced"]
+
+
+# ---------------------------------------- 2. a free reports its own faults
+def _poison_device_1(b):
+    """Queue an out-of-bounds kernel on device 1 (not yet run); back to device 0."""
+    c0 = b.ctx_get_current()
+    b.ctx_set_current(b.primary_ctx_retain(1))
+    d1 = b.mem_alloc(16)
+    _launch(b, _kernel(b, "cbfree_touch", _Touch()), d1, 64)
+    b.ctx_set_current(c0)
+    return d1
+
+
+def _device_1_reports_its_fault(b):
+    c0 = b.ctx_get_current()
+    b.ctx_set_current(b._contexts[1].handle)
+    with pytest.raises(CudaError, match="ILLEGAL_ADDRESS"):
+        b.ctx_synchronize()
+    with pytest.raises(CudaError, match="sticky"):
+        b.mem_alloc(16)
+    b.ctx_set_current(c0)
+
+
+@pytest.mark.parametrize("kind", ["device", "pinned"])
+def test_a_free_in_a_healthy_context_does_not_report_another_contexts_fault(kind):
+    b = _backend(devices=2)
+    if kind == "device":
+        ptr = b.mem_alloc(64)
+        free, used = b.mem_free, lambda: b.memory.used[0]
+    else:
+        ptr = b.mem_host_alloc(64)
+        free, used = b.mem_free_host, lambda: b.memory.find(ptr) is not None and b.memory.find(ptr).alive
+    before = used()
+    _poison_device_1(b)
+    free(ptr)  # device 0 is healthy: it frees, and reports nothing
+    assert used() != before
+    assert b.memory.find(ptr) is None or not b.memory.find(ptr).alive
+    b.ctx_synchronize()
+    _device_1_reports_its_fault(b)  # the fault is not lost: device 1 still reports it
+
+
+def test_a_free_still_reports_a_fault_of_its_own_context():
+    b = _backend(devices=2)
+    d = b.mem_alloc(16)
+    _launch(b, _kernel(b, "cbfree_touch", _Touch()), d, 64)
+    with pytest.raises(CudaError, match="ILLEGAL_ADDRESS") as e:
+        b.mem_free(b.mem_alloc(16))
+    assert e.value.call == "cuMemFree"
+
+
+def test_a_free_waits_for_peer_work_that_reads_the_allocation():
+    # A kernel on device 1 (peer access enabled) still queued when device 0
+    # frees the memory it reads: the free runs it first, so it does not fault.
+    b = _backend(devices=2)
+    c0 = b.ctx_get_current()
+    d0 = b.mem_alloc(16)
+    b.memset_d8_async(d0, 7, 16, LEGACY)
+    b.ctx_synchronize()
+    c1 = b.primary_ctx_retain(1)
+    b.ctx_set_current(c1)
+    b.ctx_enable_peer_access(c0)
+    _launch(b, _kernel(b, "cbfree_touch", _Touch()), d0, 16)
+    b.ctx_set_current(c0)
+    b.mem_free(d0)
+    b.ctx_set_current(c1)
+    b.ctx_synchronize()  # no use-after-free fault on device 1
+
+
+def test_free_of_pinned_memory_in_use_by_another_device_waits_for_it():
+    b = _backend(devices=2)
+    c0 = b.ctx_get_current()
+    host = b.mem_host_alloc(16)
+    view = np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(host))
+    view[:] = 5
+    b.ctx_set_current(b.primary_ctx_retain(1))
+    d1 = b.mem_alloc(16)
+    b.memcpy_htod_async(d1, host, 16, LEGACY)  # device 1 reads the page-locked buffer
+    b.ctx_set_current(c0)
+    b.mem_free_host(host)  # must let that copy finish first
+    b.ctx_set_current(b._contexts[1].handle)
+    out = np.zeros(16, np.uint8)
+    b.memcpy_dtoh_async(out.ctypes.data, d1, 16, LEGACY)
+    assert out.tolist() == [5] * 16

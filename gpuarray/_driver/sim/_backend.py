@@ -26,7 +26,14 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
   copy completes, except bytes that work queued ahead of it still reads:
   those keep their value until that work is done (``_poisoner``), so an
   unsynchronised host read sees garbage and valid programs see their data;
-- ``cuMemFree`` and ``cuMemFreeHost`` wait for all queued work, as in CUDA;
+- ``cuMemFree`` and ``cuMemFreeHost`` wait for the queued work of the
+  memory's context (the current one for page-locked memory) and for any
+  queued work that accesses the memory; they report only faults of that
+  context's work (a fault of another context stays with it: sticky errors
+  belong to their context) and never skip the free because of one;
+- a host function (``cuStreamAddCallback``) runs on a driver thread without
+  the simulator's lock; every driver call made from inside one fails with
+  ``CUDA_ERROR_NOT_PERMITTED`` (``_hostfn.py``);
 - faults of queued work are sticky (``_sticky.py``);
 - a thread with no current context gets ``CUDA_ERROR_INVALID_CONTEXT`` from
   the calls that act on the current context: allocations (``cuMemAlloc``,

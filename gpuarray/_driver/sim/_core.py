@@ -170,6 +170,38 @@ class SimCore(Backend):
             self._poison_if_sticky(e.code, e.detail)
             raise
 
+    def _sync_for_free(self, call: str, ctx: SimContext | None, lo: int, hi: int) -> None:
+        """The implicit synchronisation of a free of ``[lo, hi)`` owned by ``ctx``.
+
+        Runs the queued work of ``ctx`` and any queued work (of any context)
+        that accesses those bytes, as a GPU would before the memory goes.
+        Faults of work in ``ctx`` are this call's (raised, sticky ones
+        poison); a fault of another context's work stays with that context,
+        as on CUDA: a sticky one poisons it (its next call reports it), any
+        other is queued again on its stream for that stream's next sync.
+        """
+        sched = self.sched
+        targets = [] if ctx is None else sched.queued(ctx)
+        if hi > lo:
+            targets += sched.pending_touching(lo, hi)
+        for t in targets:
+            while not t.done:
+                try:
+                    sched.complete(t)
+                except (DeviceFault, CudaError) as e:
+                    op = sched.failed_op
+                    if op is None or op.stream.ctx is ctx:
+                        self._poison_if_sticky(e.code, e.detail)
+                        if isinstance(e, DeviceFault):
+                            raise CudaError(e.code, call, e.detail) from None
+                        raise
+                    if not self._poison_if_sticky(e.code, e.detail):
+                        def refault(e: BaseException = e) -> None:
+                            raise e
+
+                        sched.enqueue(op.stream, refault, f"fault of {op.desc}")
+            sched.host_observes(t.vc)
+
     def _poison_if_sticky(self, code: int, detail: str) -> bool:
         op = self.sched.failed_op
         if code not in _sticky.STICKY_CODES or op is None:

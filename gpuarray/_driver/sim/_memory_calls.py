@@ -39,10 +39,12 @@ class SimMemoryCalls(SimCore):
         if a is not None and 0 <= a.device < self.devices:
             _sticky.check(self._contexts[a.device], "cuMemFree")
         self._check_current("cuMemFree")
-        self._sync("cuMemFree", lambda: self.sched.complete_all())
-        for ctx in self._contexts:
-            for s in self.sched.streams_by_ctx.get(id(ctx), ()):
-                self.sched.host_observes(s.vc)
+        # Waits for the work that can touch the memory: its own context's
+        # (CUDA synchronises the device) and any peer access to it.
+        if a is not None and a.alive and 0 <= a.device < self.devices:
+            self._sync_for_free("cuMemFree", self._contexts[a.device], a.base, a.base + a.size)
+        else:  # not a live device allocation: free_device says what is wrong
+            self._sync_for_free("cuMemFree", getattr(self._tls, "ctx", None), 0, 0)
         self.memory.free_device(int(ptr), "cuMemFree")
 
     @_locked
@@ -81,7 +83,7 @@ class SimMemoryCalls(SimCore):
     @_locked
     def mem_free_host(self, ptr: int) -> None:
         self._check_current("cuMemFreeHost")
-        self._sync("cuMemFreeHost", lambda: self.sched.complete_all())
+        self._sync_host_range("cuMemFreeHost", int(ptr))
         self.memory.free_host(int(ptr))
 
     @_locked
@@ -93,8 +95,14 @@ class SimMemoryCalls(SimCore):
     @_locked
     def mem_host_unregister(self, ptr: int) -> None:
         self._check_current("cuMemHostUnregister")
-        self._sync("cuMemHostUnregister", lambda: self.sched.complete_all())
+        self._sync_host_range("cuMemHostUnregister", int(ptr))
         self.memory.unregister_host(int(ptr))
+
+    def _sync_host_range(self, call: str, ptr: int) -> None:
+        """Before page-locked memory goes: the current context's work and any that uses it."""
+        a = self.memory.find(ptr)
+        lo, hi = (a.base, a.base + a.size) if a is not None and a.alive and a.is_host else (0, 0)
+        self._sync_for_free(call, getattr(self._tls, "ctx", None), lo, hi)
 
     @_locked
     def mem_host_get_device_pointer(self, host_ptr: int) -> int:
