@@ -244,6 +244,43 @@ def test_a_sync_waits_for_a_callback_already_running(call):
     assert log == ["callback", "synced"]
 
 
+def _callback_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "gpuarray-sim-callback"]
+
+
+def test_callbacks_share_one_driver_thread_per_context_in_stream_order():
+    b = _backend(devices=2)
+    c0, c1 = b.ctx_get_current(), b.primary_ctx_retain(1)
+    n = 300
+    ran: dict[int, list] = {0: [], 1: [], 2: []}
+    threads: dict[int, set] = {0: set(), 1: set(), 2: set()}
+    done = threading.Event()
+
+    def cb(key, i):
+        def fn(status):
+            ran[key].append(i)
+            threads[key].add(threading.current_thread())
+            if all(len(v) == n for v in ran.values()):
+                done.set()
+        return fn
+
+    before = len(_callback_threads())
+    with b._lock:  # nothing runs until every callback is queued
+        s0 = b.stream_create()
+        for i in range(n):
+            b.stream_add_callback(LEGACY, cb(0, i))
+            b.stream_add_callback(s0, cb(1, i))
+        b.ctx_set_current(c1)
+        for i in range(n):
+            b.stream_add_callback(LEGACY, cb(2, i))
+        b.ctx_set_current(c0)
+        assert len(_callback_threads()) - before <= 2  # one per context, not one per callback
+    assert done.wait(TIMEOUT)
+    assert all(v == list(range(n)) for v in ran.values())
+    assert threads[0] == threads[1] and len(threads[0]) == 1  # device 0's thread
+    assert len(threads[2]) == 1 and threads[2] != threads[0]  # device 1 has its own
+
+
 # ---------------------------------------- 2. a free reports its own faults
 def _poison_device_1(b):
     """Queue an out-of-bounds kernel on device 1 (not yet run); back to device 0."""

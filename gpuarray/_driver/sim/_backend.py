@@ -31,8 +31,9 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
   queued work that accesses the memory; they report only faults of that
   context's work (a fault of another context stays with it: sticky errors
   belong to their context) and never skip the free because of one;
-- a host function (``cuStreamAddCallback``) runs on a driver thread without
-  the simulator's lock; every driver call made from inside one fails with
+- a host function (``cuStreamAddCallback``) runs on its context's driver
+  thread (one per context, host functions in queue order), without the
+  simulator's lock; every driver call made from inside one fails with
   ``CUDA_ERROR_NOT_PERMITTED`` (``_hostfn.py``);
 - faults of queued work are sticky (``_sticky.py``);
 - a thread with no current context gets ``CUDA_ERROR_INVALID_CONTEXT`` from

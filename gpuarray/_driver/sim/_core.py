@@ -110,6 +110,8 @@ class SimCore(Backend):
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
+        #: The host-function driver thread of each context (``_hostfn.Worker``), by ``id(ctx)``.
+        self._host_fn_workers: dict[int, _hostfn.Worker] = {}
         self.sched.on_fault = self._fault_while_draining
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)

@@ -10,13 +10,14 @@ first (``_core._locked`` / ``_core._api``) and raises
 ``CALL_NAMES`` names the CUDA driver function of each call of the driver
 interface, for that error.
 
-Host functions run on a driver thread, never while the simulator's lock is
-held (``_stream_calls.py``), so other threads' calls proceed while one runs,
-as on CUDA.
+Host functions run on a driver thread of their context (:class:`Worker`),
+never while the simulator's lock is held (``_stream_calls.py``), so other
+threads' calls proceed while one runs, as on CUDA.
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 import threading
 import types
@@ -121,6 +122,45 @@ def call_host_fn(fn: Callable[[int], Any], status: int) -> None:
         _unraisable(e, fn)
     finally:
         _state.active = before
+
+
+class Worker:
+    """The driver thread of one context: its host functions, one at a time, in queue order.
+
+    As CUDA's callback thread: thousands of callbacks cost one thread, not
+    one each.  The thread (named ``gpuarray-sim-callback``) starts with the
+    first item and ends when none is left, so nothing outlives the work.
+    Items are taken in the order they were submitted, which is the order
+    their host functions were queued (``cuStreamAddCallback`` submits under
+    the simulator's lock): a host function only waits for work queued before
+    it, so the earliest unfinished one can always run, and none deadlocks.
+    """
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Callable[[], None]] = collections.deque()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, item: Callable[[], None]) -> None:
+        """Run ``item()`` on the driver thread after the items submitted before it."""
+        with self._lock:
+            self._items.append(item)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="gpuarray-sim-callback")
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._items:
+                    self._thread = None
+                    return
+                item = self._items.popleft()
+            try:
+                item()
+            except Exception as e:  # a bug of the simulator: report it, keep the thread alive
+                _unraisable(e, item)
 
 
 def _unraisable(exc: BaseException, fn: Any) -> None:

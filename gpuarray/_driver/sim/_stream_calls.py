@@ -10,14 +10,14 @@ callback thread does.
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Callable
 
 from ...errors import CudaError
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD
 from . import _sticky
 from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked
-from ._hostfn import call_host_fn
+from ._hostfn import Worker, call_host_fn
 from ._memory import DeviceFault
 from ._sched import Op, SimEvent, SimStream
 
@@ -135,10 +135,13 @@ class SimStreamCalls(SimCore):
             raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
         op = self.sched.enqueue(s, None, f"{call} host function {getattr(fn, '__name__', fn)!r}",
                                 host_fn=True)
-        # The GPU makes progress without the host: a driver thread runs the
-        # stream up to the callback and calls it, as CUDA's callback thread does.
-        threading.Thread(target=self._run_host_fn, args=(s, op, fn), daemon=True,
-                         name="gpuarray-sim-callback").start()
+        # The GPU makes progress without the host: the context's driver
+        # thread runs the stream up to the callback and calls it, as CUDA's
+        # callback thread does (submitted under the lock: in queue order).
+        worker = self._host_fn_workers.get(id(s.ctx))
+        if worker is None:
+            worker = self._host_fn_workers[id(s.ctx)] = Worker()
+        worker.submit(functools.partial(self._run_host_fn, s, op, fn))
 
     def _run_host_fn(self, s: SimStream, op: Op, fn: Callable[[int], None]) -> None:
         status = 0
