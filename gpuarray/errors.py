@@ -49,6 +49,7 @@ CUDA_ERROR_NAMES: dict[int, str] = {
     717: "CUDA_ERROR_INVALID_ADDRESS_SPACE",
     718: "CUDA_ERROR_INVALID_PC",
     719: "CUDA_ERROR_LAUNCH_FAILED",
+    800: "CUDA_ERROR_NOT_PERMITTED",
     801: "CUDA_ERROR_NOT_SUPPORTED",
     999: "CUDA_ERROR_UNKNOWN",
 }
@@ -72,6 +73,7 @@ _DESCRIPTIONS: dict[str, str] = {
     "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED": "peer access has not been enabled",
     "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED": "part or all of the requested memory range is already mapped",
     "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED": "pointer does not correspond to a registered memory region",
+    "CUDA_ERROR_NOT_PERMITTED": "operation not permitted",
     "CUDA_ERROR_NOT_SUPPORTED": "operation not supported",
 }
 

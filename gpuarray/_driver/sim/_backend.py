@@ -26,7 +26,15 @@ See ``gpuarray/_driver/_base.py`` for the interface and ``_sched.py`` /
   copy completes, except bytes that work queued ahead of it still reads:
   those keep their value until that work is done (``_poisoner``), so an
   unsynchronised host read sees garbage and valid programs see their data;
-- ``cuMemFree`` and ``cuMemFreeHost`` wait for all queued work, as in CUDA;
+- ``cuMemFree`` and ``cuMemFreeHost`` wait for the queued work of the
+  memory's context (the current one for page-locked memory) and for any
+  queued work that accesses the memory; they report only faults of that
+  context's work (a fault of another context stays with it: sticky errors
+  belong to their context) and never skip the free because of one;
+- a host function (``cuStreamAddCallback``) runs on its context's driver
+  thread (one per context, host functions in queue order), without the
+  simulator's lock; every driver call made from inside one fails with
+  ``CUDA_ERROR_NOT_PERMITTED`` (``_hostfn.py``);
 - faults of queued work are sticky (``_sticky.py``);
 - a thread with no current context gets ``CUDA_ERROR_INVALID_CONTEXT`` from
   the calls that act on the current context: allocations (``cuMemAlloc``,
@@ -49,7 +57,7 @@ from typing import overload
 from ...errors import CudaError, CudaUnavailableError
 from .._base import DEVICE_ATTRIBUTES
 from . import _sticky
-from ._core import INVALID_CONTEXT, INVALID_VALUE, _locked
+from ._core import INVALID_CONTEXT, INVALID_VALUE, _api, _locked
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
 from ._stream_calls import SimStreamCalls
@@ -184,6 +192,7 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
         self._faults.setdefault(kind, []).append([int(nth), int(code)])
 
     # ---------------------------------------------------------------- init
+    @_api
     def init(self) -> None:
         if not self.devices:  # cuInit: CUDA_ERROR_NO_DEVICE
             raise CudaUnavailableError(
@@ -191,18 +200,22 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
                 f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')!r} hides all "
                 f"{self.machine_devices} simulated device(s)")
 
+    @_api
     def driver_version(self) -> int:
         return 13000
 
     # ------------------------------------------------------------- devices
+    @_api
     def device_count(self) -> int:
         return self.devices
 
+    @_api
     def device_name(self, ordinal: int) -> str:
         d = self._dev(ordinal, "cuDeviceGetName")
         major, minor = self.compute_capability[d]
         return f"gpuarray simulated device {self.physical[d]} (sm_{major}{minor})"
 
+    @_api
     def device_attribute(self, attr: str, ordinal: int) -> int:
         if attr not in DEVICE_ATTRIBUTES:
             raise ValueError(f"unknown device attribute {attr!r}; known: {', '.join(DEVICE_ATTRIBUTES)}")
@@ -218,12 +231,15 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
             "integrated": 0,
         }[attr]
 
+    @_api
     def device_total_memory(self, ordinal: int) -> int:
         return self.memory.capacities[self._dev(ordinal, "cuDeviceTotalMem")]
 
+    @_api
     def device_uuid(self, ordinal: int) -> bytes:
         return machine_uuid(self.physical[self._dev(ordinal, "cuDeviceGetUuid")])
 
+    @_api
     def device_can_access_peer(self, ordinal: int, peer: int) -> bool:
         return self._dev(ordinal, "cuDeviceCanAccessPeer") != self._dev(peer, "cuDeviceCanAccessPeer")
 
@@ -247,13 +263,16 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
     def primary_ctx_reset(self, ordinal: int) -> None:
         _sticky.reset(self, self._contexts[self._dev(ordinal, "cuDevicePrimaryCtxReset")])
 
+    @_api
     def ctx_set_current(self, ctx: int) -> None:
         self._tls.ctx = None if not ctx else self._ctx_by_handle(ctx, "cuCtxSetCurrent")
 
+    @_api
     def ctx_get_current(self) -> int:
         ctx = getattr(self._tls, "ctx", None)
         return 0 if ctx is None else ctx.handle
 
+    @_api
     def ctx_get_device(self) -> int:
         return self._current("cuCtxGetDevice", work=False).device
 
@@ -286,6 +305,7 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
     def profiler_stop(self) -> None:
         self._current("cuProfilerStop").profiling = False
 
+    @_api
     def profiler_active(self, ordinal: int) -> bool:
         """Simulator only: whether profile collection is enabled in device ``ordinal``'s context."""
         return self._contexts[self._dev(ordinal, "profiler_active")].profiling

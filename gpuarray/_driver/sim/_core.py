@@ -22,7 +22,8 @@ import numpy as np
 
 from ...errors import CudaError, CudaOutOfMemoryError
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
-from . import _sticky
+from . import _hostfn, _sticky
+from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault
 from ._sched import Op, Scheduler, SimEvent, SimStream
@@ -51,10 +52,30 @@ class SimContext:
 
 
 def _locked(method):
+    """A driver call: refused inside a host function (``_hostfn.py``), else run under the lock."""
+    call = CALL_NAMES.get(method.__name__, method.__name__)
+    state = _hostfn._state
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
+        if state.active:
+            _hostfn.refuse(call)
         with self._lock:
             return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _api(method):
+    """A driver call that needs no lock: still refused inside a host function."""
+    call = CALL_NAMES.get(method.__name__, method.__name__)
+    state = _hostfn._state
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if state.active:
+            _hostfn.refuse(call)
+        return method(self, *args, **kwargs)
 
     return wrapper
 
@@ -89,6 +110,8 @@ class SimCore(Backend):
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
+        #: The host-function driver thread of each context (``_hostfn.Worker``), by ``id(ctx)``.
+        self._host_fn_workers: dict[int, _hostfn.Worker] = {}
         self.sched.on_fault = self._fault_while_draining
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
@@ -148,6 +171,38 @@ class SimCore(Backend):
         except CudaError as e:  # raised by a kernel's reference (launch checks)
             self._poison_if_sticky(e.code, e.detail)
             raise
+
+    def _sync_for_free(self, call: str, ctx: SimContext | None, lo: int, hi: int) -> None:
+        """The implicit synchronisation of a free of ``[lo, hi)`` owned by ``ctx``.
+
+        Runs the queued work of ``ctx`` and any queued work (of any context)
+        that accesses those bytes, as a GPU would before the memory goes.
+        Faults of work in ``ctx`` are this call's (raised, sticky ones
+        poison); a fault of another context's work stays with that context,
+        as on CUDA: a sticky one poisons it (its next call reports it), any
+        other is queued again on its stream for that stream's next sync.
+        """
+        sched = self.sched
+        targets = [] if ctx is None else sched.queued(ctx)
+        if hi > lo:
+            targets += sched.pending_touching(lo, hi)
+        for t in targets:
+            while not t.done:
+                try:
+                    sched.complete(t)
+                except (DeviceFault, CudaError) as e:
+                    op = sched.failed_op
+                    if op is None or op.stream.ctx is ctx:
+                        self._poison_if_sticky(e.code, e.detail)
+                        if isinstance(e, DeviceFault):
+                            raise CudaError(e.code, call, e.detail) from None
+                        raise
+                    if not self._poison_if_sticky(e.code, e.detail):
+                        def refault(e: BaseException = e) -> None:
+                            raise e
+
+                        sched.enqueue(op.stream, refault, f"fault of {op.desc}")
+            sched.host_observes(t.vc)
 
     def _poison_if_sticky(self, code: int, detail: str) -> bool:
         op = self.sched.failed_op

@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import CudaError
 from .._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
 from . import _sticky
-from ._core import INVALID_VALUE, SimCore, _locked
+from ._core import INVALID_VALUE, SimCore, _api, _locked
 from ._memory import read_host, write_host
 
 
@@ -39,10 +39,12 @@ class SimMemoryCalls(SimCore):
         if a is not None and 0 <= a.device < self.devices:
             _sticky.check(self._contexts[a.device], "cuMemFree")
         self._check_current("cuMemFree")
-        self._sync("cuMemFree", lambda: self.sched.complete_all())
-        for ctx in self._contexts:
-            for s in self.sched.streams_by_ctx.get(id(ctx), ()):
-                self.sched.host_observes(s.vc)
+        # Waits for the work that can touch the memory: its own context's
+        # (CUDA synchronises the device) and any peer access to it.
+        if a is not None and a.alive and 0 <= a.device < self.devices:
+            self._sync_for_free("cuMemFree", self._contexts[a.device], a.base, a.base + a.size)
+        else:  # not a live device allocation: free_device says what is wrong
+            self._sync_for_free("cuMemFree", getattr(self._tls, "ctx", None), 0, 0)
         self.memory.free_device(int(ptr), "cuMemFree")
 
     @_locked
@@ -62,6 +64,7 @@ class SimMemoryCalls(SimCore):
         self.sched.enqueue(s, lambda: self.memory.free_device(a.base, "cuMemFreeAsync"),
                            f"cuMemFreeAsync of 0x{a.base:x}", [(a.base, a.size, True)])
 
+    @_api
     def mempool_set_release_threshold(self, ordinal: int, nbytes: int) -> None:
         self._release_threshold[self._dev(ordinal, "cuMemPoolSetAttribute")] = int(nbytes)
 
@@ -80,7 +83,7 @@ class SimMemoryCalls(SimCore):
     @_locked
     def mem_free_host(self, ptr: int) -> None:
         self._check_current("cuMemFreeHost")
-        self._sync("cuMemFreeHost", lambda: self.sched.complete_all())
+        self._sync_host_range("cuMemFreeHost", int(ptr))
         self.memory.free_host(int(ptr))
 
     @_locked
@@ -92,8 +95,14 @@ class SimMemoryCalls(SimCore):
     @_locked
     def mem_host_unregister(self, ptr: int) -> None:
         self._check_current("cuMemHostUnregister")
-        self._sync("cuMemHostUnregister", lambda: self.sched.complete_all())
+        self._sync_host_range("cuMemHostUnregister", int(ptr))
         self.memory.unregister_host(int(ptr))
+
+    def _sync_host_range(self, call: str, ptr: int) -> None:
+        """Before page-locked memory goes: the current context's work and any that uses it."""
+        a = self.memory.find(ptr)
+        lo, hi = (a.base, a.base + a.size) if a is not None and a.alive and a.is_host else (0, 0)
+        self._sync_for_free(call, getattr(self._tls, "ctx", None), lo, hi)
 
     @_locked
     def mem_host_get_device_pointer(self, host_ptr: int) -> int:

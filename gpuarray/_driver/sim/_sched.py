@@ -44,7 +44,7 @@ class Op:
     """One unit of queued work."""
 
     __slots__ = ("seq", "stream", "fn", "deps", "done", "desc", "vc", "t_done", "error", "on_ready",
-                 "reads")
+                 "reads", "writes", "host_fn")
 
     def __init__(self, seq: int, stream: SimStream, fn: Callable[[], object] | None,
                  deps: list[Op], desc: str, vc: dict[int, int]) -> None:
@@ -60,6 +60,9 @@ class Op:
         #: Run once when every dependency is done (before ``fn``): see ``enqueue``.
         self.on_ready: Callable[[], object] | None = None
         self.reads: list[tuple[int, int]] = []  # byte ranges [lo, hi) it reads
+        self.writes: list[tuple[int, int]] = []  # byte ranges [lo, hi) it writes
+        #: A host function: its driver thread runs it (``claim``/``finish``), never ``complete``.
+        self.host_fn = False
 
 
 class SimStream:
@@ -115,6 +118,10 @@ class _Access:
         self.desc = desc
 
 
+class _Blocked(Exception):
+    """``complete(wait=False)`` reached a host function that has not returned yet."""
+
+
 class Scheduler:
     """Queues, dependencies, execution and race detection for the simulator."""
 
@@ -124,6 +131,10 @@ class Scheduler:
     def __init__(self, memory: AddressSpace, *, racecheck: str = "error", seed: int | None = None,
                  max_queue: int = 64) -> None:
         self.lock = threading.RLock()
+        #: Notified when a host function returns or queued work is dropped;
+        #: a synchronising call waits on it (releasing the lock) for a host
+        #: function, which its driver thread runs without the lock.
+        self.cond = threading.Condition(self.lock)
         self.memory = memory
         self.racecheck = racecheck
         self.rng = random.Random(seed) if seed is not None else None
@@ -164,7 +175,7 @@ class Scheduler:
     def enqueue(self, stream: SimStream, fn: Callable[[], object] | None, desc: str,
                 accesses: Sequence[tuple[int, int, bool]] = (), extra_deps: Sequence[Op] = (),
                 extra_vc: dict[int, int] | None = None,
-                on_ready: Callable[[], object] | None = None) -> Op:
+                on_ready: Callable[[], object] | None = None, host_fn: bool = False) -> Op:
         """Queue ``fn`` on ``stream``; ``accesses`` are ``(address, nbytes, is_write)``.
 
         ``on_ready`` runs when the op becomes the next thing to run on its
@@ -173,6 +184,10 @@ class Scheduler:
         page-locked memory use it to make their destination undefined
         (poisoned) only from the point where CUDA could start writing it,
         never while earlier work on the stream still reads those bytes.
+
+        ``host_fn``: the op is a host function (``cuStreamAddCallback``);
+        ``complete`` never runs it but waits until its driver thread has
+        (``claim`` then ``finish``), so later work waits for it to return.
         """
         deps: list[Op] = []
         if stream.tail is not None and not stream.tail.done:
@@ -199,6 +214,8 @@ class Scheduler:
         self._seq += 1
         op = Op(self._seq, stream, fn, deps, desc, vc)
         op.reads = [(a, a + n) for a, n, w in accesses if not w and n > 0]
+        op.writes = [(a, a + n) for a, n, w in accesses if w and n > 0]
+        op.host_fn = host_fn
         if accesses and self.racecheck != "0":
             self._check_races(op, accesses)
         stream.tail = op
@@ -243,6 +260,11 @@ class Scheduler:
                     out.append((max(lo, rlo), min(hi, rhi)))
         return out
 
+    def pending_touching(self, lo: int, hi: int) -> list[Op]:
+        """Queued, unfinished work that declared an access to bytes of ``[lo, hi)``."""
+        return [op for op in self.pending.values()
+                if any(rlo < hi and lo < rhi for rlo, rhi in (*op.reads, *op.writes))]
+
     def _run_ready_hooks(self) -> None:
         still: list[Op] = []
         for w in self._waiting_ready:
@@ -259,13 +281,22 @@ class Scheduler:
     def _runnable(self, op: Op) -> bool:
         return all(d.done for d in op.deps)
 
-    def complete(self, target: Op | None) -> None:
-        """Run work until ``target`` (and so everything it depends on) is done."""
+    def complete(self, target: Op | None, wait: bool = True) -> None:
+        """Run work until ``target`` (and so everything it depends on) is done.
+
+        Only ``target``'s own dependencies run, so a call never runs (and
+        never reports) unrelated work.  A host function on the way is run by
+        its driver thread: this waits for it (the lock released meanwhile),
+        or with ``wait=False`` raises ``_Blocked``.
+        """
         if target is None or target.done:
             return
         if self.rng is not None:
             while not target.done:
-                ready = [op for op in self.pending.values() if self._runnable(op)]
+                ready = self._ready_for(target)
+                if not ready:
+                    self._wait_host_fn(wait)
+                    continue
                 self._execute(self.rng.choice(ready))
             return
         stack = [target]
@@ -278,15 +309,69 @@ class Scheduler:
             if waiting:
                 stack.extend(waiting)
                 continue
+            if op.host_fn:
+                self._wait_host_fn(wait)
+                continue
             stack.pop()
             self._execute(op)
 
+    def _ready_for(self, target: Op) -> list[Op]:
+        """Work ``target`` waits for (itself included) that can run now, in a stable order."""
+        ready: list[Op] = []
+        seen: set[int] = set()
+        stack = [target]
+        while stack:
+            op = stack.pop()
+            if op.done or op.seq in seen:
+                continue
+            seen.add(op.seq)
+            waiting = [d for d in op.deps if not d.done]
+            if waiting:
+                stack.extend(waiting)
+            elif not op.host_fn:
+                ready.append(op)
+        ready.sort(key=lambda o: o.seq)
+        return ready
+
+    def _wait_host_fn(self, wait: bool) -> None:
+        if not wait:
+            raise _Blocked
+        with self.cond:  # its driver thread takes the lock to run and finish it
+            self.cond.wait()
+
+    # ------------------------------------------------------ host functions
+    def claim(self, op: Op) -> bool:
+        """The driver thread starts host function ``op`` (every dependency done).
+
+        False when a sticky fault dropped it (``discard``): nothing to finish.
+        """
+        if op.done:
+            return False
+        del self.pending[op.seq]
+        op.deps = []
+        return True
+
+    def finish(self, op: Op) -> None:
+        """Host function ``op`` returned: later work may run."""
+        op.done = True
+        op.t_done = time.perf_counter()
+        if self._waiting_ready:
+            self._run_ready_hooks()
+        with self.cond:
+            self.cond.notify_all()
+
     def _drain_some(self) -> None:
-        """Run the oldest work until the queue is half its limit (GPU progress)."""
+        """Run the oldest work until the queue is half its limit (GPU progress).
+
+        Never past a host function that has not returned: the GPU waits for
+        it, and the call that queued work must not wait (nor drop the lock).
+        """
         while len(self.pending) > self.max_queue // 2:
             oldest = next(iter(self.pending.values()))
             try:
-                self.complete(oldest)
+                self.complete(oldest, wait=False)
+            except _Blocked:
+                return
             except Exception as e:
                 op = self.failed_op
                 if op is None or self.on_fault is None or not self.on_fault(op, e):
@@ -302,11 +387,24 @@ class Scheduler:
                 op.deps = []
                 op.done = True
                 op.t_done = now
+        with self.cond:  # a sync waiting for a dropped host function goes on
+            self.cond.notify_all()
 
     def complete_all(self, ctx: SimContext | None = None) -> None:
-        for op in list(self.pending.values()):
-            if ctx is None or op.stream.ctx is ctx:
-                self.complete(op)
+        """Run the queued work of ``ctx`` (None: of every context), oldest first.
+
+        Host functions running now (no longer queued) are waited for too.
+        """
+        for op in self.queued(ctx):
+            self.complete(op)
+
+    def queued(self, ctx: SimContext | None) -> list[Op]:
+        """The unfinished work of ``ctx`` (None: every context), oldest first, then the stream tails."""
+        ops = [op for op in self.pending.values() if ctx is None or op.stream.ctx is ctx]
+        for streams in self.streams_by_ctx.values():
+            ops += [s.tail for s in streams if s.tail is not None and not s.tail.done
+                    and (ctx is None or s.ctx is ctx)]
+        return ops
 
     # --------------------------------------------------------- host syncs
     def host_observes(self, vc: dict[int, int]) -> None:

@@ -10,16 +10,20 @@ callback thread does.
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Callable
-from typing import Any
 
 from ...errors import CudaError
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD
 from . import _sticky
 from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked
+from ._hostfn import Worker, call_host_fn
 from ._memory import DeviceFault
 from ._sched import Op, SimEvent, SimStream
+
+#: ``CUDA_ERROR_UNKNOWN``: the status of a host function after work that failed
+#: with something other than a CUDA error (a bug of a reference kernel).
+UNKNOWN = 999
 
 
 class SimStreamCalls(SimCore):
@@ -129,55 +133,54 @@ class SimStreamCalls(SimCore):
         s = self._stream(stream, call)
         if not callable(fn):
             raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
-        status = [0]
-        ran = [False]
+        op = self.sched.enqueue(s, None, f"{call} host function {getattr(fn, '__name__', fn)!r}",
+                                host_fn=True)
+        # The GPU makes progress without the host: the context's driver
+        # thread runs the stream up to the callback and calls it, as CUDA's
+        # callback thread does (submitted under the lock: in queue order).
+        worker = self._host_fn_workers.get(id(s.ctx))
+        if worker is None:
+            worker = self._host_fn_workers[id(s.ctx)] = Worker()
+        worker.submit(functools.partial(self._run_host_fn, s, op, fn))
 
-        def run() -> None:
-            ran[0] = True
-            try:
-                fn(status[0])
-            except Exception as e:  # CUDA cannot raise into the host: report, never lose
-                _unraisable(e, fn)
-
-        op = self.sched.enqueue(s, run, f"{call} host function {getattr(fn, '__name__', fn)!r}")
-        # The GPU makes progress without the host: a driver thread runs the
-        # stream up to the callback and calls it, as CUDA's callback thread does.
-        threading.Thread(target=self._run_host_fn, args=(s, op, status, run, ran), daemon=True,
-                         name="gpuarray-sim-callback").start()
-
-    def _run_host_fn(self, s: SimStream, op: Op, status: list[int], run: Callable[[], None],
-                     ran: list[bool]) -> None:
+    def _run_host_fn(self, s: SimStream, op: Op, fn: Callable[[int], None]) -> None:
+        status = 0
+        started = False
         with self._lock:
-            while not op.done:
+            while not op.done and not all(d.done for d in op.deps):
                 try:
-                    self.sched.complete(op)
-                except (DeviceFault, CudaError) as f:
+                    for d in list(op.deps):
+                        self.sched.complete(d)
+                except Exception as f:
                     # Earlier work failed (an illegal address, or a reference
                     # kernel's CudaError): the callback gets the error status.
                     # A sticky fault poisons the context here, as a sync would
                     # (its next call reports it); any other stays on the stream
                     # for the host's next sync of it. It never vanishes here.
-                    status[0] = status[0] or f.code
-                    if self._poison_if_sticky(f.code, f.detail):
+                    if isinstance(f, (DeviceFault, CudaError)):
+                        code, detail = f.code, f.detail
+                    else:
+                        code, detail = UNKNOWN, repr(f)
+                    status = status or code
+                    if self._poison_if_sticky(code, detail):
                         break
 
-                    def refault(f: DeviceFault | CudaError = f) -> None:
+                    def refault(f: BaseException = f) -> None:
                         raise f
 
                     self.sched.enqueue(s, refault, "fault of work before a host callback")
-            if not ran[0]:
+            # Claimed, the callback leaves the queue: nothing else runs it,
+            # and work after it waits until ``finish`` (each sync waits on
+            # the scheduler's condition, releasing the lock).
+            started = self.sched.claim(op)
+            if not started:
                 # A sticky fault dropped the context's queued work, this
                 # callback with it (here or in another thread's sync): CUDA
                 # still calls a stream callback, with the persistent error.
-                status[0] = status[0] or (s.ctx.sticky[0] if s.ctx.sticky else ILLEGAL_ADDRESS)
-                run()
-
-
-def _unraisable(exc: BaseException, fn: Any) -> None:
-    """Report an exception of a host callback as CPython reports one of a ctypes callback."""
-    import sys
-    import types
-
-    sys.unraisablehook(types.SimpleNamespace(
-        exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
-        err_msg="Exception ignored in a stream callback", object=fn))
+                status = status or (s.ctx.sticky[0] if s.ctx.sticky else ILLEGAL_ADDRESS)
+        try:
+            call_host_fn(fn, status)  # without the lock: other threads' calls go on
+        finally:
+            if started:
+                with self._lock:
+                    self.sched.finish(op)
