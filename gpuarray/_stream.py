@@ -16,7 +16,6 @@ can be reused at once).
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from . import _config
 from ._device import Device, get_device
 from ._driver import get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
-from ._driver._finalize import call_now, run_finalizer
+from ._driver._finalize import call_now, hand_to_reaper, host_callback, run_finalizer
 
 if TYPE_CHECKING:  # asyncio is imported on first use of async_done (import time)
     import asyncio
@@ -49,30 +48,6 @@ def _destroy_stream(device: Device, backend, handle: int) -> None:
         return
     with device.activate():
         backend.stream_destroy(handle)
-
-
-# Objects a host callback held, dropped on this thread rather than on the
-# driver's callback thread (CUDA calls are refused there; see add_callback).
-_reaper_queue: queue.SimpleQueue = queue.SimpleQueue()
-_reaper_lock = threading.Lock()
-_reaper: threading.Thread | None = None
-
-
-def _reap() -> None:
-    while True:
-        held = _reaper_queue.get()
-        held.clear()  # releases, if these were the last references, run here
-        del held
-
-
-def _hand_to_reaper(held: list) -> None:
-    global _reaper
-    if _reaper is None:
-        with _reaper_lock:
-            if _reaper is None:
-                _reaper = threading.Thread(target=_reap, daemon=True, name="gpuarray-reaper")
-                _reaper.start()
-    _reaper_queue.put(held)
 
 
 class Stream:
@@ -215,7 +190,9 @@ class Stream:
         on the stream while it runs, so keep it short, and it must not call
         CUDA (no gpuarray operations).  An exception it raises is reported as
         unraisable (``sys.unraisablehook``).  The stream is kept alive until
-        the callback has run.
+        the callback has run.  gpuarray objects that a garbage collection
+        frees while the callback runs (on that thread) are released on a
+        thread of gpuarray's instead, since CUDA refuses calls there.
 
         Parameters
         ----------
@@ -245,13 +222,14 @@ class Stream:
         def host_fn(status: int) -> None:
             stream, fn, value = held
             try:
-                fn(stream, status, value)
+                with host_callback():  # releases collected meanwhile go to the reaper
+                    fn(stream, status, value)
             finally:
                 # The last references may be these: dropped here, their
                 # releases (cuStreamDestroy, cuMemFree) would run on the
                 # driver's callback thread, where CUDA refuses every call.
                 del stream, fn, value
-                _hand_to_reaper(held)
+                hand_to_reaper(held)
 
         with self.device.activate():
             get_backend().stream_add_callback(self.handle, host_fn)

@@ -239,3 +239,99 @@ def test_callback_after_a_failing_kernel_gets_its_code(sim):
     assert got == [716]
     with pytest.raises(gpuarray.CudaError):
         s.synchronize()  # the fault is sticky; the next test gets a fresh simulator
+
+
+class _Cycle:
+    """A reference cycle: only the garbage collector frees it (on whatever thread it runs)."""
+
+    def __init__(self, payload):
+        self.payload = payload
+        self.me = self
+
+
+@pytest.mark.parametrize("what", ["device array", "stream", "pinned array", "many arrays"])
+def test_garbage_collected_on_the_callback_thread_is_released_elsewhere(sim, what):
+    # CUDA refuses every API call on its callback thread, and a collection
+    # can start there (any allocation may trigger one): releases of whatever
+    # it collects must wait for another thread, not fail (the next gpuarray
+    # call would raise CUDA_ERROR_NOT_PERMITTED) and not leak.
+    import gc
+
+    gpuarray.zeros(1)  # the device, its manager and default stream exist
+    gc.collect()
+    gpuarray.current_context().deallocations.clear()
+    free_before = sim.mem_get_info()[0]
+    s = gpuarray.stream()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def collect_here(stream, status, arg):
+        try:
+            gc.collect()  # the cycles are collected here, on the callback thread
+        except BaseException as e:  # noqa: BLE001 -- recorded for the assertion
+            errors.append(e)
+        done.set()
+
+    gc.disable()  # no collection before the callback's
+    try:
+        if what == "device array":
+            _Cycle(gpuarray.zeros(1000))
+        elif what == "stream":
+            _Cycle(gpuarray.stream())
+        elif what == "pinned array":
+            _Cycle(gpuarray.pinned_array(1000))
+        else:
+            for _ in range(30):  # more than the deferred-free queue holds: a flush
+                _Cycle(gpuarray.zeros(10))
+        s.add_callback(collect_here)
+        assert done.wait(TIMEOUT)
+    finally:
+        gc.enable()
+    s.synchronize()
+    assert not errors
+    gpuarray.zeros(1)  # no remembered NOT_PERMITTED from a release
+    for _ in range(500):  # the releases run on another thread, soon
+        gc.collect()
+        gpuarray.current_context().deallocations.clear()
+        if sim.mem_get_info()[0] >= free_before - (1 << 16):
+            break
+        threading.Event().wait(0.01)
+    assert sim.mem_get_info()[0] >= free_before - (1 << 16)  # nothing leaked (small slack)
+
+
+def test_a_collection_inside_cuStreamAddCallback_does_not_deadlock(sim, monkeypatch):
+    # Any allocation inside the simulator's cuStreamAddCallback may start a
+    # collection whose releases free memory (cuMemFree, a sync): that free
+    # must not wait for the host function being queued, which its driver
+    # thread does not have yet (it hung for ever).
+    import gc
+
+    from gpuarray._driver.sim import _hostfn
+
+    gpuarray.zeros(1)
+    gc.collect()
+    gpuarray.current_context().deallocations.clear()
+    free_before = sim.mem_get_info()[0]
+    submit = _hostfn.Worker.submit
+
+    def collecting_submit(self, item):
+        gc.collect()  # as if creating the driver thread had started a collection
+        submit(self, item)
+
+    monkeypatch.setattr(_hostfn.Worker, "submit", collecting_submit)
+    s = gpuarray.stream()
+    done = threading.Event()
+    gc.disable()
+    try:
+        for _ in range(30):  # a flush of the deferred-free queue inside the call
+            _Cycle(gpuarray.zeros(10))
+        adder = threading.Thread(target=s.add_callback, args=(lambda st, status, arg: done.set(),))
+        adder.start()
+        adder.join(TIMEOUT)
+        assert not adder.is_alive(), "cuStreamAddCallback deadlocked on a collection inside it"
+    finally:
+        gc.enable()
+    assert done.wait(TIMEOUT)
+    s.synchronize()
+    gpuarray.current_context().deallocations.clear()
+    assert sim.mem_get_info()[0] >= free_before - (1 << 16)

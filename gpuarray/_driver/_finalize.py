@@ -23,11 +23,14 @@ error must never stop a release half-way and leak what it had still to free.
 
 from __future__ import annotations
 
+import functools
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["run_finalizer", "remember", "raise_pending", "cleanup", "take_pending", "call_now"]
+__all__ = ["run_finalizer", "remember", "raise_pending", "cleanup", "take_pending", "call_now",
+           "host_callback", "in_host_callback", "hand_to_reaper"]
 
 #: The remembered errors; the first one is raised, the others are notes on it.
 #: A plain list so that the hot path's test (``if _pending:``) is one load.
@@ -67,7 +70,14 @@ def remember(exc: BaseException) -> None:
 
 
 def run_finalizer(fn: Callable[..., Any], *args: Any) -> None:
-    """Call ``fn(*args)`` as a release; an exception is remembered, not lost."""
+    """Call ``fn(*args)`` as a release; an exception is remembered, not lost.
+
+    On a host-callback thread (:func:`host_callback`), where CUDA refuses
+    every call, the release is handed to the reaper thread instead.
+    """
+    if getattr(_tls, "callback", False):
+        hand_to_reaper(functools.partial(fn, *args))
+        return
     depth = getattr(_tls, "depth", 0)  # cleanup(), inlined: this runs once a release
     _tls.depth = depth + 1
     try:
@@ -113,3 +123,66 @@ def call_now(fin: Any) -> None:
         _, _run, args, _kwargs = info
         with cleanup():
             args[0](*args[1:])
+
+
+# ------------------------------------------------------------ host callbacks
+# CUDA runs stream callbacks (cuStreamAddCallback) on a driver thread where
+# every CUDA call fails with CUDA_ERROR_NOT_PERMITTED.  A garbage collection
+# can start there (any allocation may trigger one) and collect gpuarray
+# objects: their releases must not run there, nor be lost.  gpuarray's host
+# functions mark the thread while the user's callback runs; releases on a
+# marked thread go to the reaper, a thread of ours, which runs them (and
+# drops references handed to it) with the same error handling.
+
+
+class _HostCallback:
+    """The context manager of :func:`host_callback`."""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self) -> None:
+        self._before = getattr(_tls, "callback", False)
+        _tls.callback = True
+
+    def __exit__(self, *exc: object) -> None:
+        _tls.callback = self._before
+
+
+def host_callback() -> _HostCallback:
+    """Mark this thread as running a CUDA host callback (releases go to the reaper)."""
+    return _HostCallback()
+
+
+def in_host_callback() -> bool:
+    """Whether this thread runs a CUDA host callback now (see :func:`host_callback`)."""
+    return getattr(_tls, "callback", False)
+
+
+_reaper_queue: queue.SimpleQueue = queue.SimpleQueue()
+_reaper_lock = threading.Lock()
+_reaper: threading.Thread | None = None
+
+
+def _reap() -> None:
+    while True:
+        item = _reaper_queue.get()
+        if isinstance(item, list):
+            item.clear()  # releases, if these were the last references, run here
+        else:
+            run_finalizer(item)
+        del item
+
+
+def hand_to_reaper(item: list | Callable[[], Any]) -> None:
+    """Release on the reaper thread: a list's references are dropped, a callable is run.
+
+    The callable runs through :func:`run_finalizer` there (its error is
+    remembered and raised by the next call).
+    """
+    global _reaper
+    if _reaper is None:
+        with _reaper_lock:
+            if _reaper is None:
+                _reaper = threading.Thread(target=_reap, daemon=True, name="gpuarray-reaper")
+                _reaper.start()
+    _reaper_queue.put(item)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from .. import _config
 from .._device import Device
-from .._driver._finalize import cleanup
+from .._driver._finalize import cleanup, hand_to_reaper, in_host_callback
 
 _size_of = operator.itemgetter(2)
 
@@ -101,6 +101,9 @@ class _PendingDeallocs:
         rest of the batch); then the first error is raised, with the others
         added to it as notes.
         """
+        if in_host_callback():  # CUDA refuses every call there: the reaper flushes
+            hand_to_reaper(self.clear)
+            return
         with self._lock:
             if self._disabled or not self._items:
                 return
