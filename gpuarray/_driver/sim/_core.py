@@ -26,7 +26,7 @@ from . import _hostfn, _sticky
 from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault
-from ._sched import Op, Scheduler, SimEvent, SimStream
+from ._sched import Op, Scheduler, SimEvent, SimStream, _Blocked
 from ._visible import visible_list
 
 INVALID_VALUE = 1
@@ -186,10 +186,15 @@ class SimCore(Backend):
         targets = [] if ctx is None else sched.queued(ctx)
         if hi > lo:
             targets += sched.pending_touching(lo, hi)
+        # Inside cuStreamAddCallback (a collection freeing memory there) the
+        # host function being queued is not waited for: see _hostfn.adding.
+        wait = not _hostfn.adding()
         for t in targets:
             while not t.done:
                 try:
-                    sched.complete(t)
+                    sched.complete(t, wait=wait)
+                except _Blocked:
+                    break
                 except (DeviceFault, CudaError) as e:
                     op = sched.failed_op
                     if op is None or op.stream.ctx is ctx:
@@ -202,7 +207,8 @@ class SimCore(Backend):
                             raise e
 
                         sched.enqueue(op.stream, refault, f"fault of {op.desc}")
-            sched.host_observes(t.vc)
+            if t.done:
+                sched.host_observes(t.vc)
 
     def _poison_if_sticky(self, code: int, detail: str) -> bool:
         op = self.sched.failed_op

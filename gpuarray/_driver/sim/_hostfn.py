@@ -95,9 +95,23 @@ CALL_NAMES: dict[str, str] = {
 class _State(threading.local):
     #: Whether this thread is inside a host function now.
     active = False
+    #: Whether this thread is queueing a host function (inside cuStreamAddCallback).
+    adding = False
 
 
 _state = _State()
+
+
+def adding() -> bool:
+    """Whether this thread is inside ``cuStreamAddCallback`` now.
+
+    Only a garbage collection inside that call (a Python release of gpuarray
+    memory: ``cuMemFree``) can make a driver call there.  Such a call must not
+    wait for the host function being queued: its driver thread may not have
+    it yet, and it touches no device memory.  (On CUDA no Python runs inside
+    the driver, so the case cannot arise there.)
+    """
+    return _state.adding
 
 
 def inside() -> bool:

@@ -18,6 +18,7 @@ from .._base import STREAM_LEGACY, STREAM_PER_THREAD
 from . import _sticky
 from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked
 from ._hostfn import Worker, call_host_fn
+from ._hostfn import _state as _hostfn_state
 from ._memory import DeviceFault
 from ._sched import Op, SimEvent, SimStream
 
@@ -133,15 +134,20 @@ class SimStreamCalls(SimCore):
         s = self._stream(stream, call)
         if not callable(fn):
             raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
-        op = self.sched.enqueue(s, None, f"{call} host function {getattr(fn, '__name__', fn)!r}",
-                                host_fn=True)
-        # The GPU makes progress without the host: the context's driver
-        # thread runs the stream up to the callback and calls it, as CUDA's
-        # callback thread does (submitted under the lock: in queue order).
-        worker = self._host_fn_workers.get(id(s.ctx))
-        if worker is None:
-            worker = self._host_fn_workers[id(s.ctx)] = Worker()
-        worker.submit(functools.partial(self._run_host_fn, s, op, fn))
+        desc = f"{call} host function {getattr(fn, '__name__', fn)!r}"
+        before = _hostfn_state.adding
+        _hostfn_state.adding = True  # see _hostfn.adding: a collection in here must not wait for it
+        try:
+            op = self.sched.enqueue(s, None, desc, host_fn=True)
+            # The GPU makes progress without the host: the context's driver
+            # thread runs the stream up to the callback and calls it, as CUDA's
+            # callback thread does (submitted under the lock: in queue order).
+            worker = self._host_fn_workers.get(id(s.ctx))
+            if worker is None:
+                worker = self._host_fn_workers[id(s.ctx)] = Worker()
+            worker.submit(functools.partial(self._run_host_fn, s, op, fn))
+        finally:
+            _hostfn_state.adding = before
 
     def _run_host_fn(self, s: SimStream, op: Op, fn: Callable[[int], None]) -> None:
         status = 0
