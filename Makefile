@@ -30,7 +30,7 @@ DEPS := pyproject.toml setup.py gpuarray/interop/_dlpack_core.c
 # pytest's default file pattern; bench/ has no pytest configuration of its own.
 BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 
-.PHONY: help demo test bench docs lint gpu-check clean
+.PHONY: help demo test bench docs lint numba-compat gpu-check clean
 
 help:
 	@echo "make demo       run the command-line demo (python -m gpuarray)"
@@ -40,6 +40,7 @@ help:
 	@echo "                (simulator unless GPUARRAY_BACKEND=cuda)"
 	@echo "make docs       build the Sphinx docs, warnings as errors, into docs/_build/html"
 	@echo "make lint       run ruff and mypy"
+	@echo "make numba-compat  run numba-cuda's host-API tests against gpuarray (needs PyPI)"
 	@echo "make gpu-check  on a GPU machine: tests on the CUDA backend + benchmarks, no installs"
 	@echo "make clean      remove build outputs and caches (keeps .venv)"
 
@@ -90,6 +91,12 @@ lint: $(VENV)/.stamp-base
 	echo "$(VPY) -m ruff check ."; $(VPY) -m ruff check . || status=$$?; \
 	echo "$(VPY) -m mypy"; $(VPY) -m mypy || status=$$?; \
 	exit $$status
+
+# numba-cuda's own host-API tests against gpuarray on the simulator
+# (tools/numba_compat/run.py; docs/migrating.rst). Fetches numba-cuda from
+# the package index into a temporary folder, so it is not part of `test`.
+numba-compat: $(VENV)/.stamp-test,$(CUDA_EXTRA)
+	$(VPY) tools/numba_compat/run.py $(NUMBA_COMPAT_ARGS)
 
 # Runs on the GPU machine: system python3, no venv, no downloads. Every step
 # runs even after a failure; the exit status is non-zero if any step failed.
