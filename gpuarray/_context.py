@@ -276,7 +276,7 @@ class Context:
         -------
         Event
         """
-        with self.device:
+        with self.device.activate():
             return event(timing)
 
     # -------------------------------------------------------------- misc
@@ -300,7 +300,7 @@ class Context:
 
     def push(self) -> None:
         """Make this context current on the calling thread (pair with :meth:`pop`)."""
-        self.device.__enter__()
+        self.device._push()
 
     def pop(self) -> None:
         """Restore the context that was current before :meth:`push`."""

@@ -126,6 +126,10 @@ class Device:
         return _Activation(self._ctx)
 
     def __enter__(self) -> Device:
+        _check_switch(self)  # ``with gpus[i]:`` inside a require_context call
+        return self._push()
+
+    def _push(self) -> Device:
         if _finalizer_errors:
             raise_pending()
         b = get_backend()
@@ -296,5 +300,35 @@ def select_device(ordinal: int) -> Device:
     <gpuarray.Device 0 ...>
     """
     dev = get_device(ordinal)
+    _check_switch(dev)
     dev.make_current()
     return dev
+
+
+# The device a running require_context call attached (Numba's attached
+# context): switching to another one inside such a call is refused.
+_attached = threading.local()
+
+
+def _check_switch(dev: Device) -> None:
+    held = getattr(_attached, "device", None)
+    if held is not None and held is not dev:
+        raise RuntimeError(f"Cannot switch CUDA-context. A require_context function is running "
+                           f"on device {held.id}: it cannot switch to device {dev.id} (as in Numba)")
+
+
+class _Attach:
+    """``with _Attach(dev):`` -- the body runs with ``dev`` attached (the outermost wins)."""
+
+    __slots__ = ("_dev", "_before")
+
+    def __init__(self, dev: Device) -> None:
+        self._dev = dev
+
+    def __enter__(self) -> None:
+        self._before = getattr(_attached, "device", None)
+        if self._before is None:
+            _attached.device = self._dev
+
+    def __exit__(self, *exc: object) -> None:
+        _attached.device = self._before

@@ -16,7 +16,7 @@ import importlib.metadata
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from ._device import _backend_ready, get_device
+from ._device import _Attach, _backend_ready, get_device
 from ._driver import get_backend
 from ._driver._finalize import raise_pending
 from .errors import CudaUnavailableError
@@ -118,8 +118,10 @@ def require_context(fn: _F) -> _F:
     current, and that one stays current afterwards, as in Numba and as after
     any gpuarray call.  When another context is current, it is used.  An
     error first seen by a finalizer is raised here, as by every gpuarray
-    operation.  As in Numba, ``fn`` should not switch devices: a switch it
-    makes stays in effect after it returns.
+    operation.  As in Numba, ``fn`` may not switch to another device: ``with
+    gpus[i]:`` or :func:`select_device` of another device inside it raises
+    ``RuntimeError("Cannot switch CUDA-context. ...")`` (gpuarray's own
+    operations on arrays of other devices still work).
 
     Parameters
     ----------
@@ -135,6 +137,8 @@ def require_context(fn: _F) -> _F:
     ------
     TypeError
         If ``fn`` is not callable.
+    RuntimeError
+        From the wrapped call, when ``fn`` switches to another device.
 
     Examples
     --------
@@ -150,8 +154,10 @@ def require_context(fn: _F) -> _F:
     @functools.wraps(fn)
     def with_context(*args: Any, **kwargs: Any) -> Any:
         raise_pending()  # an error first seen by a finalizer, as every operation
-        get_device()     # makes device 0's primary context current when none is
-        return fn(*args, **kwargs)
+        # get_device() makes device 0's primary context current when none is;
+        # the call may not switch to another device (Numba's attached context)
+        with _Attach(get_device()):
+            return fn(*args, **kwargs)
 
     return with_context  # type: ignore[return-value]
 

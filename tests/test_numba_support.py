@@ -232,3 +232,35 @@ def test_supported_majors_are_the_cuda_extras_of_the_package():
     text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     extras = sorted(int(m) for m in re.findall(r"^cu(\d+) = \[", text, flags=re.M))
     assert extras and tuple(extras) == _support.SUPPORTED_CUDA_MAJORS, extras
+
+
+def test_require_context_forbids_switching_devices_inside(make_sim):
+    # Numba's require_context attaches the current context for the call: a
+    # switch to another device inside (with gpus[i], select_device) raises
+    # RuntimeError("Cannot switch CUDA-context."); the same device is fine.
+    make_sim(devices=2)
+
+    @gpuarray.require_context
+    def switch(i):
+        with gpuarray.gpus[i]:
+            return gpuarray.get_device().id
+
+    @gpuarray.require_context
+    def select(i):
+        return gpuarray.select_device(i).id
+
+    with gpuarray.gpus[0]:
+        for fn in (switch, select):
+            with pytest.raises(RuntimeError, match="Cannot switch CUDA-context"):
+                fn(1)
+            assert gpuarray.get_device().id == 0  # nothing switched
+            assert fn(0) == 0  # the attached device itself
+    # outside a require_context call, switching is allowed as before
+    with gpuarray.gpus[1]:
+        assert gpuarray.get_device().id == 1
+    assert gpuarray.select_device(1).id == 1
+    # a nested call keeps the outer attachment (device 1 here); an error detaches it
+    outer = gpuarray.require_context(lambda: switch(0))
+    with pytest.raises(RuntimeError, match="Cannot switch CUDA-context"):
+        outer()
+    assert gpuarray.select_device(0).id == 0
