@@ -12,7 +12,8 @@ Conventions:
   array with a ``TypeError`` that says what to do instead (``__array_function__``
   and ``__array_ufunc__``), and so do Python's arithmetic and ordering
   operators (``==``/``!=`` stay identity, as for any object); only
-  metadata queries (``np.shape``, ``np.ndim``, ``np.size``) answer.  Explicit
+  metadata queries (``np.shape``, ``np.ndim``, ``np.size``) and
+  ``np.transpose`` (a view) answer.  Explicit
   host conversion stays: ``np.asarray(a)`` (``__array__``), ``a.get()``,
   ``a.copy_to_host()``.  ``__array_ufunc__`` is a method that raises rather
   than ``None``: both make NumPy refuse (and make ``ndarray + a`` reach the
@@ -46,7 +47,10 @@ _EXTRAS = re.compile(r",\s+(?=(?:shape|dtype)=)")
 _SHAPE = re.compile(r"shape=\([^)]*\)")
 
 # Metadata queries answer without touching the data.
-_METADATA_FUNCTIONS = frozenset(("shape", "ndim", "size"))
+#: NumPy functions that answer for a device array: metadata queries, and
+#: ``np.transpose`` (a view, as ``a.transpose()``; Numba's device arrays
+#: answer it too).  NumPy's own implementation calls the array's attribute.
+_METADATA_FUNCTIONS = frozenset(("shape", "ndim", "size", "transpose"))
 
 
 def no_arithmetic_message(what: str) -> str:
@@ -115,7 +119,8 @@ class ArrayProtocolsMixin:
         """Refuse NumPy functions (``np.sum(a)``) with a ``TypeError``; answer metadata queries.
 
         ``np.shape``, ``np.ndim`` and ``np.size`` answer from the array's
-        metadata.  Any other NumPy function raises: gpuarray has no
+        metadata, and ``np.transpose`` returns the view ``a.transpose()``
+        does.  Any other NumPy function raises: gpuarray has no
         arithmetic, and a silent copy to the host is what users of device
         arrays do not expect.  Convert explicitly with ``np.asarray(a)`` or
         ``a.get()``.
@@ -123,7 +128,7 @@ class ArrayProtocolsMixin:
         Raises
         ------
         TypeError
-            For every NumPy function but the metadata queries.
+            For every NumPy function but the metadata queries and ``np.transpose``.
         """
         name = getattr(func, "__name__", repr(func))
         impl = getattr(func, "_implementation", None)

@@ -144,6 +144,21 @@ def test_metadata_queries_answer_without_copying(copied):
     assert copied["bytes"] == 0
 
 
+def test_np_transpose_is_the_device_view(copied):
+    # as numba.cuda's device arrays: np.transpose(d) is d.transpose(), on the device
+    host = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    d = gpuarray.to_device(host)
+    copied["bytes"] = 0
+    for axes in (None, (1, 0, 2), (2, 0, 1)):
+        t = np.transpose(d) if axes is None else np.transpose(d, axes)
+        assert isinstance(t, gpuarray.DeviceNDArray) and t.ptr == d.ptr
+        assert copied["bytes"] == 0
+        np.testing.assert_array_equal(t.copy_to_host(), np.transpose(host, axes))
+        copied["bytes"] = 0
+    with pytest.raises(ValueError, match="repeated axis"):
+        np.transpose(d, (0, 0, 1))
+
+
 # ------------------------------------------------------------------- printing
 def _printed_cases():
     rng = np.random.default_rng(7)
