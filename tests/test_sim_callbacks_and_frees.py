@@ -25,29 +25,12 @@ from gpuarray._driver.sim import SimBackend
 from gpuarray.errors import CudaError
 
 from .conftest import backend_is_sim
+from .test_sim_fidelity import _backend, _Touch
 
 pytestmark = pytest.mark.skipif(not backend_is_sim(), reason="checks the simulator's model of CUDA")
 
 LEGACY = 1
 TIMEOUT = 30
-
-
-def _backend(**kw) -> SimBackend:
-    b = SimBackend(**kw)
-    b.init()
-    b.ctx_set_current(b.primary_ctx_retain(0))
-    return b
-
-
-class _Touch:
-    """Reference kernel: adds one to ``n`` bytes at a pointer (out of range: a fault)."""
-
-    def accesses(self, params):
-        return [(params[0].value, params[1].value, True)]
-
-    def run(self, mem, grid, block, shared, params):
-        ptr, n = params[0].value, params[1].value
-        mem.write(ptr, mem.read(ptr, n) + 1)
 
 
 class _Record:

@@ -51,33 +51,34 @@ class SimContext:
         self.sticky: tuple[int, str] | None = None
 
 
-def _locked(method):
-    """A driver call: refused inside a host function (``_hostfn.py``), else run under the lock."""
+def _driver_call(method, locked: bool):
+    """Wrap a driver call: refused inside a host function (``_hostfn.py``); under the lock if ``locked``."""
     call = CALL_NAMES.get(method.__name__, method.__name__)
     state = _hostfn._state
 
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        if state.active:
-            _hostfn.refuse(call)
-        with self._lock:
+    if locked:
+        def wrapper(self, *args, **kwargs):
+            if state.active:
+                _hostfn.refuse(call)
+            with self._lock:
+                return method(self, *args, **kwargs)
+    else:
+        def wrapper(self, *args, **kwargs):
+            if state.active:
+                _hostfn.refuse(call)
             return method(self, *args, **kwargs)
 
-    return wrapper
+    return functools.wraps(method)(wrapper)
+
+
+def _locked(method):
+    """A driver call: refused inside a host function, else run under the simulator's lock."""
+    return _driver_call(method, locked=True)
 
 
 def _api(method):
     """A driver call that needs no lock: still refused inside a host function."""
-    call = CALL_NAMES.get(method.__name__, method.__name__)
-    state = _hostfn._state
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        if state.active:
-            _hostfn.refuse(call)
-        return method(self, *args, **kwargs)
-
-    return wrapper
+    return _driver_call(method, locked=False)
 
 
 class SimCore(Backend):
