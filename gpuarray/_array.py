@@ -27,7 +27,7 @@ from . import _config, _layout, _transfer
 from ._array_protocols import ArrayProtocolsMixin
 from ._array_views import ArrayViewsMixin, _check_dtype
 from ._device import Device, get_device
-from ._stream import Stream, as_stream
+from ._stream import Stream, _device_for, as_stream
 from .interop._cai_desc import make_cai
 from .interop._dlpack_export import export_capsule
 from .memory import MemoryPointer, allocate, record_stream
@@ -85,8 +85,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if gpu_data is None:
             if lo < 0:
                 raise ValueError(f"negative strides {strides} need gpu_data to point into memory")
-            # on the stream's device when one is given (see _creation._device_of)
-            gpu_data = allocate(hi, stream.device if isinstance(stream, Stream) else get_device())
+            gpu_data = allocate(hi, _device_for(stream))  # the stream's device, if one is given
         device = gpu_data.context if isinstance(gpu_data.context, Device) else get_device()
         made = DeviceNDArray._make(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
                                    as_stream(stream, device), False, device)

@@ -17,25 +17,15 @@ import numpy as np
 from . import _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
-from ._device import Device, _current_primary, get_device
+from ._device import _current_primary
 from ._driver import get_backend
 from ._driver._base import MEMORYTYPE_HOST
-from ._stream import Stream, as_stream
+from ._stream import Stream, _device_for, as_stream
 from .memory import MemoryPointer, allocate
 from .memory._manager import _allocate_current
 
 __all__ = ["to_device", "device_array", "device_array_like", "empty", "zeros", "ones", "full",
            "empty_like", "zeros_like", "ones_like", "full_like", "asarray"]
-
-
-def _device_of(stream: Any) -> Device:
-    """Where a new array for ``stream`` lives: the stream's device, else the current one.
-
-    The stream says where the work runs: an array on another device than its
-    stream's could not run kernels there (CUDA refuses a launch into a stream
-    of a device other than the current one).
-    """
-    return stream.device if isinstance(stream, Stream) else get_device()
 
 
 def _new(shape, dtype, strides=None, order: str = "C", stream: Any = None) -> DeviceNDArray:
@@ -52,7 +42,7 @@ def _new(shape, dtype, strides=None, order: str = "C", stream: Any = None) -> De
             raise ValueError(f"strides {strides} do not match shape {shape}")
         if any(s < 0 for s in strides):
             raise ValueError(f"strides {strides} must be non-negative for a new array")
-    dev = _device_of(stream)
+    dev = _device_for(stream)
     _, hi = _layout.extent(shape, strides, dtype.itemsize)
     mem = allocate(hi, dev)
     return DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem,
@@ -281,7 +271,7 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     if host.size == 0:
         return None
     b = get_backend()
-    dev = _device_of(stream)
+    dev = _device_for(stream)
     with dev.activate():
         info = b.pointer_info(host.ctypes.data)
         if info.memory_type != MEMORYTYPE_HOST:

@@ -632,6 +632,16 @@ def _reset_for_tests() -> None:
     _scratch.__dict__.clear()
 
 
+def _device_for(stream: Any) -> Device:
+    """Where a new array for ``stream=`` lives: a :class:`Stream`'s device, else the current one.
+
+    The stream says where the work runs: an array on another device than its
+    stream's could not run kernels there (CUDA refuses a launch into a stream
+    of a device other than the current one).
+    """
+    return stream.device if isinstance(stream, Stream) else get_device()
+
+
 def as_stream(obj: Any, device: Device | None = None) -> Stream:
     """Coerce a ``stream=`` argument to a :class:`Stream`.
 

@@ -70,11 +70,10 @@ class _QueuedRelease:
     per allocation.  ``free`` is what :meth:`_PendingDeallocs.take` matches.
     """
 
-    __slots__ = ("queue", "add", "free", "backend")
+    __slots__ = ("add", "free", "backend")
 
     def __init__(self, queue: Any, free: Callable[[int], None], backend: Any = None) -> None:
-        self.queue = queue
-        self.add = queue.add_item  # bound once
+        self.add = queue.add_item  # the queue's, bound once
         self.free = free
         self.backend = backend  # whose allocations these are (the manager's check)
 
