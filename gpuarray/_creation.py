@@ -9,7 +9,6 @@ default stream.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from ._device import _current_primary
 from ._driver import get_backend
 from ._driver._base import MEMORYTYPE_HOST
 from ._stream import Stream, _device_for, as_stream
+from .interop import _dlpack_capsule as _cap
 from .memory import MemoryPointer, allocate
 from .memory._manager import _allocate_current
 
@@ -273,11 +273,12 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     b = get_backend()
     dev = _device_for(stream)
     with dev.activate():
-        info = b.pointer_info(host.ctypes.data)
+        addr = _cap.host_address(host)
+        info = b.pointer_info(addr)
         if info.memory_type != MEMORYTYPE_HOST:
             return None
         try:
-            dptr = b.mem_host_get_device_pointer(host.ctypes.data)
+            dptr = b.mem_host_get_device_pointer(addr)
         except Exception:  # pinned but not mapped
             return None
     lo, hi = _layout.extent(host.shape, host.strides, host.itemsize)
@@ -294,7 +295,7 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
 _SMALL = 64 * 1024
 
 
-def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
+def _small_to_device(host: np.ndarray, nbytes: int, stream: Any) -> DeviceNDArray | None:
     """``to_device`` of a small C-contiguous native ndarray; None: take the general path.
 
     Every small upload pays for this path's Python (issue 13: at most 3 us
@@ -309,20 +310,13 @@ def _small_to_device(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     s = stream if type(stream) is Stream else as_stream(stream, dev)
     if s.device is not dev:  # a stream of another device: the general path allocates there
         return None
-    nbytes, shape = host.nbytes, host.shape
+    shape = host.shape
     mem = _allocate_current(nbytes, dev)
     itemsize = host.itemsize
     out = DeviceNDArray._make(shape, (itemsize,) if len(shape) == 1 else _layout.c_strides(shape, itemsize),
                               host.dtype, mem.device_pointer, mem, s, False, dev)
-    try:
-        src = _addressof(_c_char.from_buffer(host))  # type: ignore[arg-type]
-    except (TypeError, ValueError, BufferError):  # read-only
-        src = host.ctypes.data
-    get_backend().memcpy_htod_async(out._ptr, src, nbytes, s.handle)
+    get_backend().memcpy_htod_async(out._ptr, _cap.host_address(host), nbytes, s.handle)
     return out
-
-
-_addressof, _c_char = ctypes.addressof, ctypes.c_char
 
 
 def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray | None = None) -> DeviceNDArray:
@@ -360,8 +354,8 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
         return to
     if type(obj) is np.ndarray and (dt := obj.dtype).isnative and not dt.hasobject:
         host = obj  # the common case: skip the coercion probes
-        if copy and 0 < host.nbytes <= _SMALL and host.flags.c_contiguous:
-            small = _small_to_device(host, stream)
+        if copy and 0 < (nbytes := host.nbytes) <= _SMALL and host.flags.c_contiguous:
+            small = _small_to_device(host, nbytes, stream)
             if small is not None:
                 return small
     else:

@@ -26,6 +26,7 @@ from . import _config, _layout
 from ._array import DeviceNDArray
 from ._device import get_device
 from ._stream import Stream, as_stream
+from .interop import _dlpack_capsule as _cap
 from .interop._cai_desc import make_cai
 from .memory import MemoryPointer, _ipc, host_pin
 from .memory._host import _nbytes, host_array_over
@@ -360,7 +361,7 @@ def mapped(*arrays: Any, stream: Any = None) -> Iterator[Any]:
                                                  not a.flags.writeable, dev))
                 continue
             lo, hi = _layout.extent(a.shape, a.strides, a.itemsize)
-            start = a.ctypes.data + lo
+            start = _cap.host_address(a) + lo
             pm = host_pin(a, start, hi - lo, mapped=True)
             pins.append(pm)
             ptr = getattr(pm, "device_address", pm.device_pointer) - lo  # a MappedMemory

@@ -28,6 +28,7 @@ from . import _config
 from ._device import Device
 from ._driver import get_backend
 from ._stream import Event, Stream
+from .interop import _dlpack_capsule as _cap
 from .memory import host_alloc
 from .memory._host import host_array_over
 
@@ -85,7 +86,7 @@ def htod(device: Device, s: Stream, dst: int, src: np.ndarray) -> None:
             _wait(ring, slot)
             buf = ring.buffers[slot]
             np.copyto(buf[:n], flat[off:off + n])
-            b.memcpy_htod_async(dst + off, buf.ctypes.data, n, s.handle)
+            b.memcpy_htod_async(dst + off, _cap.host_address(buf), n, s.handle)
             b.event_record(ring.events[slot].handle, s.handle)
             ring.used[slot] = True
 
@@ -109,7 +110,7 @@ def dtoh(device: Device, s: Stream, dst: np.ndarray, src: int) -> None:
                 drain_one()
             _wait(ring, slot)
             n = min(ring.chunk, flat.size - off)
-            b.memcpy_dtoh_async(ring.buffers[slot].ctypes.data, src + off, n, s.handle)
+            b.memcpy_dtoh_async(_cap.host_address(ring.buffers[slot]), src + off, n, s.handle)
             b.event_record(ring.events[slot].handle, s.handle)
             ring.used[slot] = True
             pending.append((slot, off, n))

@@ -28,6 +28,7 @@ from ._device import Device
 from ._driver import get_backend
 from ._kernels import _dtypes
 from ._stream import Stream, order_after
+from .interop import _dlpack_capsule as _cap
 from .memory import allocate, allocation_stream
 
 #: dtypes the copy/cast kernels convert between (same-dtype copies and fills
@@ -94,11 +95,12 @@ def _pageable_and_large(device: Device, host_ptr: int, nbytes: int) -> bool:
 def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: int) -> None:
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
-    if _pageable_and_large(device, host.ctypes.data, nbytes):
+    addr = _cap.host_address(host)
+    if _pageable_and_large(device, addr, nbytes):
         _staging.htod(device, s, dst_ptr, host)
         return
     with device.activate():
-        get_backend().memcpy_htod_async(dst_ptr, host.ctypes.data, nbytes, s.handle)
+        get_backend().memcpy_htod_async(dst_ptr, addr, nbytes, s.handle)
 
 
 def htod(device: Device, s: Stream, dst_ptr: int, dst_shape, dst_strides, dst_dtype,
@@ -135,11 +137,12 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     c = _layout.is_c_contiguous(shape, src_strides, src_dtype.itemsize)
     f = not c and _layout.is_f_contiguous(shape, src_strides, src_dtype.itemsize)
     if out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous)):
-        if _pageable_and_large(device, out.ctypes.data, out.nbytes):
+        addr = _cap.host_address(out)
+        if _pageable_and_large(device, addr, out.nbytes):
             _staging.dtoh(device, s, out, src_ptr)  # complete on return
             return
         with device.activate():
-            b.memcpy_dtoh_async(out.ctypes.data, src_ptr, out.nbytes, s.handle)
+            b.memcpy_dtoh_async(addr, src_ptr, out.nbytes, s.handle)
             if sync:
                 b.stream_synchronize(s.handle)
         return
@@ -153,11 +156,11 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
                 src_dtype, shape)
     if out.flags.c_contiguous and out.dtype == tmp_dtype:
         with device.activate():
-            b.memcpy_dtoh_async(out.ctypes.data, tmp.device_pointer, n, s.handle)
+            b.memcpy_dtoh_async(_cap.host_address(out), tmp.device_pointer, n, s.handle)
             b.stream_synchronize(s.handle)  # tmp must outlive the copy; out must be complete
         return
     host = np.empty(shape, dtype=tmp_dtype)
     with device.activate():
-        b.memcpy_dtoh_async(host.ctypes.data, tmp.device_pointer, n, s.handle)
+        b.memcpy_dtoh_async(_cap.host_address(host), tmp.device_pointer, n, s.handle)
         b.stream_synchronize(s.handle)
     out[...] = host

@@ -682,3 +682,51 @@ def test_torch_roundtrip():
         assert imp.shape == (4, 3) and imp.byte_strides == (4, 16)
         assert imp.data_ptr == t.data_ptr() and imp.dtype == np.float32
         imp.release()
+
+
+# --- host_address: a host array's address through its NumPy array interface ---
+
+_BASE = np.arange(24.0).reshape(4, 6)
+_READONLY = _BASE.copy()
+_READONLY.flags.writeable = False
+
+
+@pytest.mark.parametrize("arr", [
+    _BASE, _READONLY, _BASE[1:], _BASE[:, 2], _BASE[::-1], _BASE[::-1, ::-1], _BASE.T,
+    np.array(3.0), np.empty(0), np.zeros((0, 3))[:, 1:], np.arange(5, dtype=np.uint8)[2:],
+], ids=["c", "readonly", "offset", "column", "reversed", "reversed2d", "fortran", "0d",
+        "empty", "empty-view", "bytes-offset"])
+def test_host_address_is_the_first_elements_address(core, arr):
+    assert dl.host_address(arr) == arr.__array_interface__["data"][0]
+
+
+class _Struct(ctypes.Structure):  # NumPy's PyArrayInterface
+    _fields_ = [("two", ctypes.c_int), ("nd", ctypes.c_int), ("typekind", ctypes.c_char),
+                ("itemsize", ctypes.c_int), ("flags", ctypes.c_int), ("shape", ctypes.c_void_p),
+                ("strides", ctypes.c_void_p), ("data", ctypes.c_void_p), ("descr", ctypes.c_void_p)]
+
+
+class _StructOnly:
+    """Exposes only ``__array_struct__`` (a named capsule), as a non-NumPy producer may."""
+
+    def __init__(self, two, data):
+        self.struct = _Struct(two=two, nd=0, typekind=b"u", itemsize=1, data=data)
+
+    @property
+    def __array_struct__(self):
+        return _New(ctypes.addressof(self.struct), ctypes.addressof(_NAMES[b"not_a_dltensor"]), None)
+
+
+def test_host_address_reads_any_array_struct(core):
+    assert dl.host_address(_StructOnly(2, 0x1234_5600)) == 0x1234_5600
+
+
+@pytest.mark.parametrize("obj, error, match", [
+    ([1.0, 2.0], TypeError, r"NumPy array interface \(__array_struct__\), got <class 'list'>"),
+    (bytearray(8), TypeError, "got <class 'bytearray'>"),  # a buffer, but no array interface
+    (type("Bad", (), {"__array_struct__": 5})(), TypeError, "is <class 'int'>, not a capsule"),
+    (_StructOnly(3, 0x1000), ValueError, "first field is 3, not 2"),
+])
+def test_host_address_rejects_what_has_no_array_interface(core, obj, error, match):
+    with pytest.raises(error, match=match):
+        dl.host_address(obj)

@@ -8,7 +8,8 @@ The Python-level half -- ``__dlpack__`` keywords, version negotiation and
 the dtype mapping -- is ``_dlpack_protocol``; its names are re-exported here.
 
 The core: ``_dlpack_core``, a C extension (Limited API, built by the
-package's own build), makes and consumes the capsules; its deleter and
+package's own build), makes and consumes the capsules, and reads host
+arrays' addresses (:func:`host_address`); its deleter and
 capsule destructor save and restore the error indicator, so a consumer's
 pending exception survives them. Where it was not built, or with
 ``GPUARRAY_DLPACK_CORE=python``, ``_dlpack_ctypes`` does the same over ctypes
@@ -56,7 +57,7 @@ __all__ = [
     "kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLCUDAManaged",
     "DLPACK_FLAG_BITMASK_READ_ONLY", "DLPACK_FLAG_BITMASK_IS_COPIED",
     "DLPACK_MAX_VERSION", "CORE", "DLPackRequest", "ImportedTensor", "consume_capsule", "deleter_calls", "dlpack_to_dtype",
-    "dtype_to_dlpack", "export_version", "live_exports", "make_capsule",
+    "dtype_to_dlpack", "export_version", "host_address", "live_exports", "make_capsule",
     "parse_dlpack_request", "parse_dlpack_stream", "sweep_capsules",
     "wants_versioned",
 ]
@@ -98,6 +99,12 @@ def _select_core() -> tuple[Any, str, str]:
 
 _core, CORE, CORE_DESCRIPTION = _select_core()
 _make, _consume = _core.make, _core.consume
+#: ``host_address(obj) -> int``: the address of element ``[0, ..., 0]`` of a
+#: host array, read from its NumPy array interface (``obj.__array_struct__``;
+#: every ndarray has it).  ``TypeError`` for an object without one.  The
+#: core's function itself (no wrapper: every small host copy calls it); look
+#: it up on this module at each use, as tests switch cores.
+host_address: Any = _core.host_address
 _C = CORE == "c"
 
 
@@ -429,7 +436,7 @@ def _set_core(name: str) -> str:
     Capsules carry their own deleter, so exports made under one core stay
     valid under the other.
     """
-    global _core, _make, _consume, _C, CORE, CORE_DESCRIPTION
+    global _core, _make, _consume, _C, CORE, CORE_DESCRIPTION, host_address
     previous = CORE
     core: Any
     if name == "c":
@@ -443,6 +450,6 @@ def _set_core(name: str) -> str:
         core, desc = _dlpack_ctypes, "ctypes fallback (selected by a test)"
     else:
         raise ValueError(f"DLPack core must be 'c' or 'python', not {name!r}")
-    _core, _make, _consume, _C, CORE, CORE_DESCRIPTION = (
-        core, core.make, core.consume, name == "c", name, desc)
+    _core, _make, _consume, _C, CORE, CORE_DESCRIPTION, host_address = (
+        core, core.make, core.consume, name == "c", name, desc, core.host_address)
     return previous

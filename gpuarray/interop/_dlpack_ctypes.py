@@ -1,7 +1,7 @@
 """The ctypes core of DLPack: the fallback for ``_dlpack_core`` (C).
 
-Same functions as the C extension (``make``, ``consume``, ``live_exports``,
-``deleter_calls``), for machines where it was not built, or when
+Same functions as the C extension (``make``, ``consume``, ``host_address``,
+``live_exports``, ``deleter_calls``), for machines where it was not built, or when
 ``GPUARRAY_DLPACK_CORE=python`` forces this one. ``_dlpack_capsule`` selects
 the core at import and holds everything else (validation, dtypes,
 ``ImportedTensor``).
@@ -40,9 +40,11 @@ import threading
 import weakref
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLPackVersion",
-    "DLManagedTensorVersioned", "Releaser", "consume", "deleter_calls", "install_sweeps",
+    "DLManagedTensorVersioned", "Releaser", "consume", "deleter_calls", "host_address", "install_sweeps",
     "live_exports", "make", "sweep_capsules",
 ]
 
@@ -303,6 +305,41 @@ def deleter_calls() -> int:
     return _COUNTS["deleter_calls"]
 
 
+
+
+class _ArrayInterface(ctypes.Structure):
+    """NumPy's ``PyArrayInterface``: what ``__array_struct__``'s capsule points to."""
+
+    _fields_ = [("two", ctypes.c_int), ("nd", ctypes.c_int), ("typekind", ctypes.c_char),
+                ("itemsize", ctypes.c_int), ("flags", ctypes.c_int), ("shape", _vp),
+                ("strides", _vp), ("data", _vp), ("descr", _vp)]
+
+
+def host_address(obj: Any, _addressof: Any = ctypes.addressof,
+                 _char: Any = ctypes.c_char) -> int:
+    """Address of element ``[0, ..., 0]`` of an object with the NumPy array interface.
+
+    As the C core's: reads ``obj.__array_struct__``.  A writable contiguous
+    ndarray takes ctypes' ``from_buffer`` first, the same address at a third
+    of the cost.
+    """
+    if type(obj) is np.ndarray:
+        try:
+            return _addressof(_char.from_buffer(obj))
+        except (TypeError, ValueError, BufferError):  # read-only, not contiguous, or empty
+            pass
+    try:
+        cap = obj.__array_struct__
+    except AttributeError:
+        raise TypeError("host_address needs an object with the NumPy array interface "
+                        f"(__array_struct__), got {type(obj)!r}") from None
+    if type(cap).__name__ != "PyCapsule":
+        raise TypeError(f"__array_struct__ of {type(obj)!r} is {type(cap)!r}, not a capsule")
+    iface = _ArrayInterface.from_address(_PyCapsule_GetPointer(cap, _PyCapsule_GetName(cap)))
+    if iface.two != 2:
+        raise ValueError(f"__array_struct__ of {type(obj)!r} is not a NumPy array interface "
+                         f"(its first field is {iface.two}, not 2)")
+    return iface.data or 0
 
 
 def make(owner: object, data: int, shape: tuple[int, ...], byte_strides: tuple[int, ...],

@@ -61,7 +61,7 @@ def export_capsule(arr: Any, stream: Any, max_version: Any, dl_device: Any, copy
         if req.copy is False:
             raise BufferError("exporting device memory to the CPU needs a copy, and copy=False")
         host = arr.copy_to_host()  # complete when it returns
-        return make_capsule(data_ptr=host.ctypes.data, shape=host.shape, byte_strides=host.strides,
+        return make_capsule(data_ptr=_cap.host_address(host), shape=host.shape, byte_strides=host.strides,
                             dtype=host.dtype, device_type=kDLCPU, device_id=0, owner=host,
                             readonly=False, is_copied=True, versioned=req.versioned, version=version)
     owner = arr
