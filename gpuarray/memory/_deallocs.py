@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 
 from .. import _config
 from .._device import Device
-from .._driver._finalize import cleanup, hand_to_reaper, in_host_callback
+from .._driver import get_backend
+from .._driver._finalize import _tls, hand_to_reaper
 
 _size_of = operator.itemgetter(2)
 
@@ -39,6 +40,9 @@ class _PendingDeallocs:
     builds concurrent releases may make it approximate, which only moves the
     moment of a size-triggered flush.
     """
+
+    __slots__ = ("_device", "_lock", "_items", "_size", "_disabled", "_limits_of", "_count_max",
+                 "_size_max", "__weakref__")
 
     def __init__(self, device: Device | None) -> None:
         self._device = device
@@ -101,7 +105,7 @@ class _PendingDeallocs:
         rest of the batch); then the first error is raised, with the others
         added to it as notes.
         """
-        if in_host_callback():  # CUDA refuses every call there: the reaper flushes
+        if _tls.callback:  # CUDA refuses every call there: the reaper flushes
             hand_to_reaper(self.clear)
             return
         with self._lock:
@@ -114,13 +118,24 @@ class _PendingDeallocs:
             freed = sum(map(_size_of, items))
             self._size -= freed  # no call between its load and store (see the class docstring)
         errors: list[Exception] = []
-        ctx = self._device.activate() if self._device is not None else contextlib.nullcontext()
-        with cleanup(), ctx:
-            for free, handle, _ in items:
-                try:
-                    free(handle)
-                except Exception as e:  # each item must be tried
-                    errors.append(e)
+        # ``with cleanup(), self._device.activate():`` inlined (a flush runs
+        # every ten releases): the frees run as releases, with the queue's
+        # device current.
+        depth = _tls.depth
+        _tls.depth = depth + 1
+        try:
+            prev = self._device._make_current() if self._device is not None else None
+            try:
+                for free, handle, _ in items:
+                    try:
+                        free(handle)
+                    except Exception as e:  # each item must be tried
+                        errors.append(e)
+            finally:
+                if prev is not None:
+                    get_backend().ctx_set_current(prev)
+        finally:
+            _tls.depth = depth
         if errors:
             first = errors[0]
             add_note = getattr(first, "add_note", None)  # Python 3.11+

@@ -314,7 +314,7 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         CudaOutOfMemoryError
             Stating the size asked for and the device.
         """
-        b = get_backend()
+        b = _driver._backend or get_backend()  # get_backend(), less a call
         try:
             ptr = b.mem_alloc(size)
         except CudaOutOfMemoryError:

@@ -83,7 +83,14 @@ _INVALID_HANDLE = 400  # CUDA_ERROR_INVALID_HANDLE: a destroyed stream
 
 
 # ------------------------------------------------------- allocation stream
-_tls = threading.local()
+class _AllocationState(threading.local):
+    """The thread's allocation stream; ``None`` until a block sets one (a class
+    default: ``getattr(local, name, None)`` of a missing one costs ~0.4 us)."""
+
+    stream: Stream | None = None
+
+
+_tls = _AllocationState()
 
 
 @contextlib.contextmanager
@@ -112,7 +119,7 @@ def allocation_stream(stream: Any) -> Iterator[Stream | None]:
     ...     tmp = gpuarray.memory.allocate(1024)            # allocated and freed on s
     """
     s = None if stream is None else as_stream(stream)
-    prev = getattr(_tls, "stream", None)
+    prev = _tls.stream
     _tls.stream = s
     try:
         yield s
@@ -132,7 +139,7 @@ def current_allocation_stream(device: Device | None = None) -> Stream | None:
     -------
     Stream or None
     """
-    s = getattr(_tls, "stream", None)
+    s = _tls.stream
     if s is None or (device is not None and s.device != device):
         return None
     return s
