@@ -293,30 +293,7 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
 # allocation and one driver copy, none of the planner or staging machinery
 # (far below the staging threshold, which is for large pageable copies).
 _SMALL = 64 * 1024
-
-
-def _small_to_device(host: np.ndarray, nbytes: int, stream: Any) -> DeviceNDArray | None:
-    """``to_device`` of a small C-contiguous native ndarray; None: take the general path.
-
-    Every small upload pays for this path's Python (issue 13: at most 3 us
-    over the raw allocation and copy), so it makes no call it can avoid.
-    (Inlining ``_current_primary`` and ``_allocate_current`` here was
-    measured: no difference within the noise, so they stay functions.)
-    """
-    dev = _current_primary()
-    if dev is None:  # no context, or not a primary one: the general path activates
-        return None
-    # dev's primary context is current: allocate and copy without activations
-    s = stream if type(stream) is Stream else as_stream(stream, dev)
-    if s.device is not dev:  # a stream of another device: the general path allocates there
-        return None
-    shape = host.shape
-    mem = _allocate_current(nbytes, dev)
-    itemsize = host.itemsize
-    out = DeviceNDArray._make(shape, (itemsize,) if len(shape) == 1 else _layout.c_strides(shape, itemsize),
-                              host.dtype, mem.device_pointer, mem, s, False, dev)
-    get_backend().memcpy_htod_async(out._ptr, _cap.host_address(host), nbytes, s.handle)
-    return out
+_make_array = DeviceNDArray._make  # bound once: a classmethod makes a bound method at each lookup
 
 
 def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray | None = None) -> DeviceNDArray:
@@ -354,10 +331,22 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
         return to
     if type(obj) is np.ndarray and (dt := obj.dtype).isnative and not dt.hasobject:
         host = obj  # the common case: skip the coercion probes
-        if copy and 0 < (nbytes := host.nbytes) <= _SMALL and host.flags.c_contiguous:
-            small = _small_to_device(host, nbytes, stream)
-            if small is not None:
-                return small
+        if copy and 0 < (nbytes := host.nbytes) <= _SMALL and host.flags.c_contiguous and (
+                dev := _current_primary()) is not None:
+            # A small upload with a primary context current (else the general
+            # path activates one): one allocation and one driver copy, with
+            # no activation and no call this path can avoid; every small
+            # upload pays for this Python (issue 13: at most 3 us over the
+            # raw allocation and copy).
+            s = stream if type(stream) is Stream else as_stream(stream, dev)
+            if s.device is dev:  # else the general path allocates on the stream's device
+                shape = host.shape
+                mem = _allocate_current(nbytes, dev)
+                itemsize = host.itemsize
+                out = _make_array(shape, (itemsize,) if len(shape) == 1 else _layout.c_strides(shape, itemsize),
+                                  dt, mem.device_pointer, mem, s, False, dev)
+                get_backend().memcpy_htod_async(out._ptr, _cap.host_address(host), nbytes, s.handle)
+                return out
     else:
         src = as_device_source(obj)
         if isinstance(src, DeviceNDArray):
