@@ -85,6 +85,21 @@ def test_deferred_frees_flush_past_the_size_threshold(make_sim, monkeypatch):
     assert mgr.deallocations.pending_count == 0
 
 
+def test_a_size_ratio_of_zero_holds_frees_by_count_only(make_sim, monkeypatch):
+    make_sim(memory=1 << 20)
+    monkeypatch.setenv("GPUARRAY_MAX_PENDING_DEALLOCS_RATIO", "0")
+    monkeypatch.setenv("GPUARRAY_MAX_PENDING_DEALLOCS_COUNT", "2")
+    gpuarray._config.reload()
+    q = memory.get_memory_manager().deallocations
+    arrays = [gpuarray.empty(300 << 10, np.uint8) for _ in range(3)]
+    del arrays[:2]
+    gc.collect()
+    assert q.pending_count == 2 and q.pending_size == 600 << 10  # 60% of the memory: held
+    arrays.clear()
+    gc.collect()
+    assert q.pending_count == 0 and q.pending_size == 0
+
+
 def test_out_of_memory_flushes_pending_frees_then_retries(make_sim, monkeypatch):
     make_sim(memory=1 << 20)
     monkeypatch.setenv("GPUARRAY_MAX_PENDING_DEALLOCS_RATIO", "1")

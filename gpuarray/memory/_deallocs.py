@@ -17,6 +17,7 @@ import collections
 import contextlib
 import itertools
 import operator
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -71,16 +72,24 @@ class _PendingDeallocs:
         cfg = _config.get()
         total = self._device.total_memory if self._device is not None else 0
         self._count_max = cfg.max_pending_deallocs_count
-        self._size_max = int(cfg.max_pending_deallocs_ratio * total)
+        self._size_max = int(cfg.max_pending_deallocs_ratio * total) or sys.maxsize  # 0: none
         self._limits_of = cfg
 
     def add_item(self, free: Callable[[int], None], handle: int, size: int) -> None:
+        # MemoryPointer.__del__ repeats these four lines for the default
+        # manager's releases (one call less each): keep them in step.
         items = self._items
         items.append((free, handle, size))
         self._size += size
-        if _config._config is not self._limits_of:  # computed once per configuration
+        if len(items) > self._count_max or self._size > self._size_max or _config._config is not self._limits_of:
+            self._past_limits()
+
+    def _past_limits(self) -> None:
+        """After an add that may have passed a limit: refresh the limits (once per
+        configuration), then flush if the queue is past one."""
+        if _config._config is not self._limits_of:
             self._refresh_limits()
-        if len(items) > self._count_max or (self._size_max and self._size > self._size_max):
+        if len(self._items) > self._count_max or self._size > self._size_max:
             self.clear()
 
     def take(self, handle: int, free: Callable[..., None]) -> bool:

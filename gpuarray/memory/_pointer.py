@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
+from .. import _config
 from .._driver._finalize import cleanup, remember, run_finalizer
 
 __all__ = ["MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo"]
@@ -65,15 +66,17 @@ class _QueuedRelease:
 
     Held as a pointer's ``_finalizer`` in place of a callable made for every
     allocation: the release queues ``free`` with the pointer's own address
-    and size (``queue.add_item(free, device_pointer, size)``), which is what
-    the callable would have done, for one object per manager instead of one
-    per allocation.  ``free`` is what :meth:`_PendingDeallocs.take` matches.
+    and size (``queue.add_item(free, device_pointer, size)``, inlined in
+    ``MemoryPointer.__del__``), which is what the callable would have done,
+    for one object per manager instead of one per allocation.  ``free`` is
+    what :meth:`_PendingDeallocs.take` matches.
     """
 
-    __slots__ = ("add", "free", "backend")
+    __slots__ = ("queue", "items", "free", "backend")
 
     def __init__(self, queue: Any, free: Callable[[int], None], backend: Any = None) -> None:
-        self.add = queue.add_item  # the queue's, bound once
+        self.queue = queue
+        self.items = queue._items
         self.free = free
         self.backend = backend  # whose allocations these are (the manager's check)
 
@@ -155,11 +158,19 @@ class MemoryPointer:
         # An error of the release (often the first sync point after a device
         # fault) is raised by the next call: see _driver/_finalize.py.
         if type(fn) is _QueuedRelease:
-            # the queue's flush runs its frees inside cleanup() itself
-            try:
-                fn.add(fn.free, self.device_pointer, self.size)
-            except Exception as e:
-                remember(e)
+            # fn.queue.add_item(fn.free, self.device_pointer, self.size),
+            # inlined: every release of the default manager runs this (issue
+            # 13).  The queue's flush runs its frees inside cleanup() itself.
+            q = fn.queue
+            items = fn.items
+            size = self.size
+            items.append((fn.free, self.device_pointer, size))
+            q._size += size
+            if len(items) > q._count_max or q._size > q._size_max or _config._config is not q._limits_of:
+                try:
+                    q._past_limits()
+                except Exception as e:
+                    remember(e)
         else:
             run_finalizer(cast(Callable[[], None], fn))
 
@@ -251,7 +262,7 @@ class MemoryPointer:
             self._finalizer = _FREED
         with cleanup():  # the caller is there to see an error: it propagates
             if type(fn) is _QueuedRelease:
-                fn.add(fn.free, self.device_pointer, self.size)
+                fn.queue.add_item(fn.free, self.device_pointer, self.size)
             else:
                 cast(Callable[[], None], fn)()
 
