@@ -47,7 +47,7 @@ def _deleter_calls():
 
 def _c_core_available():
     try:
-        from gpuarray.interop import _dlpack_core  # noqa: F401
+        dl._import_c_core()
     except ImportError as exc:
         return str(exc)
     return ""
@@ -730,3 +730,22 @@ def test_host_address_reads_any_array_struct(core):
 def test_host_address_rejects_what_has_no_array_interface(core, obj, error, match):
     with pytest.raises(error, match=match):
         dl.host_address(obj)
+
+
+def test_a_c_core_built_from_older_sources_is_not_used(core, monkeypatch):
+    import types
+
+    import gpuarray.interop as interop
+
+    stale = types.ModuleType("gpuarray.interop._dlpack_core")
+    stale.__file__ = "/site/gpuarray/interop/_dlpack_core.abi3.so"
+    for name in ("make", "consume", "live_exports", "deleter_calls"):  # no host_address
+        setattr(stale, name, lambda *args: None)
+    monkeypatch.setitem(sys.modules, "gpuarray.interop._dlpack_core", stale)
+    monkeypatch.setattr(interop, "_dlpack_core", stale, raising=False)
+    with pytest.raises(ImportError, match=r"_dlpack_core.abi3.so is out of date \(no host_address\): "
+                                          r"rebuild it with `pip install .`"):
+        dl._import_c_core()
+    with pytest.raises(ImportError, match="out of date"):
+        dl._set_core("c")
+    assert dl.CORE == core  # unchanged

@@ -76,6 +76,21 @@ _STRUCTS = ("DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLPackVers
 # loaded from _dlpack_ctypes on first use (see __getattr__).
 
 
+#: What the C core must export; a build from older sources lacks some (an
+#: editable install whose extension was not rebuilt) and is not used.
+_CORE_FUNCTIONS = ("make", "consume", "host_address", "live_exports", "deleter_calls")
+
+
+def _import_c_core() -> Any:
+    from . import _dlpack_core
+
+    missing = [name for name in _CORE_FUNCTIONS if not hasattr(_dlpack_core, name)]
+    if missing:
+        raise ImportError(f"{_dlpack_core.__file__} is out of date (no {', '.join(missing)}): "
+                          "rebuild it with `pip install .`")
+    return _dlpack_core
+
+
 def _select_core() -> tuple[Any, str, str]:
     want = os.environ.get("GPUARRAY_DLPACK_CORE", "").strip().lower()
     if want not in ("", "c", "python"):
@@ -83,12 +98,12 @@ def _select_core() -> tuple[Any, str, str]:
     why = "GPUARRAY_DLPACK_CORE=python"
     if want != "python":
         try:
-            from . import _dlpack_core
+            _dlpack_core = _import_c_core()
         except ImportError as exc:
             if want == "c":
                 raise ImportError("GPUARRAY_DLPACK_CORE=c, but the C extension "
                                   f"gpuarray.interop._dlpack_core is not available: {exc}") from exc
-            why = f"the C extension is not built: {exc}"
+            why = f"the C extension is not usable: {exc}"
         else:
             return _dlpack_core, "c", "C extension (gpuarray.interop._dlpack_core)"
     from . import _dlpack_ctypes
@@ -440,9 +455,7 @@ def _set_core(name: str) -> str:
     previous = CORE
     core: Any
     if name == "c":
-        from . import _dlpack_core
-
-        core, desc = _dlpack_core, "C extension (gpuarray.interop._dlpack_core)"
+        core, desc = _import_c_core(), "C extension (gpuarray.interop._dlpack_core)"
     elif name == "python":
         from . import _dlpack_ctypes
 
