@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -33,6 +32,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def _bindings_major() -> int | None:
     """Major version of the installed cuda-bindings (package metadata; nothing is imported)."""
+    import importlib.metadata  # here: importing it costs ~20 ms, and `import gpuarray` must not
+
     try:
         return int(importlib.metadata.version("cuda-bindings").split(".")[0])
     except (importlib.metadata.PackageNotFoundError, ValueError):

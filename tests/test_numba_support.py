@@ -264,3 +264,24 @@ def test_require_context_forbids_switching_devices_inside(make_sim):
     with pytest.raises(RuntimeError, match="Cannot switch CUDA-context"):
         outer()
     assert gpuarray.select_device(0).id == 0
+
+
+def test_import_gpuarray_leaves_package_metadata_unloaded():
+    # importlib.metadata costs ~20 ms of `import gpuarray` (issue 13: at most
+    # numpy's import + 30 ms); is_supported_version() loads it when asked.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, gpuarray\n"
+            "print('importlib.metadata' in sys.modules)\n"
+            "gpuarray._support._bindings_major()\n"
+            "print('importlib.metadata' in sys.modules)\n")
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, GPUARRAY_BACKEND="sim",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
