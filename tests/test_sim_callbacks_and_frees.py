@@ -5,7 +5,7 @@
    documents.  The callback runs on a driver thread, never on the thread of
    a synchronising call and never holding the simulator's lock (other
    threads' calls proceed while it runs), and work queued after it still
-   waits for it to return.
+   waits for it to return; a query of that work answers NOT_READY at once.
 2. A sticky fault belongs to its context: ``cuMemFree`` / ``cuMemFreeHost``
    in a healthy context neither report another context's fault nor skip the
    free because of it; the fault stays for that context's next call.
@@ -225,6 +225,34 @@ def test_a_sync_waits_for_a_callback_already_running(call):
     release.set()
     t.join(TIMEOUT)
     assert log == ["callback", "synced"]
+
+
+@pytest.mark.parametrize("query", ["stream_query", "event_query"])
+def test_a_query_is_not_ready_while_a_callback_runs_and_never_waits_for_it(query):
+    # CUDA answers CUDA_ERROR_NOT_READY at once; waiting for the callback
+    # would deadlock a thread that polls while the callback waits for it.
+    b = _backend()
+    ev = b.event_create()
+    started, release = threading.Event(), threading.Event()
+    answers: list = []
+
+    def cb(status):
+        started.set()
+        release.wait(TIMEOUT)
+
+    b.stream_add_callback(LEGACY, cb)
+    b.event_record(ev, LEGACY)
+    ask = {"stream_query": lambda: b.stream_query(LEGACY), "event_query": lambda: b.event_query(ev)}[query]
+    for wait_started in (False, True):  # queued, then running
+        if wait_started:
+            assert started.wait(TIMEOUT)
+        t = _on_thread(b, lambda: answers.append(ask()))
+        t.join(TIMEOUT / 3)
+        assert not t.is_alive(), f"{query} waited for a host callback"
+    assert answers == [False, False]
+    release.set()
+    b.stream_synchronize(LEGACY)
+    assert ask() is True
 
 
 def _callback_threads() -> list[threading.Thread]:

@@ -261,3 +261,18 @@ class SimCore(Backend):
     def _complete(self, op: Op, call: str) -> None:
         self._sync(call, lambda: self.sched.complete(op))
         self.sched.host_observes(op.vc)
+
+    def _query(self, op: Op, call: str) -> bool:
+        """``cuStreamQuery``/``cuEventQuery`` of work ending with ``op``: whether it is done.
+
+        Runs the device work ``op`` needs, as the GPU may have by now; a host
+        function on the way that has not returned makes it NOT_READY (False),
+        as on CUDA: a query never waits, so polling while a callback waits
+        for the polling thread cannot deadlock.
+        """
+        try:
+            self._sync(call, lambda: self.sched.complete(op, wait=False))
+        except _Blocked:
+            return False
+        self.sched.host_observes(op.vc)
+        return True

@@ -51,9 +51,7 @@ class SimStreamCalls(SimCore):
     @_locked
     def stream_query(self, stream: int) -> bool:
         s = self._stream(stream, "cuStreamQuery")
-        if s.tail is not None:
-            self._complete(s.tail, "cuStreamQuery")
-        return True
+        return s.tail is None or self._query(s.tail, "cuStreamQuery")
 
     @_locked
     def stream_synchronize(self, stream: int) -> None:
@@ -105,9 +103,7 @@ class SimStreamCalls(SimCore):
     @_locked
     def event_query(self, event: int) -> bool:
         ev = self._event(event, "cuEventQuery")
-        if ev.op is not None:
-            self._complete(ev.op, "cuEventQuery")
-        return True
+        return ev.op is None or self._query(ev.op, "cuEventQuery")
 
     @_locked
     def event_synchronize(self, event: int) -> None:
