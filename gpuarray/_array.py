@@ -464,8 +464,9 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         process returns a :class:`DeviceNDArray` over the same memory, whose
         default stream is that process's default stream.  IPC carries no
         stream ordering: synchronise ``self.stream`` before handing the
-        handle over, and keep this array alive while the memory is mapped
-        elsewhere.
+        handle over.  The handle keeps the memory allocated here while it
+        lives (``handle.base``); keep it, or this array, while the memory is
+        mapped elsewhere.
 
         Returns
         -------

@@ -73,6 +73,24 @@ def test_handle_pickles_and_carries_the_layout():
     assert d.get_ipc_handle().handle == h.handle  # IPC handles name whole allocations
 
 
+def test_the_handle_keeps_the_exported_memory_allocated_here():
+    # Numba's IpcHandle.base: the memory must not be freed (and its address
+    # reused) while a handle to it may still be opened elsewhere.
+    mgr = memory.get_memory_manager()
+    d = gpuarray.to_device(np.arange(8.0))
+    ptr = d.gpu_data.device_pointer
+    h = d[2:].get_ipc_handle()
+    assert h.base.device_pointer == ptr + 16 and h.base.size == 48  # the view's memory
+    del d
+    _flush()
+    assert ptr in mgr.allocations  # still allocated: the handle holds it
+    back = pickle.loads(pickle.dumps(h))
+    assert back.base is None and back == h and "base" not in repr(h)
+    del h
+    _flush()
+    assert ptr not in mgr.allocations
+
+
 def test_negative_strides_put_the_origin_inside_the_shared_range():
     d = gpuarray.to_device(np.arange(10.0))
     h = d[::-2].get_ipc_handle()
@@ -101,6 +119,9 @@ def test_exported_memory_moves_to_shared_memory_and_keeps_working(sim):
     assert d.get_ipc_handle().handle == h.handle  # the same handle again, no new segment
     assert _segments() - before == created
     del d
+    _flush()
+    assert _segments() - before == created  # the handle keeps the allocation
+    del h
     _flush()  # the allocation is freed: its segment is unlinked
     assert _segments() - before == set()
 
@@ -193,7 +214,9 @@ def test_a_spawned_process_reads_and_writes_the_array(monkeypatch):
         "view": d[1:3, 2:4].get_ipc_handle(),   # offset inside the allocation
         "rev": d[::-1, ::-2].get_ipc_handle(),  # negative strides
         "raw": memory.get_memory_manager().get_ipc_handle(d.gpu_data),
-        "freed": gone.get_ipc_handle(),
+        # what the child gets of memory freed here since: a copy of the
+        # handle (as pickled), the handle itself dropped
+        "freed": pickle.loads(pickle.dumps(gone.get_ipc_handle())),
     }
     del gone
     _flush()  # its segment is unlinked before the child tries it

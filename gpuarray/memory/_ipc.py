@@ -69,6 +69,12 @@ class IpcHandle:
         Byte offset, inside the shared range, of the pointer given to
         ``factory`` (an array's element [0, ..., 0]: non-zero for negative
         strides).
+    base : MemoryPointer or None
+        In the process that made the handle, the shared memory: the handle
+        keeps it allocated while it lives, so the memory cannot be freed
+        (and its address reused) under another process that opens the
+        handle (Numba's ``IpcHandle.base``).  Not pickled: None in a copy
+        unpickled elsewhere.
 
     Examples
     --------
@@ -84,13 +90,14 @@ class IpcHandle:
     factory: Any = None
     factory_args: tuple = ()
     origin: int = 0
+    base: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._mapping: MemoryPointer | None = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "base"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -122,7 +129,7 @@ class IpcHandle:
             info = b.pointer_info(memory.device_pointer)
             base = info.base or memory.device_pointer
             raw = b.ipc_get_mem_handle(base)
-        return cls(raw, memory.size, dev.uuid, memory.device_pointer - base)
+        return cls(raw, memory.size, dev.uuid, memory.device_pointer - base, base=memory)
 
     @property
     def is_open(self) -> bool:
