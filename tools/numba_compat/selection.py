@@ -138,7 +138,7 @@ DIFFERENCES: dict[str, str] = {
     "than two dimensions, copies between non-contiguous arrays)",
     "messages": "Error messages are gpuarray's (the same exception types)",
     "numba_type": "No Numba typing attributes (_numba_type_)",
-    "ipc_handle": "IpcHandle is gpuarray's: .handle is the 64 bytes (no .reserved), no .base",
+    "ipc_handle": "IpcHandle is gpuarray's: .handle is the 64 bytes (no .reserved)",
     "ipc_order": "IPC carries no stream ordering (synchronise before handing a handle over)",
     "context_state": "The Context facade holds no state: ctx.memory_manager is read-only "
     "(set_memory_manager chooses the plugin)",
