@@ -116,6 +116,21 @@ def test_out_of_memory_flushes_pending_frees_then_retries(make_sim, monkeypatch)
     assert isinstance(e.value, MemoryError)
 
 
+def test_managed_memory_flushes_pending_frees_then_retries(make_sim, monkeypatch):
+    make_sim(memory=1 << 20)
+    monkeypatch.setenv("GPUARRAY_MAX_PENDING_DEALLOCS_RATIO", "1")
+    gpuarray._config.reload()
+    a = gpuarray.empty(600 << 10, np.uint8)
+    del a
+    gc.collect()
+    assert memory.get_memory_manager().deallocations.pending_count == 1
+    m = memory.managed_alloc(600 << 10)  # succeeds only because the pending free ran
+    assert m.size == 600 << 10
+    with pytest.raises(CudaOutOfMemoryError, match=r"while allocating 1.0 MiB \(1048576 bytes\) "
+                                                   r"of managed memory on device 0"):
+        memory.managed_alloc(1 << 20)
+
+
 def test_defer_cleanup_nests_and_survives_exceptions(make_sim):
     make_sim(memory=1 << 20)
     mgr = memory.get_memory_manager()

@@ -40,6 +40,21 @@ def _fmt_size(n: int) -> str:
     return f"{n} bytes"
 
 
+def _retry_after_flush(alloc: Callable[[], int], queue: Any, what: str) -> int:
+    """``alloc()`` again after an out-of-memory: flush ``queue`` (deferred frees) first.
+
+    A second out-of-memory is raised with ``what`` ("2.0 MiB (2097152
+    bytes) on device 0") in its message.  The first attempt stays inline at
+    the caller (every allocation makes it; only a failed one gets here).
+    """
+    if queue is not None:
+        queue.clear()
+    try:
+        return alloc()
+    except CudaOutOfMemoryError as e:
+        raise CudaOutOfMemoryError(e.code, e.call, f"while allocating {what}", e.name) from e
+
+
 class BaseCUDAMemoryManager(abc.ABC):
     """Abstract base of memory managers (NBEP 7).
 
@@ -318,14 +333,9 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         try:
             ptr = b.mem_alloc(size)
         except CudaOutOfMemoryError:
-            self.deallocations.clear()
-            try:
-                ptr = b.mem_alloc(size)
-            except CudaOutOfMemoryError as e:
-                dev = self.context.id if self.context is not None else b.ctx_get_device()
-                raise CudaOutOfMemoryError(
-                    e.code, e.call, f"while allocating {_fmt_size(size)} ({size} bytes) on device {dev}",
-                    e.name) from e
+            dev = self.context.id if self.context is not None else b.ctx_get_device()
+            ptr = _retry_after_flush(functools.partial(b.mem_alloc, size), self.deallocations,
+                                     f"{_fmt_size(size)} ({size} bytes) on device {dev}")
         rel = self._release_of
         if rel is None or rel.backend is not b:
             rel = self._release_of = _QueuedRelease(self.deallocations, self._device_free(b), b)

@@ -15,7 +15,7 @@ import functools
 from .._device import Device, get_device
 from .._driver import get_backend
 from ..errors import CudaOutOfMemoryError
-from ._default import _fmt_size
+from ._default import _fmt_size, _retry_after_flush
 from ._manager import get_memory_manager
 from ._pointer import ManagedMemory
 
@@ -54,17 +54,12 @@ def managed_alloc(nbytes: int, attach_global: bool = True,
     mgr = get_memory_manager(dev)
     dealloc = getattr(mgr, "deallocations", None)
     with dev.activate():
+        alloc = functools.partial(b.mem_alloc_managed, n, attach_global=bool(attach_global))
         try:
-            ptr = b.mem_alloc_managed(n, attach_global=bool(attach_global))
+            ptr = alloc()
         except CudaOutOfMemoryError:
-            if dealloc is not None:
-                dealloc.clear()
-            try:
-                ptr = b.mem_alloc_managed(n, attach_global=bool(attach_global))
-            except CudaOutOfMemoryError as e:
-                raise CudaOutOfMemoryError(
-                    e.code, e.call, f"while allocating {_fmt_size(n)} ({n} bytes) of managed "
-                    f"memory on device {dev.id}", e.name) from e
+            ptr = _retry_after_flush(alloc, dealloc,
+                                     f"{_fmt_size(n)} ({n} bytes) of managed memory on device {dev.id}")
     free = functools.partial(_free, b, dev)
     if dealloc is not None and hasattr(dealloc, "add_item"):
         def finalizer(ptr: int = ptr, size: int = n) -> None:
