@@ -100,7 +100,8 @@ def test_a_size_ratio_of_zero_holds_frees_by_count_only(make_sim, monkeypatch):
     assert q.pending_count == 0 and q.pending_size == 0
 
 
-def test_out_of_memory_flushes_pending_frees_then_retries(make_sim, monkeypatch):
+@pytest.mark.parametrize("kind", ["device", "managed"])
+def test_out_of_memory_flushes_pending_frees_then_retries(make_sim, monkeypatch, kind):
     make_sim(memory=1 << 20)
     monkeypatch.setenv("GPUARRAY_MAX_PENDING_DEALLOCS_RATIO", "1")
     gpuarray._config.reload()
@@ -108,27 +109,15 @@ def test_out_of_memory_flushes_pending_frees_then_retries(make_sim, monkeypatch)
     del a
     gc.collect()
     assert memory.get_memory_manager().deallocations.pending_count == 1
-    b = gpuarray.empty(600 << 10, np.uint8)  # succeeds only because the pending free ran
+    alloc = {"device": lambda n: gpuarray.empty(n, np.uint8).gpu_data,
+             "managed": memory.managed_alloc}[kind]
+    b = alloc(600 << 10)  # succeeds only because the pending free ran
     assert b.size == 600 << 10
     with pytest.raises(CudaOutOfMemoryError) as e:
-        gpuarray.empty(1 << 20, np.uint8)
-    assert "1.0 MiB" in str(e.value) and "device 0" in str(e.value)
+        alloc(1 << 20)
+    what = "" if kind == "device" else " of managed memory"
+    assert f"while allocating 1.0 MiB (1048576 bytes){what} on device 0" in str(e.value)
     assert isinstance(e.value, MemoryError)
-
-
-def test_managed_memory_flushes_pending_frees_then_retries(make_sim, monkeypatch):
-    make_sim(memory=1 << 20)
-    monkeypatch.setenv("GPUARRAY_MAX_PENDING_DEALLOCS_RATIO", "1")
-    gpuarray._config.reload()
-    a = gpuarray.empty(600 << 10, np.uint8)
-    del a
-    gc.collect()
-    assert memory.get_memory_manager().deallocations.pending_count == 1
-    m = memory.managed_alloc(600 << 10)  # succeeds only because the pending free ran
-    assert m.size == 600 << 10
-    with pytest.raises(CudaOutOfMemoryError, match=r"while allocating 1.0 MiB \(1048576 bytes\) "
-                                                   r"of managed memory on device 0"):
-        memory.managed_alloc(1 << 20)
 
 
 def test_defer_cleanup_nests_and_survives_exceptions(make_sim):
