@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 
-from . import _driver
 from ._driver import get_backend
 from ._driver._finalize import _pending as _finalizer_errors
 from ._driver._finalize import raise_pending
@@ -126,19 +125,6 @@ class Device:
         """
         return _Activation(self._ctx)
 
-    def _make_current(self) -> int | None:
-        """Make this device's context current: the previous context, None if it was current.
-
-        ``activate()`` without the context manager or its check for a
-        remembered error, for releases (which must not raise it).
-        """
-        b = get_backend()
-        prev = b.ctx_get_current()
-        if prev == self._ctx:
-            return None
-        b.ctx_set_current(self._ctx)
-        return prev
-
     def __enter__(self) -> Device:
         _check_switch(self)  # ``with gpus[i]:`` inside a require_context call
         return self._push()
@@ -251,7 +237,7 @@ def _current_primary() -> Device | None:
         raise_pending()
     if not _by_context:  # no device made yet (the driver may not be initialised)
         return None
-    return _by_context.get((_driver._backend or get_backend()).ctx_get_current())
+    return _by_context.get(get_backend().ctx_get_current())
 
 
 def get_device(ordinal: int | None = None) -> Device:

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 
 from .. import _config
 from .._device import Device
-from .._driver import get_backend
 from .._driver._finalize import _tls, hand_to_reaper
 
 _size_of = operator.itemgetter(2)
@@ -127,22 +126,17 @@ class _PendingDeallocs:
             freed = sum(map(_size_of, items))
             self._size -= freed  # no call between its load and store (see the class docstring)
         errors: list[Exception] = []
-        # ``with cleanup(), self._device.activate():`` inlined (a flush runs
-        # every ten releases): the frees run as releases, with the queue's
-        # device current.
+        # The frees run as releases (cleanup(), inlined: a flush runs every
+        # ten releases), with the queue's device current.
         depth = _tls.depth
         _tls.depth = depth + 1
         try:
-            prev = self._device._make_current() if self._device is not None else None
-            try:
+            with self._device.activate() if self._device is not None else contextlib.nullcontext():
                 for free, handle, _ in items:
                     try:
                         free(handle)
                     except Exception as e:  # each item must be tried
                         errors.append(e)
-            finally:
-                if prev is not None:
-                    get_backend().ctx_set_current(prev)
         finally:
             _tls.depth = depth
         if errors:

@@ -329,7 +329,7 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         CudaOutOfMemoryError
             Stating the size asked for and the device.
         """
-        b = _driver._backend or get_backend()  # get_backend(), less a call
+        b = get_backend()
         try:
             ptr = b.mem_alloc(size)
         except CudaOutOfMemoryError:

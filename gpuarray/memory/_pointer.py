@@ -72,11 +72,10 @@ class _QueuedRelease:
     what :meth:`_PendingDeallocs.take` matches.
     """
 
-    __slots__ = ("queue", "items", "free", "backend")
+    __slots__ = ("queue", "free", "backend")
 
     def __init__(self, queue: Any, free: Callable[[int], None], backend: Any = None) -> None:
         self.queue = queue
-        self.items = queue._items
         self.free = free
         self.backend = backend  # whose allocations these are (the manager's check)
 
@@ -162,7 +161,7 @@ class MemoryPointer:
             # inlined: every release of the default manager runs this (issue
             # 13).  The queue's flush runs its frees inside cleanup() itself.
             q = fn.queue
-            items = fn.items
+            items = q._items
             size = self.size
             items.append((fn.free, self.device_pointer, size))
             q._size += size
