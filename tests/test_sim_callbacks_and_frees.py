@@ -176,29 +176,37 @@ def _on_thread(b, fn) -> threading.Thread:
     return t
 
 
+class _Gate:
+    """A host callback that says it started, then holds its stream until released."""
+
+    def __init__(self, log: list | None = None) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.log = log
+
+    def __call__(self, status: int) -> None:
+        self.started.set()
+        self.release.wait(TIMEOUT)
+        if self.log is not None:
+            self.log.append("callback")
+
+
 @pytest.mark.parametrize("started_first", [True, False])
 def test_work_queued_after_a_callback_waits_for_it_to_return(started_first):
     b = _backend(max_queue=4)  # the queue overflows: GPU progress must stop at the callback
     log: list = []
-    started, release = threading.Event(), threading.Event()
     f = _kernel(b, "cbfree_record", _Record(log))
-
-    def cb(status):
-        started.set()
-        release.wait(TIMEOUT)
-        log.append("callback")
-
+    gate = _Gate(log)
     _launch(b, f, 1, 0)
-    b.stream_add_callback(LEGACY, cb)
+    b.stream_add_callback(LEGACY, gate)
     if started_first:
-        assert started.wait(TIMEOUT)
+        assert gate.started.wait(TIMEOUT)
     for i in range(2, 12):
         _launch(b, f, i, 0)
     syncer = _on_thread(b, b.ctx_synchronize)
-    assert started.wait(TIMEOUT)
+    assert gate.started.wait(TIMEOUT)
     syncer.join(0.3)
     assert syncer.is_alive() and log == ["kernel 1"], log
-    release.set()
+    gate.release.set()
     syncer.join(TIMEOUT)
     assert log == ["kernel 1", "callback"] + [f"kernel {i}" for i in range(2, 12)]
 
@@ -208,21 +216,15 @@ def test_a_sync_waits_for_a_callback_already_running(call):
     b = _backend()
     d = b.mem_alloc(16)
     log: list = []
-    started, release = threading.Event(), threading.Event()
-
-    def cb(status):
-        started.set()
-        release.wait(TIMEOUT)
-        log.append("callback")
-
-    b.stream_add_callback(LEGACY, cb)
-    assert started.wait(TIMEOUT)  # running: no longer queued, not yet done
+    gate = _Gate(log)
+    b.stream_add_callback(LEGACY, gate)
+    assert gate.started.wait(TIMEOUT)  # running: no longer queued, not yet done
     sync = {"ctx_synchronize": b.ctx_synchronize, "mem_free": lambda: b.mem_free(d),
             "stream_synchronize": lambda: b.stream_synchronize(LEGACY)}[call]
     t = _on_thread(b, lambda: (sync(), log.append("synced")))
     t.join(0.3)
     assert t.is_alive() and log == [], log
-    release.set()
+    gate.release.set()
     t.join(TIMEOUT)
     assert log == ["callback", "synced"]
 
@@ -233,24 +235,19 @@ def test_a_query_is_not_ready_while_a_callback_runs_and_never_waits_for_it(query
     # would deadlock a thread that polls while the callback waits for it.
     b = _backend()
     ev = b.event_create()
-    started, release = threading.Event(), threading.Event()
     answers: list = []
-
-    def cb(status):
-        started.set()
-        release.wait(TIMEOUT)
-
-    b.stream_add_callback(LEGACY, cb)
+    gate = _Gate()
+    b.stream_add_callback(LEGACY, gate)
     b.event_record(ev, LEGACY)
     ask = {"stream_query": lambda: b.stream_query(LEGACY), "event_query": lambda: b.event_query(ev)}[query]
     for wait_started in (False, True):  # queued, then running
         if wait_started:
-            assert started.wait(TIMEOUT)
+            assert gate.started.wait(TIMEOUT)
         t = _on_thread(b, lambda: answers.append(ask()))
         t.join(TIMEOUT / 3)
         assert not t.is_alive(), f"{query} waited for a host callback"
     assert answers == [False, False]
-    release.set()
+    gate.release.set()
     b.stream_synchronize(LEGACY)
     assert ask() is True
 
