@@ -719,3 +719,29 @@ def test_sim_race_detector_sees_kernel_accesses(backend):
         _kernels.fill(dst + 4 * 100, (4,), "f4", (10,), 1.5, s2)
         backend.ctx_synchronize()
     backend.ctx_synchronize()
+
+
+def test_every_planned_symbol_parses_back_to_its_spec_and_resolves():
+    from gpuarray._kernels import _loader, _specs
+
+    specs = [_specs.copy_spec(d, s, nd, i, v)
+             for d, s in (("f4", "f8"), ("b1", "c16"), ("v16", "v16"))
+             for nd in (1, 3, 8) for i in ("i32", "i64") for v in "gdu"]
+    specs += [_specs.copy_spec("u1", "f2", 1, "i32", "c"), _specs.fill_spec("v16", 2, "i64", "g"),
+              _specs.transpose_spec("f2", "f8", "i64"), _specs.transpose_spec("u1", "b1", "i32", "w")]
+    for spec in specs:
+        assert _specs.parse_symbol(spec.symbol) == spec
+        impl = sim_kernels.lookup(spec.symbol)
+        assert impl is _loader.sim_kernel(spec.symbol) and impl.spec == spec
+        assert impl.param_types == (_specs.params_type(spec.family, spec.ndim, spec.index),)
+
+
+@pytest.mark.parametrize("name", ["ga_copy__f4__f8__9__i32__g", "ga_copy__f4__q9__1__i32__g",
+                                  "ga_fill__u3__1__i32__c", "ga_transpose__f4__f4__i32__x",
+                                  "ga_copy__f4__f4__01__i32__g", "my_kernel", ""])
+def test_names_that_are_not_gpuarray_kernels_do_not_resolve(name):
+    from gpuarray._kernels import _loader, _specs
+
+    with pytest.raises(ValueError, match="not a gpuarray kernel"):
+        _specs.parse_symbol(name)
+    assert _loader.sim_kernel(name) is None and sim_kernels.lookup(name) is None

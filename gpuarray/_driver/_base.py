@@ -121,9 +121,14 @@ class SimKernel(Protocol):
     """A kernel's reference implementation, run by the simulator on launch.
 
     Register one per kernel symbol name with
-    :func:`gpuarray._driver.sim_kernels.register`; the simulator's
+    :func:`gpuarray._driver.sim_kernels.register` (or answer names through
+    :func:`gpuarray._driver.sim_kernels.set_resolver`); the simulator's
     ``module_get_function(module, name)`` finds it by that name.
     """
+
+    #: The ctypes type of each kernel parameter, in order: what a caller that
+    #: holds only ``void **kernelParams`` (the stand-in driver) decodes.
+    param_types: tuple[type, ...]
 
     def accesses(self, params: Sequence[Any]) -> list[tuple[int, int, bool]]:
         """Byte ranges the launch will touch: ``[(start_address, nbytes, is_write), ...]``.

@@ -7,9 +7,10 @@ context's device architecture), ``backend.module_load_data`` and
 ``backend.module_get_function``.  Handles are cached per backend object and
 per ``(context handle, symbol)``, so each context loads each kernel once.
 
-With the simulator backend, the reference implementation is registered
-(:mod:`gpuarray._driver.sim_kernels`) before ``module_get_function``, and the
-real source is still compiled with NVRTC (through the disk cache) for the
+The simulator finds the implementation of a gpuarray kernel symbol through
+the resolver this module sets in :mod:`gpuarray._driver.sim_kernels` at
+import (:func:`sim_kernel`), whichever backend loaded the module.  With the
+simulator backend the real source is still compiled with NVRTC (through the disk cache) for the
 simulated device's architecture, so a kernel that does not compile fails
 there too; with ``--Ofast-compile=max`` (the image is never run), about
 0.04 s per kernel instead of 0.1-0.2 s.  ``GPUARRAY_SIM_COMPILE=0`` skips that compilation (the simulator
@@ -32,10 +33,10 @@ from typing import NamedTuple
 
 from .._driver import get_backend, sim_kernels
 from . import _cache, _nvrtc, _source, _toolchain
-from ._specs import KernelSpec, program_source
+from ._specs import KernelSpec, parse_symbol, program_source
 
 __all__ = ["DeviceInfo", "device_info", "get_kernel", "get_function", "build_image", "sim_compile_enabled",
-           "forget_loaded"]
+           "forget_loaded", "sim_kernel"]
 
 
 class DeviceInfo(NamedTuple):
@@ -139,10 +140,7 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
             return hit
     info = device_info(b, b.ctx_get_device())
     if b.name == "sim":
-        from ._reference import reference_kernel  # the simulator's only
-
         image = _sim_image(spec, info)
-        sim_kernels.register(spec.symbol, reference_kernel(spec))
     else:
         image = build_image(spec, info.cc, driver_version=info.driver_version)
     module = b.module_load_data(image)
@@ -171,3 +169,28 @@ def forget_loaded(backend=None) -> None:
         else:
             _functions.pop(backend, None)
             _devices.pop(backend, None)
+
+
+_sim_kernels: dict[str, object] = {}
+
+
+def sim_kernel(symbol: str):
+    """The simulator's implementation of gpuarray kernel ``symbol``, or None.
+
+    The resolver of :mod:`gpuarray._driver.sim_kernels`: a name that is not a
+    gpuarray kernel symbol (:func:`._specs.parse_symbol`) is None, so the
+    simulator reports it as an unknown kernel.  One object per symbol.
+    """
+    impl = _sim_kernels.get(symbol)
+    if impl is None:
+        try:
+            spec = parse_symbol(symbol)
+        except ValueError:
+            return None
+        from ._reference import reference_kernel  # the simulator's only
+
+        impl = _sim_kernels.setdefault(symbol, reference_kernel(spec))
+    return impl
+
+
+sim_kernels.set_resolver(sim_kernel)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import CudaError
 from . import _dtypes
-from ._specs import BLOCK, TILE, TILE_ROWS, KernelSpec, transpose_word
+from ._specs import BLOCK, TILE, TILE_ROWS, KernelSpec, params_type, transpose_word
 
 __all__ = ["reference_kernel", "CopyReference", "FillReference", "TransposeReference"]
 
@@ -94,6 +94,7 @@ def _check_config(spec: KernelSpec, grid, block, shared_mem: int) -> None:
 class _Reference:
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
+        self.param_types = (params_type(spec.family, spec.ndim, spec.index),)
 
     def __repr__(self) -> str:
         return f"<reference kernel {self.spec.symbol}>"

@@ -47,6 +47,7 @@ __all__ = [
     "WORD_TRANSPOSE_WORDS",
     "WORD_TRANSPOSE_MIN_BLOCKS",
     "params_type",
+    "parse_symbol",
     "divider",
     "program_source",
 ]
@@ -188,6 +189,50 @@ def transpose_spec(dst: str, src: str, index: str, variant: str = "") -> KernelS
         _check(size == code_itemsize(src) and size in WORD_TRANSPOSE_WORDS,
                f"word transpose of {dst!r} <- {src!r} (equal sizes of 1, 2 or 4 bytes)")
     return KernelSpec("transpose", dst, src, 0, index, variant)
+
+
+def parse_symbol(symbol: str) -> KernelSpec:
+    """The :class:`KernelSpec` whose :attr:`KernelSpec.symbol` is ``symbol``.
+
+    The inverse of ``KernelSpec.symbol``, with the same checks as the
+    factories (:func:`copy_spec`, :func:`fill_spec`, :func:`transpose_spec`).
+
+    Parameters
+    ----------
+    symbol : str
+        A kernel name such as ``"ga_copy__f4__f8__2__i32__g"``.
+
+    Returns
+    -------
+    KernelSpec
+
+    Raises
+    ------
+    ValueError
+        If ``symbol`` is not the name of a gpuarray kernel specialisation;
+        the message names it.
+
+    Examples
+    --------
+    >>> parse_symbol("ga_fill__u4__1__i64__c") == fill_spec("u4", 1, "i64", "c")
+    True
+    """
+    parts = str(symbol).split("__")
+    try:
+        if parts[0] == "ga_copy" and len(parts) == 6 and parts[3].isdigit():
+            spec = copy_spec(parts[1], parts[2], int(parts[3]), parts[4], parts[5])
+        elif parts[0] == "ga_fill" and len(parts) == 5 and parts[2].isdigit():
+            spec = fill_spec(parts[1], int(parts[2]), parts[3], parts[4])
+        elif parts[0] == "ga_transpose" and len(parts) in (4, 5):
+            spec = transpose_spec(parts[1], parts[2], parts[3], parts[4] if len(parts) == 5 else "")
+        else:
+            spec = None
+    except ValueError as e:
+        raise ValueError(f"{symbol!r} is not a gpuarray kernel: {e}") from None
+    if spec is None or spec.symbol != symbol:
+        raise ValueError(f"{symbol!r} is not a gpuarray kernel symbol (ga_copy__D__S__ND__I__V, "
+                         "ga_fill__T__ND__I__V or ga_transpose__D__S__I[__w])")
+    return spec
 
 
 def transpose_word(spec: KernelSpec) -> int:

@@ -1,8 +1,8 @@
 """The simulator's module, launch and IPC calls.
 
 One concern: code and sharing -- ``cuModuleLoadData`` /
-``cuModuleGetFunction`` resolve a kernel name to its reference
-implementation (``gpuarray._driver.sim_kernels``), ``cuLaunchKernel`` checks
+``cuModuleGetFunction`` resolve a kernel name to its implementation
+(``gpuarray._driver.sim_kernels``), ``cuLaunchKernel`` checks
 the launch and queues the reference kernel, which reaches device memory only
 through :class:`_KernelMemory` (bounds, use after free, peer access); the
 ``cuIpc*`` calls delegate to ``_ipc.py``.
@@ -86,7 +86,8 @@ class SimModuleCalls(SimCore):
         impl = sim_kernels.lookup(name)
         if impl is None:
             raise CudaError(NOT_FOUND, "cuModuleGetFunction",
-                            f"{name!r} has no reference implementation registered for the simulator")
+                            f"{name!r} is not a kernel the simulator can run (not registered "
+                            "in gpuarray._driver.sim_kernels, nor a gpuarray kernel symbol)")
         h = self._handle()
         self._functions[h] = (entry[0], name, impl)
         return h
