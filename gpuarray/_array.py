@@ -62,7 +62,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
     """
 
     __slots__ = ("shape", "strides", "dtype", "_ptr", "_mem", "stream", "readonly", "device",
-                 "_cai", "_dl", "_cf", "__weakref__")
+                 "_cai", "_dl", "_cf", "_dlt", "__weakref__")
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: np.dtype
@@ -74,6 +74,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
     _cai: dict[str, Any] | None
     _dl: int
     _cf: tuple[bool, bool] | None
+    _dlt: Any  # the DLPack C exchange table's DLTensor, made on first use (interop._dlpack_table)
 
     def __init__(self, shape, strides, dtype, stream: Any = None, gpu_data: MemoryPointer | None = None) -> None:
         dtype = _check_dtype(dtype)
@@ -505,8 +506,9 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
 
 
 _SCALARS = frozenset((int, float, complex, bool))
-#: What ``__init__`` copies from the array ``_make`` made.
-_SLOTS = tuple(name for name in DeviceNDArray.__slots__ if name != "__weakref__")
+#: What ``__init__`` copies from the array ``_make`` made (``_dlt`` is left
+#: unset until the exchange table first needs it).
+_SLOTS = tuple(name for name in DeviceNDArray.__slots__ if name not in ("__weakref__", "_dlt"))
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:

@@ -2,7 +2,9 @@
 
 ``as_device_source`` is what every array-accepting entry point
 (``asarray``, ``to_device``, ``copy_to_device``, ``__setitem__``) uses:
-a ``DeviceNDArray`` (or NumPy data) is returned as is; an object exporting
+a ``DeviceNDArray`` (or NumPy data) is returned as is; an object whose type
+publishes a DLPack C exchange table (PyTorch, cuda.core) is taken through it
+(device data zero-copy, host data as a NumPy view); an object exporting
 ``__cuda_array_interface__`` or a device ``__dlpack__`` is wrapped zero-copy
 (keeping the object alive); a host (``kDLCPU``) ``__dlpack__`` producer
 becomes a zero-copy NumPy view through DLPack, preferred over its
@@ -25,7 +27,8 @@ from . import _array
 from ._array import DeviceNDArray
 from ._device import Device
 from .interop._cai import as_cuda_array
-from .interop._dlpack import from_dlpack, host_array_from_dlpack
+from .interop._dlpack import from_dlpack, host_array_from_dlpack, source_from_table
+from .interop._dlpack_capsule import exchange_api_of
 from .interop._dlpack_protocol import parse_dlpack_device
 
 __all__ = ["as_device_source", "is_foreign_device_array"]
@@ -60,6 +63,9 @@ def as_device_source(obj: Any, device: Device | None = None) -> Any:
     """A ``DeviceNDArray`` for device data (zero-copy), else host data (``obj`` or a view)."""
     if type(obj) is np.ndarray or isinstance(obj, (DeviceNDArray, np.generic)):
         return obj  # (an ndarray subclass may export device memory: see above)
+    api = exchange_api_of(type(obj))  # the DLPack C exchange table first: the fastest
+    if api is not None and (src := source_from_table(obj, api)) is not None:
+        return src
     if hasattr(obj, "__cuda_array_interface__"):
         return as_cuda_array(obj)
     kind = _dlpack_kind(obj)

@@ -19,11 +19,14 @@ import numpy as np
 from .. import _layout
 from .._array import DeviceNDArray
 from .._device import Device, get_device
-from .._stream import default_stream
+from .._stream import Stream, default_stream, external_stream, order_after
 from ..memory import MemoryPointer
 from ._dlpack_capsule import (
     ImportedTensor,
     consume_capsule,
+    consume_exchange,
+    exchange_api_of,
+    exchange_stream,
     kDLCPU,
     kDLCUDA,
     kDLCUDAHost,
@@ -31,7 +34,7 @@ from ._dlpack_capsule import (
 )
 from ._dlpack_protocol import DLPACK_MAX_VERSION, parse_dlpack_device
 
-__all__ = ["from_dlpack", "host_array_from_dlpack"]
+__all__ = ["from_dlpack", "host_array_from_dlpack", "source_from_table"]
 
 _CapsuleType = type(datetime.datetime_CAPI)  # PyCapsule (types.CapsuleType from 3.13 on)
 _DEVICE_KINDS = (kDLCUDA, kDLCUDAHost, kDLCUDAManaged)
@@ -78,6 +81,34 @@ def _request(x: Any, dev: Device, dev_type: int, copy: bool | None, device: Any,
             return x.__dlpack__(stream=stream)
 
 
+def _through_table(x: Any, api: Any) -> ImportedTensor | None:
+    """``x``'s tensor through its type's DLPack C exchange table, or None.
+
+    None when the table fails (the caller then takes the ``__dlpack__`` path,
+    so the table adds no failure of its own).  The table's functions do no
+    stream ordering: for device and managed memory our stream is made to
+    wait for the producer's current work stream (NULL: the legacy default
+    stream), as ``__dlpack__(stream=ours)`` would have done it.
+    """
+    try:
+        t = consume_exchange(api, x)
+    except Exception:
+        return None
+    kind = t.device_type
+    if kind == kDLCUDA or kind == kDLCUDAManaged:
+        try:
+            dev = get_device(t.device_id) if kind == kDLCUDA else get_device()
+            handle = exchange_stream(api, kind, t.device_id)
+            if handle is not None:
+                ours = default_stream(dev)
+                if (handle or 1) != ours.handle:
+                    order_after(ours, external_stream(handle or 1, dev))
+        except Exception:
+            t.release()
+            return None
+    return t
+
+
 def _host_view(t: ImportedTensor) -> np.ndarray:
     """A NumPy view of an imported host tensor (any strides, negative included).
 
@@ -117,7 +148,10 @@ def host_array_from_dlpack(x: Any) -> np.ndarray:
     BufferError
         The capsule is not host memory, or cannot be used (dtype, version).
     """
-    t = consume_capsule(_request(x, get_device(), kDLCPU, None, None))
+    api = exchange_api_of(type(x))
+    t = None if api is None else _through_table(x, api)
+    if t is None:
+        t = consume_capsule(_request(x, get_device(), kDLCPU, None, None))
     if t.device_type != kDLCPU:
         t.release()
         raise BufferError(f"{type(x).__name__}.__dlpack__ gave DLPack device type "
@@ -177,6 +211,10 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
         t = consume_capsule(x)
         dev = _target_device(device, t.device_type, t.device_id)
         stream = default_stream(dev)
+    elif device is None and (api := exchange_api_of(type(x))) is not None and (
+            t := _through_table(x, api)) is not None:
+        dev = _target_device(None, t.device_type, t.device_id)
+        stream = default_stream(dev)
     else:
         if not hasattr(x, "__dlpack__"):
             raise TypeError(f"{type(x).__name__} object is not a DLPack producer (no __dlpack__)")
@@ -185,6 +223,10 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
         dev = _target_device(device, dev_type, dev_id)
         stream = default_stream(dev)
         t = consume_capsule(_request(x, dev, dev_type, copy, device, stream))
+    return _imported_array(t, dev, stream, copy)
+
+
+def _imported_array(t: ImportedTensor, dev: Device, stream: Stream, copy: bool | None) -> DeviceNDArray:
     kind = t.device_type
     if kind == kDLCPU:
         if copy is False:
@@ -205,3 +247,22 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
                               t.readonly, dev, False)
     arr._dl = kind
     return arr.copy() if copy and not t.is_copied else arr  # the producer may have copied
+
+
+def source_from_table(x: Any, api: Any) -> Any:
+    """What ``as_device_source`` makes of ``x`` through its type's exchange table.
+
+    A :class:`DeviceNDArray` (zero-copy) for CUDA device, page-locked or
+    managed memory, a NumPy view for host memory, or None when the table
+    cannot give it (the caller then uses ``x``'s Python protocols).
+    """
+    t = _through_table(x, api)
+    if t is None:
+        return None
+    if t.device_type == kDLCPU:
+        return _host_view(t)
+    if t.device_type not in _DEVICE_KINDS:
+        t.release()
+        return None
+    dev = _target_device(None, t.device_type, t.device_id)
+    return _imported_array(t, dev, default_stream(dev), None)

@@ -33,6 +33,7 @@ Conventions
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import os
 from typing import Any
@@ -56,7 +57,8 @@ from ._dlpack_protocol import (
 __all__ = [
     "kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLCUDAManaged",
     "DLPACK_FLAG_BITMASK_READ_ONLY", "DLPACK_FLAG_BITMASK_IS_COPIED",
-    "DLPACK_MAX_VERSION", "CORE", "DLPackRequest", "ImportedTensor", "consume_capsule", "deleter_calls", "dlpack_to_dtype",
+    "DLPACK_MAX_VERSION", "CORE", "DLPackRequest", "ImportedTensor", "consume_capsule",
+    "consume_exchange", "deleter_calls", "dlpack_to_dtype", "exchange_api_of", "exchange_stream",
     "dtype_to_dlpack", "export_version", "host_address", "live_exports", "make_capsule",
     "parse_dlpack_request", "parse_dlpack_stream", "sweep_capsules",
     "wants_versioned",
@@ -368,6 +370,18 @@ class ImportedTensor:
                 f"{self.readonly}, version={self.version}, released={self.released})")
 
 
+def _imported(fields: tuple) -> ImportedTensor:
+    rel = fields[0]
+    out = ImportedTensor()
+    out._rel = rel
+    try:
+        _fill(out, fields)
+    except BufferError:
+        rel.release()
+        raise
+    return out
+
+
 def consume_capsule(capsule: Any) -> ImportedTensor:
     """Take ownership of a ``"dltensor"`` or ``"dltensor_versioned"`` capsule.
 
@@ -408,15 +422,93 @@ def consume_capsule(capsule: Any) -> ImportedTensor:
         fields = _consume(capsule)
     except TypeError:
         raise TypeError(f"expected a DLPack PyCapsule, got {type(capsule).__name__}") from None
-    rel = fields[0]
-    out = ImportedTensor()
-    out._rel = rel
+    return _imported(fields)
+
+
+# --- consumer of the DLPack C exchange table (dlpack.h 1.3) ---
+_CAPSULE_TYPE = type(datetime.datetime_CAPI)  # PyCapsule (types.CapsuleType from 3.13 on)
+_TABLES: dict[type, Any] = {}  # producer type -> its "dlpack_exchange_api" capsule, or None
+
+
+def exchange_api_of(tp: type) -> Any:
+    """The DLPack C exchange table a producer type publishes, or None.
+
+    Looks up ``tp.__dlpack_c_exchange_api__`` once per type (the table is
+    static for the process, the specification says) and keeps it if it is a
+    PyCapsule. Always None with the ctypes core, which cannot call the table.
+
+    Parameters
+    ----------
+    tp : type
+        The producer's type (``type(x)``).
+
+    Returns
+    -------
+    PyCapsule or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> exchange_api_of(np.ndarray) is None
+    True
+    """
+    if not _C:
+        return None
     try:
-        _fill(out, fields)
-    except BufferError:
-        rel.release()
-        raise
-    return out
+        return _TABLES[tp]
+    except KeyError:
+        pass
+    api = getattr(tp, "__dlpack_c_exchange_api__", None)
+    _TABLES[tp] = api = api if type(api) is _CAPSULE_TYPE else None
+    return api
+
+
+def consume_exchange(api: Any, obj: Any) -> ImportedTensor:
+    """Take ``obj``'s tensor through its type's DLPack C exchange table.
+
+    Calls the table's ``managed_tensor_from_py_object_no_sync`` (no stream
+    ordering: see :func:`exchange_stream`) and takes ownership as
+    :func:`consume_capsule` does.
+
+    Parameters
+    ----------
+    api : PyCapsule
+        As :func:`exchange_api_of` returns it.
+    obj : object
+        An instance of the type that published ``api``.
+
+    Returns
+    -------
+    ImportedTensor
+
+    Raises
+    ------
+    TypeError
+        ``api`` is not a ``"dlpack_exchange_api"`` capsule.
+    BufferError
+        The table has no major version 1, or the tensor cannot be used (as
+        :func:`consume_capsule`); whatever the producer raised otherwise.
+    """
+    return _imported(_core.exchange_import(api, obj))
+
+
+def exchange_stream(api: Any, device_type: int, device_id: int) -> int | None:
+    """The producer's current work stream (``current_work_stream``) on a device.
+
+    Parameters
+    ----------
+    api : PyCapsule
+        As :func:`exchange_api_of` returns it.
+    device_type, device_id : int
+        The DLPack device.
+
+    Returns
+    -------
+    int or None
+        The ``CUstream`` handle (0: NULL), or None when the table has no
+        ``current_work_stream``.
+    """
+    return _core.exchange_stream(api, device_type, device_id)
 
 
 _DTYPE_OF: dict[tuple[int, int, int], np.dtype] = {}  # (code, bits, lanes) -> dtype

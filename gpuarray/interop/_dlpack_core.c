@@ -44,33 +44,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --- dlpack.h 1.x, as the specification lays it out --- */
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct {
-    void *data;
-    DLDevice device;
-    int32_t ndim;
-    DLDataType dtype;
-    int64_t *shape;
-    int64_t *strides;
-    uint64_t byte_offset;
-} DLTensor;
-typedef struct DLManagedTensor {
-    DLTensor dl_tensor;
-    void *manager_ctx;
-    void (*deleter)(struct DLManagedTensor *self);
-} DLManagedTensor;
-typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
-typedef struct DLManagedTensorVersioned {
-    DLPackVersion version;
-    void *manager_ctx;
-    void (*deleter)(struct DLManagedTensorVersioned *self);
-    uint64_t flags;
-    DLTensor dl_tensor;
-} DLManagedTensorVersioned;
+#include "_dlpack_abi.h"
 
-#define MAX_NDIM 64
+#define MAX_NDIM GA_MAX_NDIM
 static const char NAME_LEGACY[] = "dltensor";
 static const char NAME_VERSIONED[] = "dltensor_versioned";
 static const char USED_LEGACY[] = "used_dltensor";
@@ -113,16 +89,16 @@ deleter_legacy(DLManagedTensor *self)
     }
 }
 
-static void
-deleter_versioned(DLManagedTensorVersioned *self)
+void
+ga_deleter_versioned(DLManagedTensorVersioned *self)
 {
     if (self != NULL) {
         release_export(self, (PyObject *)self->manager_ctx);
     }
 }
 
-static void
-capsule_destructor(PyObject *capsule)
+void
+ga_capsule_destructor(PyObject *capsule)
 {
     PyObject *type, *value, *tb;
     const char *name;
@@ -170,22 +146,138 @@ as_int64(PyObject *obj, const char *what, long long lo, long long hi, long long 
     return 0;
 }
 
+/* The layout arguments of make() and exchange_prepare(): args[0..8] are
+ * data, shape, byte_strides, itemsize, code, bits, lanes, device_type,
+ * device_id (shape and byte_strides tuples of ints). Checks them and fills
+ * `out` with strides in elements and data NULL for size 0; -1 with a Python
+ * exception (TypeError/ValueError, BufferError for byte strides that are not
+ * whole elements) otherwise. */
+int
+ga_parse_layout(PyObject *const *args, GaLayout *out)
+{
+    PyObject *shape = args[1], *strides = args[2];
+    long long code, bits, lanes, dev_type, dev_id, extent = 1, expected = 1, q, r;
+    Py_ssize_t ndim, i;
+    int empty = 0;
+
+    if (!PyLong_Check(args[0]) || PyBool_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "data_ptr must be an int, got %R", args[0]);
+        return -1;
+    }
+    out->data = PyLong_AsUnsignedLongLong(args[0]);
+    if (out->data == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "data_ptr %R is not a 64-bit address", args[0]);
+        return -1;
+    }
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides)) {
+        PyErr_SetString(PyExc_TypeError, "shape and byte_strides must be tuples of ints");
+        return -1;
+    }
+    ndim = PyTuple_Size(shape);
+    if (ndim > MAX_NDIM || PyTuple_Size(strides) != ndim) {
+        PyErr_Format(PyExc_ValueError, "invalid export: shape %R, byte_strides %R", shape,
+                     strides);
+        return -1;
+    }
+    if (as_int64(args[3], "itemsize", 1, INT64_MAX, &out->itemsize) < 0
+        || as_int64(args[4], "dtype code", 0, 255, &code) < 0
+        || as_int64(args[5], "dtype bits", 0, 255, &bits) < 0
+        || as_int64(args[6], "dtype lanes", 0, 65535, &lanes) < 0
+        || as_int64(args[7], "device_type", INT32_MIN, INT32_MAX, &dev_type) < 0
+        || as_int64(args[8], "device_id", INT32_MIN, INT32_MAX, &dev_id) < 0) {
+        return -1;
+    }
+    for (i = 0; i < ndim; i++) {
+        if (as_int64(PyTuple_GetItem(shape, i), "shape entry", 0, INT64_MAX,
+                     &out->shape[i]) < 0
+            || as_int64(PyTuple_GetItem(strides, i), "byte stride", -INT64_MAX, INT64_MAX,
+                        &out->strides[i]) < 0) {
+            return -1;
+        }
+        if (out->shape[i] == 0) {
+            empty = 1;
+        }
+        else if (extent > INT64_MAX / out->shape[i]) {
+            PyErr_Format(PyExc_ValueError, "shape %R is too large for DLPack", shape);
+            return -1;
+        }
+        else {
+            extent *= out->shape[i];
+        }
+    }
+    if (extent > INT64_MAX / out->itemsize) {
+        PyErr_Format(PyExc_ValueError, "shape %R is too large for DLPack", shape);
+        return -1;
+    }
+    for (i = ndim - 1; i >= 0; i--) {
+        q = out->strides[i] / out->itemsize;
+        r = out->strides[i] % out->itemsize;
+        if (r != 0) {
+            if (out->shape[i] > 1 && !empty) {
+                PyErr_Format(PyExc_BufferError,
+                             "byte strides %R are not multiples of the item size %lld: "
+                             "DLPack counts strides in elements", strides, out->itemsize);
+                return -1;
+            }
+            q = expected; /* the stride of an axis of extent <= 1 does not matter */
+        }
+        out->strides[i] = q;
+        expected *= (out->shape[i] > 1 ? out->shape[i] : 1);
+    }
+    if (empty) {
+        out->data = 0;
+    }
+    out->ndim = ndim;
+    out->dtype.code = (uint8_t)code;
+    out->dtype.bits = (uint8_t)bits;
+    out->dtype.lanes = (uint16_t)lanes;
+    out->device.device_type = (int32_t)dev_type;
+    out->device.device_id = (int32_t)dev_id;
+    return 0;
+}
+
+/* Fill a DLTensor from a layout; shape and strides go to `dims` (2 * ndim). */
+static void
+fill_tensor(DLTensor *t, const GaLayout *L, int64_t *dims)
+{
+    Py_ssize_t i;
+
+    t->data = (void *)(uintptr_t)L->data;
+    t->device = L->device;
+    t->ndim = (int32_t)L->ndim;
+    t->dtype = L->dtype;
+    t->byte_offset = 0;
+    t->shape = t->strides = NULL;
+    if (L->ndim) {
+        t->shape = dims;
+        t->strides = dims + L->ndim;
+        for (i = 0; i < L->ndim; i++) {
+            t->shape[i] = (int64_t)L->shape[i];
+            t->strides[i] = (int64_t)L->strides[i];
+        }
+    }
+}
+
+void
+ga_count_export(void)
+{
+    live_count++;
+}
+
 /* make(owner, data, shape, byte_strides, itemsize, code, bits, lanes,
  *      device_type, device_id, versioned, major, minor, flags) -> capsule
  * shape and byte_strides are tuples of ints; strides are exported in elements. */
 static PyObject *
 core_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *owner, *shape, *strides, *capsule;
-    long long itemsize, code, bits, lanes, dev_type, dev_id, major, minor;
-    unsigned long long ptr, flags;
+    PyObject *owner, *capsule;
+    long long major, minor;
+    unsigned long long flags;
     int versioned;
-    Py_ssize_t ndim, i;
-    long long sh[MAX_NDIM], st[MAX_NDIM], extent = 1, expected = 1, q, r;
-    int empty = 0;
+    GaLayout L;
     size_t head;
     char *block;
-    DLTensor *t;
 
     (void)module;
     if (nargs != 14) {
@@ -193,34 +285,7 @@ core_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     owner = args[0];
-    shape = args[2];
-    strides = args[3];
-    if (!PyLong_Check(args[1]) || PyBool_Check(args[1])) {
-        PyErr_Format(PyExc_TypeError, "data_ptr must be an int, got %R", args[1]);
-        return NULL;
-    }
-    ptr = PyLong_AsUnsignedLongLong(args[1]);
-    if (ptr == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "data_ptr %R is not a 64-bit address", args[1]);
-        return NULL;
-    }
-    if (!PyTuple_Check(shape) || !PyTuple_Check(strides)) {
-        PyErr_SetString(PyExc_TypeError, "shape and byte_strides must be tuples of ints");
-        return NULL;
-    }
-    ndim = PyTuple_Size(shape);
-    if (ndim > MAX_NDIM || PyTuple_Size(strides) != ndim) {
-        PyErr_Format(PyExc_ValueError, "invalid export: shape %R, byte_strides %R", shape,
-                     strides);
-        return NULL;
-    }
-    if (as_int64(args[4], "itemsize", 1, INT64_MAX, &itemsize) < 0
-        || as_int64(args[5], "dtype code", 0, 255, &code) < 0
-        || as_int64(args[6], "dtype bits", 0, 255, &bits) < 0
-        || as_int64(args[7], "dtype lanes", 0, 65535, &lanes) < 0
-        || as_int64(args[8], "device_type", INT32_MIN, INT32_MAX, &dev_type) < 0
-        || as_int64(args[9], "device_id", INT32_MIN, INT32_MAX, &dev_id) < 0) {
+    if (ga_parse_layout(args + 1, &L) < 0) {
         return NULL;
     }
     versioned = PyObject_IsTrue(args[10]);
@@ -236,45 +301,8 @@ core_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (flags == (unsigned long long)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    for (i = 0; i < ndim; i++) {
-        if (as_int64(PyTuple_GetItem(shape, i), "shape entry", 0, INT64_MAX, &sh[i]) < 0
-            || as_int64(PyTuple_GetItem(strides, i), "byte stride", -INT64_MAX, INT64_MAX,
-                        &st[i]) < 0) {
-            return NULL;
-        }
-        if (sh[i] == 0) {
-            empty = 1;
-        }
-        else if (extent > INT64_MAX / sh[i]) {
-            PyErr_Format(PyExc_ValueError, "shape %R is too large for DLPack", shape);
-            return NULL;
-        }
-        else {
-            extent *= sh[i];
-        }
-    }
-    if (extent > INT64_MAX / itemsize) {
-        PyErr_Format(PyExc_ValueError, "shape %R is too large for DLPack", shape);
-        return NULL;
-    }
-    for (i = ndim - 1; i >= 0; i--) {
-        q = st[i] / itemsize;
-        r = st[i] % itemsize;
-        if (r != 0) {
-            if (sh[i] > 1 && !empty) {
-                PyErr_Format(PyExc_BufferError,
-                             "byte strides %R are not multiples of the item size %lld: "
-                             "DLPack counts strides in elements", strides, itemsize);
-                return NULL;
-            }
-            q = expected; /* the stride of an axis of extent <= 1 does not matter */
-        }
-        st[i] = q;
-        expected *= (sh[i] > 1 ? sh[i] : 1);
-    }
-
     head = versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor);
-    block = (char *)calloc(1, head + 16 * (size_t)ndim);
+    block = (char *)calloc(1, head + 16 * (size_t)L.ndim);
     if (block == NULL) {
         return PyErr_NoMemory();
     }
@@ -283,36 +311,20 @@ core_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         m->version.major = (uint32_t)major;
         m->version.minor = (uint32_t)minor;
         m->manager_ctx = owner;
-        m->deleter = deleter_versioned;
+        m->deleter = ga_deleter_versioned;
         m->flags = flags;
-        t = &m->dl_tensor;
+        fill_tensor(&m->dl_tensor, &L, (int64_t *)(block + head));
     }
     else {
         DLManagedTensor *m = (DLManagedTensor *)block;
         m->manager_ctx = owner;
         m->deleter = deleter_legacy;
-        t = &m->dl_tensor;
-    }
-    t->data = empty ? NULL : (void *)(uintptr_t)ptr;
-    t->device.device_type = (int32_t)dev_type;
-    t->device.device_id = (int32_t)dev_id;
-    t->ndim = (int32_t)ndim;
-    t->dtype.code = (uint8_t)code;
-    t->dtype.bits = (uint8_t)bits;
-    t->dtype.lanes = (uint16_t)lanes;
-    t->byte_offset = 0;
-    if (ndim) {
-        t->shape = (int64_t *)(block + head);
-        t->strides = t->shape + ndim;
-        for (i = 0; i < ndim; i++) {
-            t->shape[i] = (int64_t)sh[i];
-            t->strides[i] = (int64_t)st[i];
-        }
+        fill_tensor(&m->dl_tensor, &L, (int64_t *)(block + head));
     }
     Py_INCREF(owner);
     live_count++;
     capsule = PyCapsule_New(block, versioned ? NAME_VERSIONED : NAME_LEGACY,
-                            capsule_destructor);
+                            ga_capsule_destructor);
     if (capsule == NULL) {
         live_count--;
         free(block);
@@ -458,13 +470,6 @@ core_consume(PyObject *module, PyObject *capsule)
     const char *name;
     int versioned;
     void *manager;
-    Releaser *rel;
-    DLTensor *t;
-    unsigned long long major = 0, minor = 0, flags = 0;
-    PyObject *shape, *strides;
-    int64_t ndim, i, n, itemsize, bs[MAX_NDIM];
-    wide size = 1, lo = 0, hi, acc, step, ptr;
-    int empty = 0;
 
     (void)module;
     if (!PyCapsule_CheckExact(capsule)) {
@@ -501,16 +506,37 @@ core_consume(PyObject *module, PyObject *capsule)
     if (manager == NULL) {
         return NULL;
     }
+    if (PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY) < 0) {
+        return NULL;
+    }
+    return ga_consume_tensor(manager, versioned);
+}
+
+/* Take ownership of a DLPack tensor (its deleter runs exactly once from
+ * here on, errors included): consume()'s tuple, or NULL with an exception. */
+PyObject *
+ga_consume_tensor(void *manager, int versioned)
+{
+    Releaser *rel;
+    DLTensor *t;
+    unsigned long long major = 0, minor = 0, flags = 0;
+    PyObject *shape, *strides;
+    int64_t ndim, i, n, itemsize, bs[MAX_NDIM];
+    wide size = 1, lo = 0, hi, acc, step, ptr;
+    int empty = 0;
+
     rel = (Releaser *)PyType_GenericAlloc((PyTypeObject *)ReleaserType, 0);
     if (rel == NULL) {
+        Releaser tmp;
+
+        tmp.manager = manager;
+        tmp.deleter = versioned ? (void *)((DLManagedTensorVersioned *)manager)->deleter
+                                : (void *)((DLManagedTensor *)manager)->deleter;
+        tmp.released = 0;
+        releaser_run(&tmp);
         return NULL;
     }
     rel->manager = manager;
-    rel->released = 1; /* not ours until the capsule is renamed */
-    if (PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY) < 0) {
-        Py_DECREF(rel);
-        return NULL;
-    }
     rel->released = 0;
     if (versioned) {
         DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)manager;
@@ -775,6 +801,10 @@ PyInit__dlpack_core(void)
             return NULL;
         }
         Py_DECREF(r);
+    }
+    if (ga_exchange_add(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
     }
     return m;
 }
