@@ -61,9 +61,9 @@ from .errors import (
     NvrtcError,
     StreamOrderError,
 )
+from .interop import _dlpack_table  # noqa: F401  (publishes DeviceNDArray.__dlpack_c_exchange_api__)
 from .interop._cai import as_cuda_array, from_cuda_array_interface, is_cuda_array
 from .interop._dlpack import from_dlpack
-from .interop import _dlpack_table  # noqa: F401  (publishes DeviceNDArray.__dlpack_c_exchange_api__)
 from .memory import (
     BaseCUDAMemoryManager,
     GetIpcHandleMixin,

@@ -207,12 +207,15 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
     >>> d = gpuarray.from_dlpack(np.arange(3))            # host data: copied
     >>> t = gpuarray.from_dlpack(torch.ones(3, device="cuda"))   # doctest: +SKIP
     """
+    # A producer type's DLPack C exchange table first (PyTorch, cuda.core...).
+    api = exchange_api_of(type(x)) if device is None else None
+    via_table = None if api is None else _through_table(x, api)
     if type(x) is _CapsuleType:
         t = consume_capsule(x)
         dev = _target_device(device, t.device_type, t.device_id)
         stream = default_stream(dev)
-    elif device is None and (api := exchange_api_of(type(x))) is not None and (
-            t := _through_table(x, api)) is not None:
+    elif via_table is not None:
+        t = via_table
         dev = _target_device(None, t.device_type, t.device_id)
         stream = default_stream(dev)
     else:

@@ -15,7 +15,8 @@
  *                    borrowed DLTensor;
  *   to_py(capsule) -> the DeviceNDArray owning a "dltensor_versioned" capsule;
  *   allocate(device_type, device_id, code, bits, lanes, shape) -> a new array;
- *   stream(device_type, device_id) -> the handle of gpuarray's default stream.
+ *   stream(device_type, device_id) -> the handle of gpuarray's default stream
+ *                    (cached per device while a key object stays the same).
  * Every function returns 0, or -1 with a Python exception set (the allocator:
  * SetError, once, instead), whatever object or NULL it is given.
  *
@@ -48,6 +49,13 @@ static PyObject *array_type; /* DeviceNDArray; NULL until exchange_install */
 static PyObject *hook_prepare, *hook_to_py, *hook_allocate, *hook_stream;
 static PyObject *dlt_name;   /* interned "_dlt" */
 static uint32_t tensor_minor = 1;
+/* current_work_stream's answer is cached for the last device asked, while
+ * getattr(key_holder, key_name) is the object it was when the hook gave it
+ * (gpuarray's configuration, which says legacy or per-thread default stream,
+ * is replaced as a whole when it changes). */
+static PyObject *key_holder, *key_name, *cached_key;
+static int32_t cached_type = -1, cached_id = -1;
+static void *cached_stream;
 
 /* --- producer --- */
 
@@ -303,7 +311,7 @@ static int
 current_work_stream(int32_t device_type, int32_t device_id, void **out_current_stream)
 {
     PyGILState_STATE gil;
-    PyObject *r;
+    PyObject *r, *key = NULL;
     void *handle;
 
     if (out_current_stream == NULL) {
@@ -322,17 +330,35 @@ current_work_stream(int32_t device_type, int32_t device_id, void **out_current_s
         PyGILState_Release(gil);
         return -1;
     }
+    key = PyObject_GetAttr(key_holder, key_name);
+    if (key == NULL) {
+        PyGILState_Release(gil);
+        return -1;
+    }
+    if (key == cached_key && device_type == cached_type && device_id == cached_id) {
+        Py_DECREF(key);
+        *out_current_stream = cached_stream;
+        PyGILState_Release(gil);
+        return 0;
+    }
     r = PyObject_CallFunction(hook_stream, "ii", (int)device_type, (int)device_id);
     if (r == NULL) {
+        Py_DECREF(key);
         PyGILState_Release(gil);
         return -1;
     }
     handle = PyLong_AsVoidPtr(r);
     Py_DECREF(r);
     if (handle == NULL && PyErr_Occurred()) {
+        Py_DECREF(key);
         PyGILState_Release(gil);
         return -1;
     }
+    Py_XDECREF(cached_key);
+    cached_key = key; /* the reference we hold: its identity cannot be reused */
+    cached_type = device_type;
+    cached_id = device_id;
+    cached_stream = handle;
     *out_current_stream = handle;
     PyGILState_Release(gil);
     return 0;
@@ -359,8 +385,10 @@ replace(PyObject **slot, PyObject *value)
     Py_XDECREF(old);
 }
 
-/* exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor)
- * -> the table's "dlpack_exchange_api" capsule. */
+/* exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor,
+ *                  key_holder, key_name) -> the table's "dlpack_exchange_api"
+ * capsule. stream's answers are cached while getattr(key_holder, key_name)
+ * stays the same object. */
 static PyObject *
 exchange_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -368,8 +396,12 @@ exchange_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int i;
 
     (void)module;
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "exchange_install() takes 6 arguments (%zd given)", nargs);
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "exchange_install() takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyUnicode_Check(args[7])) {
+        PyErr_Format(PyExc_TypeError, "exchange_install: key_name %R is not a str", args[7]);
         return NULL;
     }
     if (!PyType_Check(args[0])) {
@@ -395,6 +427,9 @@ exchange_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     replace(&hook_to_py, args[2]);
     replace(&hook_allocate, args[3]);
     replace(&hook_stream, args[4]);
+    replace(&key_holder, args[6]);
+    replace(&key_name, args[7]);
+    Py_CLEAR(cached_key);
     tensor_minor = (uint32_t)minor;
     return PyCapsule_New(&table, GA_NAME_API, NULL);
 }
@@ -539,8 +574,8 @@ exchange_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef exchange_methods[] = {
     {"exchange_install", (PyCFunction)(void (*)(void))exchange_install, METH_FASTCALL,
-     "exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor) -> the "
-     "DLPack exchange table's capsule"},
+     "exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor, key_holder, "
+     "key_name) -> the DLPack exchange table's capsule"},
     {"exchange_prepare", (PyCFunction)(void (*)(void))exchange_prepare, METH_FASTCALL,
      "exchange_prepare(data, shape, byte_strides, itemsize, code, bits, lanes, device_type, "
      "device_id, readonly) -> an array's prepared DLTensor"},

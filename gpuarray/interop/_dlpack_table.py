@@ -17,7 +17,8 @@ registers the array type and the four hooks they call:
 * ``_allocate(...)``: a new C-ordered array through the active memory manager
   on the prototype's device;
 * ``_stream(device_type, device_id)``: the handle of gpuarray's default
-  stream on that device (what ``__dlpack__`` consumers are ordered against).
+  stream on that device (what ``__dlpack__`` consumers are ordered against),
+  cached in C while the configuration object stays the same.
 
 Only the C core publishes the table (the ctypes core cannot: the attribute
 is then absent).  Imported by the package's ``__init__``; it sits above the
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _config
 from .._array import DeviceNDArray
 from .._device import get_device
 from .._stream import default_stream
@@ -97,8 +99,11 @@ def install() -> bool:
     from . import _dlpack_core
 
     _core = _dlpack_core
+    # The default stream depends only on the device and the configuration,
+    # which is replaced as a whole when it changes: C caches _stream's answer
+    # while _config._config is the same object.
     api = _dlpack_core.exchange_install(DeviceNDArray, _prepare, _to_py, _allocate, _stream,
-                                        DLPACK_MAX_VERSION[1])
+                                        DLPACK_MAX_VERSION[1], _config, "_config")
     setattr(DeviceNDArray, TABLE_ATTRIBUTE, api)
     return True
 
