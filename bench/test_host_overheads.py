@@ -18,6 +18,7 @@ from _harness import BACKEND, FULL, SIM, SIZES, TARGETS, ctx, host, ids, peer, r
 
 import gpuarray
 from gpuarray import _bench_host
+from gpuarray._bench_exchange import exchange_cases, missing
 
 SHAPE = (64, 64)
 PEER_IMPLS = ["gpuarray", "cupy", "torch", "numba"]
@@ -257,11 +258,14 @@ def test_host_overheads_vs_peers(benchmark, capsys):
     torch, why = _bench_host.load_torch()
     c = ctx()
     rounds, number = (15, 2000) if FULL else (7, 400)
-    rows = _bench_host.compare(_bench_host.peer_cases(torch, tuple(SIZES["small_h2d"])),
-                               rounds=rounds, number=number, after_round=c.stream.synchronize)
+    cases = _bench_host.peer_cases(torch, tuple(SIZES["small_h2d"])) + exchange_cases(torch)
+    rows = _bench_host.compare(cases, rounds=rounds, number=number,
+                               after_round=c.stream.synchronize)
     table = _bench_host.format_peer_table(rows, BACKEND)
     if torch is None:
         table += f"\n\nPyTorch rows missing: {why}"
+    for reason in missing(torch):
+        table += f"\n- exchange-table rows missing: {reason}"
     path = results_path("host-peers", ".md")
     path.write_text(table + "\n")
     with capsys.disabled():

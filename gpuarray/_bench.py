@@ -555,6 +555,11 @@ def _print_peers(env: _Env) -> None:
         print(f"\nHost overheads next to PyTorch CPU: skipped ({why})")
         return
     rounds, number = (15, 2000) if env.mode == "full" else (7, 400)
-    peer_rows = _bench_host.compare(_bench_host.peer_cases(torch), rounds=rounds, number=number,
+    from ._bench_exchange import exchange_cases, missing
+
+    cases = _bench_host.peer_cases(torch) + exchange_cases(torch)
+    peer_rows = _bench_host.compare(cases, rounds=rounds, number=number,
                                     after_round=env.stream.synchronize)
     print("\n" + _bench_host.format_peer_table(peer_rows, env.b.name))
+    for why in missing(torch):
+        print(f"- exchange-table rows missing: {why}")

@@ -437,7 +437,7 @@ def format_peer_table(rows: list[PeerRow], backend: str) -> str:
     for r in rows:
         if r.goal_vs == "raw":
             ratio = f"+{r.us['gpuarray'] - r.us['raw']:.2f} us"
-            goal = f"library <= {r.goal:g} us"
+            goal = "-" if r.goal is None else f"library <= {r.goal:g} us"
             lib = "-"
         else:
             ratio_v, lib_v = r.ratio(), r.library_ratio()

@@ -592,3 +592,22 @@ def test_tvm_ffi_refuses_what_the_table_refuses():
     with pytest.raises(BufferError, match="DLPack cannot export dtype"):
         echo(bad)
     assert dl.live_exports() == live
+
+
+def test_bench_rows_of_the_table_with_torch_and_tvm_ffi():
+    """The benchmark rows run and say what they compare (the numbers are bench/'s)."""
+    torch = _torch()
+    _tvm_ffi()
+    from gpuarray._bench_exchange import exchange_cases, missing
+    from gpuarray._bench_host import compare, format_peer_table
+
+    assert missing(torch) == []
+    cases = exchange_cases(torch)
+    assert [c[0] for c in cases] == [
+        "tvm-ffi nop(3 arrays)", "tvm-ffi nop(3 arrays) over nop(1, 2, 3)",
+        "import a torch CPU tensor (table vs __dlpack__)",
+        "from_dlpack(torch CPU tensor) (table vs __dlpack__)"]
+    rows = compare(cases, rounds=1, number=5, meter_rounds=1, null_rounds=1)
+    assert all(r.us["gpuarray"] > 0 for r in rows)
+    assert set(rows[0].us) == {"gpuarray", "torch", "numpy"} and rows[0].goal == 1.0
+    assert "| `tvm-ffi nop(3 arrays) over nop(1, 2, 3)` |" in format_peer_table(rows, "sim")
