@@ -611,3 +611,42 @@ def test_bench_rows_of_the_table_with_torch_and_tvm_ffi():
     assert all(r.us["gpuarray"] > 0 for r in rows)
     assert set(rows[0].us) == {"gpuarray", "torch", "numpy"} and rows[0].goal == 1.0
     assert "| `tvm-ffi nop(3 arrays) over nop(1, 2, 3)` |" in format_peer_table(rows, "sim")
+
+
+# --- cuda.core's StridedMemoryView, both ways (host memory and gpuarray's: no GPU needed) ---
+def _smv():
+    pytest.importorskip("cuda.core", reason="cuda.core is not installed")
+    from cuda.core.utils import StridedMemoryView
+
+    if dl.exchange_api_of(StridedMemoryView) is None:
+        pytest.skip("this cuda.core's StridedMemoryView publishes no DLPack C exchange table")
+    return StridedMemoryView
+
+
+def test_cuda_core_view_through_its_table_into_gpuarray(monkeypatch):
+    smv = _smv()
+    from gpuarray.interop import _dlpack
+
+    took = []
+    real = _dlpack.consume_exchange
+    monkeypatch.setattr(_dlpack, "consume_exchange", lambda api, x: took.append(x) or real(api, x))
+    host = np.arange(12.0).reshape(3, 4)[:, ::2]
+    v = smv.from_dlpack(host, stream_ptr=-1)
+    for make in (gpuarray.to_device, gpuarray.asarray, gpuarray.from_dlpack):
+        np.testing.assert_array_equal(make(v).copy_to_host(), host)
+    assert took == [v, v, v]
+
+
+def test_cuda_core_view_of_a_gpuarray_array():
+    smv = _smv()
+    a = gpuarray.to_device(np.arange(6, dtype=np.int32).reshape(2, 3)).T
+    gone = weakref.ref(a)
+    v = smv.from_dlpack(a, stream_ptr=-1)
+    assert (v.ptr, v.shape, v.device_id, v.is_device_accessible) == (a.ptr, (3, 2), 0, True)
+    assert v.strides in ((1, 3), (4, 12))  # elements (or bytes, by cuda.core version)
+    del a
+    gc.collect()
+    assert gone() is not None  # the view holds the array
+    del v
+    gc.collect()
+    assert gone() is None
