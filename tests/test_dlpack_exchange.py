@@ -442,11 +442,11 @@ def test_from_dlpack_through_a_table_keeps_read_only_and_lifetime():
     with pytest.raises(AssertionError, match="the table is used"):
         gpuarray.from_dlpack(Wrapped())
     calls = dl.deleter_calls()
-    d = gpuarray.from_dlpack(r)  # through the table (exchange_api_of(DeviceNDArray))
-    assert d.ptr == a.ptr and d.readonly
-    with pytest.raises((ValueError, TypeError, BufferError)):
-        d[0] = 1.0
-    del d
+    api = dl.exchange_api_of(gpuarray.DeviceNDArray)
+    t = dl.consume_exchange(api, r)  # what from_dlpack does with a foreign table
+    assert t.readonly and t.data_ptr == a.ptr and t.shape == (5,) and t.versioned
+    assert dl.exchange_stream(api, 2, 0) == gpuarray.default_stream().handle
+    del t
     gc.collect()
     assert dl.deleter_calls() == calls + 1
 
@@ -650,3 +650,18 @@ def test_cuda_core_view_of_a_gpuarray_array():
     del v
     gc.collect()
     assert gone() is None
+
+
+def test_from_dlpack_of_a_gpuarray_array_orders_after_its_own_stream(sim, monkeypatch):
+    """The table only knows the device's work stream; for gpuarray's own arrays
+    from_dlpack keeps __dlpack__'s ordering after the array's stream."""
+    s = gpuarray.stream(non_blocking=True)
+    src = gpuarray.to_device(np.full(4, 4.0), stream=s)
+    calls = []
+    for name in ("event_record", "stream_wait_event"):
+        orig = getattr(sim, name)
+        monkeypatch.setattr(sim, name, lambda *a, _n=name, _o=orig: calls.append((_n, a)) or _o(*a))
+    g = gpuarray.from_dlpack(src)
+    assert g.ptr == src.ptr and g.stream == gpuarray.default_stream()
+    assert [c[0] for c in calls] == ["event_record", "stream_wait_event"]
+    assert calls[0][1][1] == s.handle and calls[1][1][0] == gpuarray.default_stream().handle

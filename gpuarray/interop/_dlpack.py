@@ -207,8 +207,10 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
     >>> d = gpuarray.from_dlpack(np.arange(3))            # host data: copied
     >>> t = gpuarray.from_dlpack(torch.ones(3, device="cuda"))   # doctest: +SKIP
     """
-    # A producer type's DLPack C exchange table first (PyTorch, cuda.core...).
-    api = exchange_api_of(type(x)) if device is None else None
+    # A producer type's DLPack C exchange table first (PyTorch, cuda.core...);
+    # not gpuarray's own: the table orders on the device's default stream,
+    # and our arrays' __dlpack__ orders after each array's own stream.
+    api = exchange_api_of(type(x)) if device is None and not isinstance(x, DeviceNDArray) else None
     via_table = None if api is None else _through_table(x, api)
     if type(x) is _CapsuleType:
         t = consume_capsule(x)
