@@ -26,7 +26,7 @@ $(error CUDA_EXTRA=$(CUDA_EXTRA) is not an extra of gpuarray: use cu12 or cu13)
 endif
 BENCH_ARGS ?=
 RESULTS := bench/results
-DEPS := pyproject.toml setup.py $(wildcard gpuarray/interop/_dlpack_*.[ch])
+DEPS := pyproject.toml setup.py $(wildcard gpuarray/interop/_*.[ch])
 # pytest's default file pattern; bench/ has no pytest configuration of its own.
 BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 

@@ -6,8 +6,8 @@ an ``__init__.py``) automatically. The CUDA C sources in the top-level
 which static ``pyproject.toml`` configuration cannot express together with
 automatic discovery.
 
-``gpuarray.interop._dlpack_core`` (DLPack capsules and the DLPack C exchange
-table in C) is built against the
+``gpuarray.interop._dlpack_core`` (DLPack capsules, the DLPack C exchange
+table and the fast half of the CUDA Array Interface parser, in C) is built against the
 Limited API of Python 3.10 (one abi3 build for every later version) with the
 system compiler. It is optional: without a compiler the install still
 succeeds and gpuarray uses its ctypes implementation of the same functions
@@ -22,7 +22,8 @@ setup(
     ext_modules=[
         Extension(
             "gpuarray.interop._dlpack_core",
-            sources=["gpuarray/interop/_dlpack_core.c", "gpuarray/interop/_dlpack_exchange.c"],
+            sources=["gpuarray/interop/_dlpack_core.c", "gpuarray/interop/_dlpack_exchange.c",
+                     "gpuarray/interop/_cai_fields.c"],
             depends=["gpuarray/interop/_dlpack_abi.h"],
             define_macros=[("Py_LIMITED_API", "0x030A0000")],
             py_limited_api=True,

@@ -27,7 +27,7 @@ from .._driver import get_backend
 from .._driver._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST
 from .._stream import default_stream, external_stream, legacy_default_stream, order_after
 from ..memory import MemoryPointer
-from ._cai_desc import _parse_fields, parse_cai
+from ._cai_desc import parse_cai, parse_fields
 
 __all__ = ["as_cuda_array", "from_cuda_array_interface", "is_cuda_array"]
 
@@ -112,7 +112,7 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
     --------
     >>> a = gpuarray.from_cuda_array_interface(c.__cuda_array_interface__, owner=c)   # doctest: +SKIP
     """
-    fields = _parse_fields(desc)
+    fields = parse_fields(desc)
     if fields is None:
         d = parse_cai(desc)
         lo, hi = _layout.extent(d.shape, d.strides, d.dtype.itemsize)

@@ -224,7 +224,7 @@ def _parse_fast(desc: Any) -> CAIDesc | None:
     """`parse_cai` for the well-formed dictionaries real producers send: exact
     types, a typestr already seen, no mask.  None: use the full validator
     (which also writes every error message)."""
-    t = _parse_fields(desc)
+    t = parse_fields(desc)
     if t is None:
         return None
     ptr, shape, strides, dtype, readonly, stream = t[:6]
@@ -460,3 +460,20 @@ def make_cai(*, ptr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...],
     if descr is not None:
         out["descr"] = descr
     return out
+
+
+def _c_fields() -> Any:
+    """The C core's twin of :func:`_parse_fields` (``_cai_fields.c``), or None."""
+    from . import _dlpack_capsule
+
+    if _dlpack_capsule.CORE != "c":
+        return None
+    core = _dlpack_capsule._core
+    core.cai_register(_FAST_TYPESTRS)  # the same typestrs, the same dict
+    return core.cai_fields
+
+
+#: The fast parser :func:`~gpuarray.interop._cai.from_cuda_array_interface`
+#: uses: ``_parse_fields`` in C where the C DLPack core is in use (the same
+#: rules; a test compares them), else the Python function.
+parse_fields: Any = _c_fields() or _parse_fields

@@ -83,5 +83,7 @@ void ga_capsule_destructor(PyObject *capsule);
 PyObject *ga_consume_tensor(void *manager, int versioned);
 /* _dlpack_exchange.c */
 int ga_exchange_add(PyObject *module);
+/* _cai_fields.c */
+int ga_cai_add(PyObject *module);
 
 #endif

@@ -80,7 +80,9 @@ _STRUCTS = ("DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLPackVers
 
 #: What the C core must export; a build from older sources lacks some (an
 #: editable install whose extension was not rebuilt) and is not used.
-_CORE_FUNCTIONS = ("make", "consume", "host_address", "live_exports", "deleter_calls")
+_CORE_FUNCTIONS = ("make", "consume", "host_address", "live_exports", "deleter_calls",
+                   "exchange_install", "exchange_prepare", "exchange_import", "exchange_stream",
+                   "cai_fields", "cai_register")
 
 
 def _import_c_core() -> Any:

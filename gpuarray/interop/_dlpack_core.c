@@ -802,7 +802,7 @@ PyInit__dlpack_core(void)
         }
         Py_DECREF(r);
     }
-    if (ga_exchange_add(m) < 0) {
+    if (ga_exchange_add(m) < 0 || ga_cai_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
