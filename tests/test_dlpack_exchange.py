@@ -665,3 +665,24 @@ def test_from_dlpack_of_a_gpuarray_array_orders_after_its_own_stream(sim, monkey
     assert g.ptr == src.ptr and g.stream == gpuarray.default_stream()
     assert [c[0] for c in calls] == ["event_record", "stream_wait_event"]
     assert calls[0][1][1] == s.handle and calls[1][1][0] == gpuarray.default_stream().handle
+
+
+@pytest.mark.parametrize("shape, code, bits, dtype", [
+    ((0, 3), 2, 32, "float32"), ((), 6, 8, "bool"), ((2,), 2, 16, "float16"),
+    ((2,), 5, 64, "complex64")])
+def test_allocator_empty_0d_and_other_dtypes(shape, code, bits, dtype):
+    tab, err = Table(), Errors()
+    proto = _prototype(shape, code=code, bits=bits)
+    if not shape:
+        proto.shape = None  # allowed for ndim 0
+    m = _PManaged()
+    assert tab.allocator(ctypes.byref(proto), ctypes.byref(m), None, err.fn) == 0 and not err.seen
+    arr = tab.to_py(m)
+    assert arr.shape == shape and arr.dtype == np.dtype(dtype) and arr.flags["C_CONTIGUOUS"]
+
+
+def test_allocator_on_a_device_that_does_not_exist():
+    tab, err = Table(), Errors()
+    assert tab.allocator(ctypes.byref(_prototype((2,), device=(2, 7))), ctypes.byref(_PManaged()),
+                         None, err.fn) == -1
+    assert err.seen[0][0] == "ValueError" and "device ordinal 7" in err.seen[0][1]
