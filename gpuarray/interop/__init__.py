@@ -5,7 +5,10 @@ dictionaries; ``_dlpack_capsule`` makes and consumes DLPack capsules through
 its core (``_dlpack_core``, a C extension, or the ``_dlpack_ctypes``
 fallback), and ``_dlpack_protocol`` checks ``__dlpack__`` keywords and maps
 dtypes to DLPack codes; ``_dlpack_export`` is the array's ``__dlpack__``
-(it uses the array's attributes, never imports it).  Glue: ``_cai``
+(it uses the array's attributes, never imports it).  The C extension also
+holds the DLPack C exchange table (``_dlpack_exchange.c``, dlpack.h 1.3),
+which ``_dlpack_table`` publishes on the array type, and the fast half of
+the CAI parser (``_cai_fields.c``, the twin of ``_cai_desc._parse_fields``).  Glue: ``_cai``
 (``as_cuda_array``, ``from_cuda_array_interface``, ``is_cuda_array``) and
 ``_dlpack`` (``from_dlpack``).  The glue modules import the array class,
 which itself uses the pure halves, so they are loaded on first access.
