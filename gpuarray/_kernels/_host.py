@@ -57,7 +57,7 @@ _log = logging.getLogger("gpuarray.kernels")
 #: Compiler flags of every host build.  -fwrapv and -fno-strict-aliasing give
 #: C++ the GPU's meaning of signed overflow and type punning.
 FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrapv",
-         "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-DGA_HOST_BUILD=1")
+         "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1")
 #: Most specialisations per translation unit in :func:`prepare`.
 BATCH = 48
 _ENV = "GPUARRAY_SIM_KERNELS"

@@ -3,22 +3,29 @@
 //
 // One concern: execution.  Every thread of every block runs.  Blocks run one
 // after the other on the calling OS thread (the simulator's stream worker).
-// The threads of a block are cooperative fibers (ucontext) switched only at
-// __syncthreads: a fiber runs threads one after the other until one waits
-// at a barrier, then the next fiber starts the next thread; once every
-// thread of the block has started and each is waiting or finished, the
-// waiting ones are resumed in thread order, each up to its next barrier.  A
-// kernel without barriers therefore runs a whole block on one fiber, one
-// context switch in and out.  Fiber stacks (with a PROT_NONE guard page) are
-// kept per OS thread and reused by later blocks and launches.
+// The threads of a block are cooperative fibers switched only at
+// __syncthreads: a fiber runs threads one after the other until one waits at
+// a barrier, then the next fiber starts the next thread; once every thread
+// of the block has started and each is waiting or finished, the waiting ones
+// are resumed in thread order, each up to its next barrier.  A kernel
+// without barriers therefore runs a whole block on one fiber.
+//
+// Fibers: a stack each (with a PROT_NONE guard page), made once per OS
+// thread with makecontext and kept: a fiber that runs out of threads parks
+// and takes the next block's threads when resumed.  Switches are
+// _setjmp/_longjmp (no signal-mask system call, unlike swapcontext: 0.3 us
+// -> a few ns; the transposes switch twice per thread per tile); only a
+// fiber's first entry uses setcontext.
 //
 // Memory: the kernel reaches global memory only through the extents granted
 // here (ga_host_translate); the first access outside them (or misaligned)
 // calls fault(), which records it and switches back to the scheduler: the
-// launch ends there, as a GPU's does, and the caller reports the fault.
+// launch ends there, as a GPU's does, and the caller reports the fault.  The
+// abandoned fibers are made afresh by the next launch.
 //
 // Built by gpuarray/_kernels/_host.py with the system C++ compiler
 // (-I kernels/), loaded with ctypes by _hostrt.py.
+#include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -41,11 +48,13 @@ typedef void (*ga_entry)(ga_host_rt*, const void*);
 enum State { RUNNING, WAITING, DONE, ABORTED };
 
 struct Fiber {
-    ucontext_t ctx;
+    ucontext_t ctx;  // first entry only
+    jmp_buf jb;      // where the fiber continues
     char* stack;
     size_t size;
     ga_uint3 tid;
     State state;
+    bool fresh;  // not started (or abandoned by a fault): enter through ctx
 };
 
 struct Fault {
@@ -60,7 +69,7 @@ struct Launch {
     ga_entry entry;
     const void* params;
     unsigned int nthreads, next;
-    ucontext_t sched;
+    jmp_buf sched;
     Fiber* cur;
     bool aborted;
     Fault fault;
@@ -85,6 +94,7 @@ Fiber* fiber(size_t i) {
         Fiber* f = new Fiber();
         f->stack = static_cast<char*>(m) + guard;
         f->size = kStack;
+        f->fresh = true;
         pool.push_back(f);
     }
     return pool[i];
@@ -97,23 +107,42 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
     out->z = t / (b.x * b.y);
 }
 
-void fiber_main() {
-    Launch* l = cur_launch;
-    Fiber* f = l->cur;
-    while (l->next < l->nthreads) {
-        thread_of(l, l->next++, &f->tid);
-        l->rt.thread_idx = f->tid;
-        f->state = RUNNING;
-        l->entry(&l->rt, l->params);
+[[noreturn]] void fiber_main() {
+    Fiber* f = cur_launch->cur;
+    for (;;) {
+        Launch* l = cur_launch;  // a parked fiber may serve a later launch
+        while (l->next < l->nthreads) {
+            thread_of(l, l->next++, &f->tid);
+            l->rt.thread_idx = f->tid;
+            f->state = RUNNING;
+            l->entry(&l->rt, l->params);
+        }
+        f->state = DONE;
+        if (!_setjmp(f->jb)) _longjmp(l->sched, 1);  // park until the next block
     }
-    f->state = DONE;  // returning switches to uc_link, the scheduler
+}
+
+// Scheduler -> fiber f, until f waits at a barrier, parks or faults.
+void enter(Launch* l, Fiber* f) {
+    l->cur = f;
+    if (_setjmp(l->sched)) return;
+    if (f->fresh) {
+        f->fresh = false;
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = f->size;
+        f->ctx.uc_link = nullptr;  // fiber_main never returns
+        makecontext(&f->ctx, fiber_main, 0);
+        setcontext(&f->ctx);
+    }
+    _longjmp(f->jb, 1);
 }
 
 void rt_sync(ga_host_rt*) {
     Launch* l = cur_launch;
     Fiber* f = l->cur;
     f->state = WAITING;
-    swapcontext(&f->ctx, &l->sched);
+    if (!_setjmp(f->jb)) _longjmp(l->sched, 1);
 }
 
 void rt_fault(ga_host_rt* rt, int code, unsigned long long addr, unsigned long long size,
@@ -134,7 +163,14 @@ void rt_fault(ga_host_rt* rt, int code, unsigned long long addr, unsigned long l
         l->fault.thread[2] = rt->thread_idx.z;
     }
     f->state = ABORTED;
-    swapcontext(&f->ctx, &l->sched);  // never resumed
+    _longjmp(l->sched, 1);  // never resumed
+}
+
+// Every fiber that is not parked at the end of a launch (waiting at a
+// barrier when another faulted) is abandoned: made afresh next time.
+void abandon_unparked(size_t used) {
+    for (size_t i = 0; i < used && i < pool.size(); ++i)
+        if (pool[i]->state != DONE) pool[i]->fresh = true;
 }
 
 // Returns false when the launch ended (fault) or a fiber could not be made.
@@ -142,34 +178,35 @@ bool run_block(Launch* l) {
     l->next = 0;
     waiting.clear();
     size_t used = 0;
-    while (l->next < l->nthreads) {
+    bool ok = true;
+    while (ok && l->next < l->nthreads) {
         Fiber* f = fiber(used++);
         if (f == nullptr) {
             l->fault.code = 2;  // out of memory for fiber stacks
-            return false;
+            l->aborted = true;
+            --used;
+            ok = false;
+            break;
         }
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = f->stack;
-        f->ctx.uc_stack.ss_size = f->size;
-        f->ctx.uc_link = &l->sched;
-        makecontext(&f->ctx, fiber_main, 0);
-        l->cur = f;
-        swapcontext(&l->sched, &f->ctx);
-        if (l->aborted) return false;
-        if (f->state == WAITING) waiting.push_back(f);
+        enter(l, f);
+        if (l->aborted) ok = false;
+        else if (f->state == WAITING) waiting.push_back(f);
     }
-    while (!waiting.empty()) {  // every thread has started: release the barrier
+    while (ok && !waiting.empty()) {  // every thread has started: release the barrier
         still_waiting.clear();
         for (Fiber* f : waiting) {
-            l->cur = f;
             l->rt.thread_idx = f->tid;
-            swapcontext(&l->sched, &f->ctx);
-            if (l->aborted) return false;
+            enter(l, f);
+            if (l->aborted) {
+                ok = false;
+                break;
+            }
             if (f->state == WAITING) still_waiting.push_back(f);
         }
         waiting.swap(still_waiting);
     }
-    return true;
+    if (!ok) abandon_unparked(used);
+    return ok;
 }
 
 }  // namespace
