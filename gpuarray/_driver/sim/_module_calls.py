@@ -2,9 +2,10 @@
 
 One concern: code and sharing -- ``cuModuleLoadData`` /
 ``cuModuleGetFunction`` resolve a kernel name to its implementation
-(``gpuarray._driver.sim_kernels``), ``cuLaunchKernel`` checks
-the launch and queues the reference kernel, which reaches device memory only
-through :class:`_KernelMemory` (bounds, use after free, peer access); the
+(``gpuarray._driver.sim_kernels``: the host build of ``kernels/`` run by
+``_hostrt``, or a reference), ``cuLaunchKernel`` checks the launch and
+queues the kernel, which reaches device memory only through
+:class:`_KernelMemory` (bounds, use after free, peer access); the
 ``cuIpc*`` calls delegate to ``_ipc.py``.
 """
 
