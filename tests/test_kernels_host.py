@@ -591,3 +591,32 @@ def test_the_info_line_says_which_kernels_run(monkeypatch, capsys):
     info()
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("simulator kernels")]
     assert len(line) == 1 and "host" in line[0] and _host.compiler().ident in line[0]
+
+
+def test_specialisations_built_before_are_rebuilt_in_the_background(monkeypatch, tmp_path):
+    """After the sources (here: the flags) change, the listed kernels are built in one batch."""
+    monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
+    specs = [_specs.copy_spec("f4", "i2", nd, "i32", "g") for nd in (1, 2, 3)]
+    for name, value in (("_entries", {}), ("_pending", {}), ("_prefetch_started", True)):
+        monkeypatch.setattr(_host, name, value)
+    assert _host.prepare(specs) == 3
+    listed = (tmp_path / _host.USED_LIST).read_text().split()
+    assert listed == [s.symbol for s in specs]
+    # a new process after an edit: every key changes, nothing of it is in the cache
+    monkeypatch.setattr(_host, "FLAGS", _host.FLAGS + ("-DGA_TEST_EDIT=1",))
+    monkeypatch.setattr(_host, "_entries", {})
+    monkeypatch.setattr(_host, "_prefetch_started", False)
+    units = []
+    real = _host._build_unit
+    monkeypatch.setattr(_host, "_build_unit", lambda cc, unit: units.append(
+        [s.symbol for s in unit]) or real(cc, unit))
+    _host.host_kernel(specs[1])  # starts the background build, waits for its unit
+    deadline = 60
+    import time
+
+    t0 = time.monotonic()
+    while _host._pending and time.monotonic() - t0 < deadline:
+        time.sleep(0.05)
+    assert units == [[s.symbol for s in specs]]  # one compiler start for all three
+    assert all(s.symbol in _host._entries for s in specs)
+    assert (tmp_path / _host.USED_LIST).read_text().split() == listed  # not listed twice

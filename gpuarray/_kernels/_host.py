@@ -36,6 +36,7 @@ import functools
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -47,7 +48,7 @@ from .._driver.sim import _hostrt
 from . import _cache, _source
 from ._hash import sha256
 from ._reference import _check_config, reference_kernel
-from ._specs import KernelSpec, params_type, program_source
+from ._specs import KernelSpec, params_type, parse_symbol, program_source
 
 __all__ = ["HostCompileError", "Compiler", "compiler", "mode", "FLAGS", "BATCH", "prepare",
            "host_kernel", "HostKernel", "describe", "build_library", "load_library"]
@@ -153,11 +154,15 @@ def _headers() -> dict[str, str]:
     return _source.kernel_headers()
 
 
+@functools.cache
+def _headers_digest(headers: tuple[tuple[str, str], ...]) -> str:
+    return sha256("\0".join(x for pair in headers for x in pair).encode()).hexdigest()
+
+
 def _key(cc: Compiler, what: str, text: str) -> str:
-    h = [f"gpuarray-host/{_cache.FORMAT_VERSION}/{_hostrt.ABI}", cc.path, cc.ident, *FLAGS, what,
-         text]
-    for name, body in sorted(_headers().items()):
-        h += [name, body]
+    headers = _headers_digest(tuple(sorted(_headers().items())))
+    h = [f"gpuarray-host/{_cache.FORMAT_VERSION}/{_hostrt.ABI}", cc.path, cc.ident, *FLAGS,
+         headers, what, text]
     return sha256("\0".join(h).encode()).hexdigest()
 
 
@@ -250,6 +255,26 @@ def _install(lib: ctypes.CDLL, specs: Iterable[KernelSpec]) -> None:
         _entries[s.symbol] = ctypes.cast(fn, ctypes.c_void_p).value or 0
 
 
+def _units(todo: list[KernelSpec]) -> list[list[KernelSpec]]:
+    n = -(-len(todo) // BATCH)  # as few units as BATCH allows, evenly filled
+    return [todo[i::n] for i in range(n)]
+
+
+def _build_unit(cc: Compiler, unit: list[KernelSpec]) -> bytes:
+    what = unit[0].symbol if len(unit) == 1 else f"{len(unit)} kernels ({unit[0].symbol}, ...)"
+    return build_library(cc, _unit(unit), what)
+
+
+def _store(cc: Compiler, unit: list[KernelSpec], payload: bytes, note: bool = True) -> None:
+    """Install a built unit (caller holds ``_lock``) and write its cache entries."""
+    _install(load_library(payload), unit)
+    if _cache.disk_cache_enabled():
+        for s in unit:
+            _cache.write_entry(_spec_key(cc, s), "host", payload)
+        if note:
+            _note_built(unit)
+
+
 def prepare(specs: Iterable[KernelSpec]) -> int:
     """Make every spec of ``specs`` runnable: load from the disk cache, compile the rest.
 
@@ -277,35 +302,129 @@ def prepare(specs: Iterable[KernelSpec]) -> int:
             todo.append(s)
         if not todo:
             return 0
-        units = [todo[i:i + BATCH] for i in range(0, len(todo), BATCH)]
-        # Balance: as many units as needed, each at most BATCH, spread evenly.
-        n = len(units)
-        units = [todo[i::n] for i in range(n)]
-
-        def build(unit: list[KernelSpec]) -> tuple[list[KernelSpec], bytes]:
-            what = (unit[0].symbol if len(unit) == 1 else
-                    f"{len(unit)} kernels ({unit[0].symbol}, ...)")
-            return unit, build_library(cc, _unit(unit), what)
-
+        units = _units(todo)
         if len(units) == 1:
-            results = [build(units[0])]
+            payloads = [_build_unit(cc, units[0])]
         else:
-            with ThreadPoolExecutor(max_workers=min(2, len(units))) as ex:
-                results = list(ex.map(build, units))
-        for unit, payload in results:
-            lib = load_library(payload)
-            _install(lib, unit)
-            if _cache.disk_cache_enabled():
-                for s in unit:
-                    _cache.write_entry(_spec_key(cc, s), "host", payload)
+            with ThreadPoolExecutor(max_workers=2) as ex:
+                payloads = list(ex.map(lambda u: _build_unit(cc, u), units))
+        for unit, payload in zip(units, payloads, strict=True):
+            _store(cc, unit, payload)
         return len(todo)
+
+
+# ------------------------------------------------------------- prefetching
+# The disk cache folder keeps a list of the specialisations built there
+# (USED_LIST, one symbol a line).  The first host kernel a process resolves
+# starts a background build of every listed specialisation whose entry is
+# missing -- after an edit of kernels/, or a compiler upgrade, a run needs
+# the same few hundred again -- in units of BATCH, two compilers at a time,
+# instead of one compiler start each.  A resolution waits for the unit that
+# holds its kernel.
+USED_LIST = "host-kernels-used.txt"
+_USED_MAX = 4 << 20
+_pending: dict[str, threading.Event] = {}
+_prefetch_started = False
+
+
+def _used_path():
+    d = _cache.cache_dir()
+    if not _cache.disk_cache_enabled() or not _cache._trusted(d):
+        return None
+    return d / USED_LIST
+
+
+def _note_built(unit: Sequence[KernelSpec]) -> None:
+    path = _used_path()
+    if path is None:
+        return
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+        try:
+            os.write(fd, "".join(s.symbol + "\n" for s in unit).encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        _log.debug("host kernels: cannot append to %s: %s", path, e)
+
+
+def _listed() -> list[KernelSpec]:
+    path = _used_path()
+    if path is None:
+        return []
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            text = os.read(fd, _USED_MAX).decode("ascii", "replace")
+        finally:
+            os.close(fd)
+    except OSError:
+        return []
+    out = []
+    for line in dict.fromkeys(text.split()):
+        try:
+            out.append(parse_symbol(line))
+        except ValueError:
+            continue  # not ours, or truncated: ignored
+    return out
+
+
+def _start_prefetch(cc: Compiler) -> None:
+    """Start the background build of the listed specialisations missing from the cache."""
+    global _prefetch_started
+    if _prefetch_started:
+        return
+    _prefetch_started = True
+    d = _cache.cache_dir()
+    missing = [s for s in _listed() if s.symbol not in _entries
+               and not _cache._entry_path(d, _spec_key(cc, s), "host").exists()]
+    if not missing:
+        return
+    units = _units(missing)
+    events = []
+    for unit in units:
+        ev = threading.Event()
+        events.append(ev)
+        for s in unit:
+            _pending[s.symbol] = ev
+
+    def build(i: int) -> None:
+        try:
+            payload = _build_unit(cc, units[i])
+            with _lock:
+                _store(cc, units[i], payload, note=False)  # listed already
+        except Exception as e:  # the kernels are built again on demand, raising there
+            _log.debug("host kernels: background build failed: %s", e)
+        finally:
+            with _lock:
+                for s in units[i]:
+                    _pending.pop(s.symbol, None)
+            events[i].set()
+
+    def run() -> None:
+        with ThreadPoolExecutor(max_workers=2) as ex:
+            list(ex.map(build, range(len(units))))
+
+    _log.info("host kernels: building %d listed specialisations in the background", len(missing))
+    threading.Thread(target=run, name="gpuarray-host-prefetch", daemon=True).start()
 
 
 def _entry(spec: KernelSpec) -> int:
     addr = _entries.get(spec.symbol)
     if addr is None:
-        prepare([spec])
-        addr = _entries[spec.symbol]
+        with _lock:
+            _start_prefetch(_require_compiler())
+            pending = _pending.get(spec.symbol)
+        if pending is not None:
+            pending.wait()
+        addr = _entries.get(spec.symbol)
+        if addr is None:
+            prepare([spec])
+            addr = _entries[spec.symbol]
     return addr
 
 
