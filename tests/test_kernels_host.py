@@ -620,3 +620,19 @@ def test_specialisations_built_before_are_rebuilt_in_the_background(monkeypatch,
     assert units == [[s.symbol for s in specs]]  # one compiler start for all three
     assert all(s.symbol in _host._entries for s in specs)
     assert (tmp_path / _host.USED_LIST).read_text().split() == listed  # not listed twice
+
+
+def test_the_disk_cache_holds_each_library_once_and_a_corrupt_one_is_a_miss(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
+    for name, value in (("_entries", {}), ("_pending", {}), ("_prefetch_started", True)):
+        monkeypatch.setattr(_host, name, value)
+    specs = [_specs.fill_spec("u2", nd, "i64", "g") for nd in (1, 2, 3, 4)]
+    assert _host.prepare(specs) == 4
+    entries = sorted(tmp_path.glob("*.gakc"), key=lambda p: p.stat().st_size)
+    assert len(entries) == 5  # one library, four references to it
+    library = entries[-1]
+    monkeypatch.setattr(_host, "_entries", {})
+    assert _host.prepare(specs) == 0  # warm: loaded, nothing compiled
+    library.write_bytes(library.read_bytes()[:-10])  # truncated: a miss, rebuilt
+    monkeypatch.setattr(_host, "_entries", {})
+    assert _host.prepare(specs[:1]) == 1
