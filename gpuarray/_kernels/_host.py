@@ -17,11 +17,13 @@ is found (``CXX``, else ``g++``, ``clang++``, ``c++`` on ``PATH``), else
 ``host`` without a compiler, or a compiler error, raises
 :class:`HostCompileError`: nothing falls back silently.
 
-Build cost (g++ 12 at -O1, measured): about 0.07 s for one specialisation
-alone, of which 0.05 s is the compiler start, and 0.014 s each in a unit of
-48.  So: :func:`prepare` builds every missing specialisation of a list in
-units of up to :data:`BATCH` (two compilers at a time); a kernel resolved
-alone is built alone (0.07 s, as NVRTC's 0.04-0.2 s per kernel); and the
+Build cost (g++ 12 at -O1, measured on the 2-core CI machine): 0.1-0.25 s
+for one specialisation alone, of which 0.055 s is the compiler start and
+the headers, and 0.023 s each in a unit of 48.  So: :func:`prepare` builds
+every missing specialisation of a list in units of up to :data:`BATCH`
+(two compilers at a time); a kernel resolved alone is built alone (like
+its NVRTC image, 0.04-0.2 s); building it in the background while NVRTC
+compiles was tried and gained nothing measurable on two busy cores; and the
 cache folder lists what was built there (:data:`USED_LIST`), so after an
 edit of ``kernels/`` or a compiler upgrade the first resolution rebuilds
 the listed specialisations in the background, in units, instead of one
