@@ -197,20 +197,43 @@ GA_DEV ga_c16 ga_val(ga_c16 x) { return x; }
 template <class D> struct ga_to;
 
 // Float -> int or long long, truncating toward zero, saturating outside
-// [MIN, MAX], NaN -> 0 (what cvt.rzi does on the GPU; undefined in C++, so
-// spelt out).  -(F)MIN is 2^31 or 2^63, exact in float and double.
+// [MIN, MAX], NaN -> 0.  On the GPU that is what cvt.rzi does (PTX ISA:
+// float-to-integer conversions clamp to the destination range, NaN gives
+// 0), reached through the __*_rz intrinsics, which are defined for every
+// input (a C++ cast out of range is not, to a compiler).  The host spells it
+// out.  -(F)MIN is 2^31 or 2^63, exact in float and double.
 template <class W> struct ga_lim;
 template <> struct ga_lim<int> {
-    static constexpr int lo = -2147483647 - 1, hi = 2147483647;
+    GA_DEV static constexpr int lo() { return -2147483647 - 1; }
+    GA_DEV static constexpr int hi() { return 2147483647; }
 };
 template <> struct ga_lim<long long> {
-    static constexpr long long lo = -9223372036854775807ll - 1, hi = 9223372036854775807ll;
+    GA_DEV static constexpr long long lo() { return -9223372036854775807ll - 1; }
+    GA_DEV static constexpr long long hi() { return 9223372036854775807ll; }
 };
+#ifdef __CUDA_ARCH__
+GA_DEV int ga_rzi(float v, int*) { return __float2int_rz(v); }
+GA_DEV int ga_rzi(double v, int*) { return __double2int_rz(v); }
+GA_DEV long long ga_rzi(float v, long long*) { return __float2ll_rz(v); }
+GA_DEV long long ga_rzi(double v, long long*) { return __double2ll_rz(v); }
+#endif
 template <class W, class F> GA_DEV W ga_ftoi(F v) {
+#ifdef __CUDA_ARCH__
+    return ga_rzi(v, (W*)0);
+#else
     if (!(v == v)) return 0;
-    if (v >= -(F)ga_lim<W>::lo) return ga_lim<W>::hi;
-    if (v <= (F)ga_lim<W>::lo) return ga_lim<W>::lo;
+    if (v >= -(F)ga_lim<W>::lo()) return ga_lim<W>::hi();
+    if (v <= (F)ga_lim<W>::lo()) return ga_lim<W>::lo();
     return (W)v;
+#endif
+}
+// double >= 2^63 -> uint64, saturating at 2^64 - 1 (+inf too): cvt.rzi.u64.
+GA_DEV unsigned long long ga_ftou64_high(double v) {
+#ifdef __CUDA_ARCH__
+    return __double2ull_rz(v);
+#else
+    return v >= 18446744073709551616.0 ? ~0ull : (unsigned long long)v;
+#endif
 }
 
 // Integer destinations: integers wrap; floats truncate (see header).
@@ -235,8 +258,7 @@ template <> struct ga_to<ga_u8> : ga_to_int<ga_u8, long long> {
     using ga_to_int<ga_u8, long long>::f;
     GA_DEV static ga_u8 f(float v) { return f((double)v); }
     GA_DEV static ga_u8 f(double v) {
-        if (v >= 18446744073709551616.0) return ~0ull;  // saturate (+inf too)
-        return v >= 9223372036854775808.0 ? (ga_u8)v : (ga_u8)ga_ftoi<long long>(v);
+        return v >= 9223372036854775808.0 ? ga_ftou64_high(v) : (ga_u8)ga_ftoi<long long>(v);
     }
     GA_DEV static ga_u8 f(ga_c8 v) { return f((double)v.re); }
     GA_DEV static ga_u8 f(ga_c16 v) { return f(v.re); }
@@ -311,6 +333,15 @@ template <class D, class S> GA_DEV D ga_cvt(S s) { return ga_cvt_impl<D, S>::f(s
 // ----------------------------------------------------------- loads, stores
 // AL: the address is aligned to the element size (checked on the host); the
 // unaligned variant moves bytes one at a time.
+// Address of element i of T at p: 64-bit arithmetic, as p[i] on a T* would
+// compute it (mul.wide for 32-bit i).
+template <class T, class I> GA_DEV const char* ga_elem(const char* p, I i) {
+    return p + (long long)i * (long long)sizeof(T);
+}
+template <class T, class I> GA_DEV char* ga_elem(char* p, I i) {
+    return p + (long long)i * (long long)sizeof(T);
+}
+
 template <class T, bool AL> GA_DEV T ga_load(const char* p) {
     if (AL) {
         return *ga_gread<T>(p);

@@ -56,15 +56,14 @@ GA_DEV void ga_copy_contig(const ga_nd_args<1, I>& a) {
     if (vec_ok) {
         const I nv = n / 4;
         for (I j = tid; j < nv; j += nthreads) {
-            const ga_vec4<S> s = ga_load<ga_vec4<S>, true>(a.src + j * (I)sizeof(ga_vec4<S>));
+            const ga_vec4<S> s = ga_load<ga_vec4<S>, true>(ga_elem<ga_vec4<S>>(a.src, j));
             ga_vec4<D> d;
 #pragma unroll
             for (int k = 0; k < 4; ++k) d.v[k] = ga_cvt<D, S>(s.v[k]);
-            ga_store<ga_vec4<D>, true>(a.dst + j * (I)sizeof(ga_vec4<D>), d);
+            ga_store<ga_vec4<D>, true>(ga_elem<ga_vec4<D>>(a.dst, j), d);
         }
         done = nv * 4;
     }
     for (I i = done + tid; i < n; i += nthreads)
-        ga_store<D, true>(a.dst + i * (I)sizeof(D),
-                          ga_cvt<D, S>(ga_load<S, true>(a.src + i * (I)sizeof(S))));
+        ga_store<D, true>(ga_elem<D>(a.dst, i), ga_cvt<D, S>(ga_load<S, true>(ga_elem<S>(a.src, i))));
 }

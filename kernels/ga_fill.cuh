@@ -73,8 +73,8 @@ GA_DEV void ga_fill_contig(const ga_fill_args<1, I>& a) {
         for (int k = 0; k < (int)(16 / sizeof(T)); ++k) u.t[k] = v;
         const I per = (I)(16 / sizeof(T));
         const I nv = n / per;
-        for (I j = tid; j < nv; j += nthreads) ga_store<ga_v16, true>(a.dst + j * (I)16, u.w);
+        for (I j = tid; j < nv; j += nthreads) ga_store<ga_v16, true>(ga_elem<ga_v16>(a.dst, j), u.w);
         done = nv * per;
     }
-    for (I i = done + tid; i < n; i += nthreads) ga_store<T, true>(a.dst + i * (I)sizeof(T), v);
+    for (I i = done + tid; i < n; i += nthreads) ga_store<T, true>(ga_elem<T>(a.dst, i), v);
 }

@@ -597,7 +597,8 @@ def test_specialisations_built_before_are_rebuilt_in_the_background(monkeypatch,
     """After the sources (here: the flags) change, the listed kernels are built in one batch."""
     monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
     specs = [_specs.copy_spec("f4", "i2", nd, "i32", "g") for nd in (1, 2, 3)]
-    for name, value in (("_entries", {}), ("_pending", {}), ("_prefetch_started", True)):
+    for name, value in (("_entries", {}), ("_pending", {}), ("_prefetch_started", True),
+                        ("_listed_symbols", set())):
         monkeypatch.setattr(_host, name, value)
     assert _host.prepare(specs) == 3
     listed = (tmp_path / _host.USED_LIST).read_text().split()
@@ -606,6 +607,7 @@ def test_specialisations_built_before_are_rebuilt_in_the_background(monkeypatch,
     monkeypatch.setattr(_host, "FLAGS", _host.FLAGS + ("-DGA_TEST_EDIT=1",))
     monkeypatch.setattr(_host, "_entries", {})
     monkeypatch.setattr(_host, "_prefetch_started", False)
+    monkeypatch.setattr(_host, "_listed_symbols", set())
     units = []
     real = _host._build_unit
     monkeypatch.setattr(_host, "_build_unit", lambda cc, unit: units.append(
@@ -617,14 +619,17 @@ def test_specialisations_built_before_are_rebuilt_in_the_background(monkeypatch,
     t0 = time.monotonic()
     while _host._pending and time.monotonic() - t0 < deadline:
         time.sleep(0.05)
-    assert units == [[s.symbol for s in specs]]  # one compiler start for all three
+    # one compiler start for the three listed; the kernel asked for before that
+    # unit started was built alone at once rather than waiting behind the list
+    assert [s.symbol for s in specs] in units and len(units) <= 2
     assert all(s.symbol in _host._entries for s in specs)
     assert (tmp_path / _host.USED_LIST).read_text().split() == listed  # not listed twice
 
 
 def test_the_disk_cache_holds_each_library_once_and_a_corrupt_one_is_a_miss(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
-    for name, value in (("_entries", {}), ("_pending", {}), ("_prefetch_started", True)):
+    for name, value in (("_entries", {}), ("_pending", {}), ("_prefetch_started", True),
+                        ("_listed_symbols", set())):
         monkeypatch.setattr(_host, name, value)
     specs = [_specs.fill_spec("u2", nd, "i64", "g") for nd in (1, 2, 3, 4)]
     assert _host.prepare(specs) == 4

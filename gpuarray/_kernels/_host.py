@@ -346,10 +346,19 @@ def prepare(specs: Iterable[KernelSpec]) -> int:
 # missing -- after an edit of kernels/, or a compiler upgrade, a run needs
 # the same few hundred again -- in units of BATCH, two compilers at a time,
 # instead of one compiler start each.  A resolution waits for the unit that
-# holds its kernel.
+# holds its kernel if that unit is compiling, else builds its kernel alone
+# at once (a short test run does not wait for the whole list).
 USED_LIST = "host-kernels-used.txt"
 _USED_MAX = 4 << 20
-_pending: dict[str, threading.Event] = {}
+class _Unit:
+    """A background unit: ``started`` once its compiler runs, ``done`` when finished."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.done = threading.Event()
+
+
+_pending: dict[str, _Unit] = {}
 _prefetch_started = False
 
 
@@ -360,10 +369,15 @@ def _used_path():
     return d / USED_LIST
 
 
+_listed_symbols: set[str] = set()  # what the list held at the prefetch, and what was added
+
+
 def _note_built(unit: Sequence[KernelSpec]) -> None:
     path = _used_path()
-    if path is None:
+    unit = [s for s in unit if s.symbol not in _listed_symbols]
+    if path is None or not unit:
         return
+    _listed_symbols.update(s.symbol for s in unit)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o600)
@@ -406,20 +420,24 @@ def _start_prefetch(cc: Compiler) -> None:
         return
     _prefetch_started = True
     d = _cache.cache_dir()
-    missing = [s for s in _listed() if s.symbol not in _entries
+    listed = _listed()
+    _listed_symbols.update(s.symbol for s in listed)
+    missing = [s for s in listed if s.symbol not in _entries
                and not _cache._entry_path(d, _spec_key(cc, s), "hostref").exists()]
     if not missing:
         return
     units = _units(missing)
-    events = []
+    states = []
     for unit in units:
-        ev = threading.Event()
-        events.append(ev)
+        st = _Unit()
+        states.append(st)
         for s in unit:
-            _pending[s.symbol] = ev
+            _pending[s.symbol] = st
 
     def build(i: int) -> None:
         try:
+            with _lock:
+                states[i].started = True
             payload = _build_unit(cc, units[i])
             with _lock:
                 _store(cc, units[i], payload, note=False)  # listed already
@@ -429,7 +447,7 @@ def _start_prefetch(cc: Compiler) -> None:
             with _lock:
                 for s in units[i]:
                     _pending.pop(s.symbol, None)
-            events[i].set()
+            states[i].done.set()
 
     def run() -> None:
         with ThreadPoolExecutor(max_workers=2) as ex:
@@ -444,9 +462,10 @@ def _entry(spec: KernelSpec) -> int:
     if addr is None:
         with _lock:
             _start_prefetch(_require_compiler())
-            pending = _pending.get(spec.symbol)
-        if pending is not None:
-            pending.wait()
+            unit = _pending.get(spec.symbol)
+        if unit is not None and unit.started:  # its compiler runs: wait for it
+            unit.done.wait()
+        # else: queued behind others, build it alone now (the unit rebuilds it later)
         addr = _entries.get(spec.symbol)
         if addr is None:
             prepare([spec])
