@@ -641,3 +641,29 @@ def test_the_disk_cache_holds_each_library_once_and_a_corrupt_one_is_a_miss(monk
     library.write_bytes(library.read_bytes()[:-10])  # truncated: a miss, rebuilt
     monkeypatch.setattr(_host, "_entries", {})
     assert _host.prepare(specs[:1]) == 1
+
+
+def test_host_libraries_export_only_their_entries(tmp_path):
+    """Template instances and __shared__ statics stay private to each library.
+
+    With default visibility g++ makes the statics of inline templates
+    GNU-unique symbols, bound across every loaded library: two libraries
+    instantiating the same template with different meanings (the tests'
+    former emulator and the host build) then shared one object, and the
+    process crashed.
+    """
+    import shutil
+    import subprocess
+
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm to list a library's symbols")
+    cc = _host.compiler()
+    lib = tmp_path / "k.so"
+    lib.write_bytes(_host.build_library(cc, _host._unit([
+        _specs.transpose_spec("u1", "u1", "i32", "w"), _specs.copy_spec("f4", "f8", 2, "i32", "g")]),
+        "two kernels"))
+    out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True,
+                         check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    assert names == {"ga_host__ga_transpose__u1__u1__i32__w", "ga_host__ga_copy__f4__f8__2__i32__g"}
