@@ -94,6 +94,10 @@ def info() -> None:
         print(f"NVRTC: unavailable ({e})")
     n = gpuarray.device_count()
     print(f"devices: {n}{simulated}")
+    if b.name == "sim":
+        from gpuarray._kernels import _host
+
+        print(f"simulator kernels: {_host.describe()}")
     for i in range(n):
         dev = gpuarray.get_device(i)
         major, minor = dev.compute_capability

@@ -23,8 +23,11 @@
 //     (uint32) truncation and then wrap, so -1.0 -> uint8 gives 255 and
 //     300.0 -> int8 gives 44, as NumPy does on x86-64.  NaN, +-inf and values
 //     outside the intermediate's range are implementation-defined in NumPy
-//     (x86-64 gives INT_MIN patterns, ARM saturates); here they follow CUDA's
-//     saturating conversion (NaN -> 0).  uint64 targets: values >= 2^63
+//     (x86-64 gives INT_MIN patterns, ARM saturates); here they saturate
+//     to the intermediate's range and NaN gives 0 (ga_ftoi), written out
+//     explicitly because C++ leaves them undefined: CUDA's cvt.rzi does the
+//     same, so the GPU and the host build (ga_host.cuh) agree bit for bit.
+//     uint64 targets: values >= 2^64 (and +inf) give 2^64 - 1, values >= 2^63
 //     convert directly, smaller ones through int64 (so negatives wrap);
 //   * complex -> real (and -> int) drops the imaginary part;
 //   * real -> complex has a zero imaginary part;
@@ -61,6 +64,20 @@ struct alignas(16) ga_v16 { unsigned long long lo, hi; };
 #define GA_DEV __device__ __forceinline__
 #ifndef __forceinline__
 #define __forceinline__ inline
+#endif
+
+// ------------------------------------------------------ global memory seam
+// Every access of a kernel to global memory goes through ga_gread /
+// ga_gwrite: the address of one T to read or write.  On the GPU they are the
+// plain pointer casts below.  The host build (GA_HOST_BUILD, see
+// ga_host.cuh) translates the simulated device address through the extents
+// the simulator granted the launch, checking bounds, permission and
+// alignment; any other access is the simulator's illegal-address fault.
+#ifdef GA_HOST_BUILD
+#include "ga_host.cuh"
+#else
+template <class T> GA_DEV const T* ga_gread(const char* p) { return reinterpret_cast<const T*>(p); }
+template <class T> GA_DEV T* ga_gwrite(char* p) { return reinterpret_cast<T*>(p); }
 #endif
 
 // ------------------------------------------------------------------ float16
@@ -179,14 +196,54 @@ GA_DEV ga_c16 ga_val(ga_c16 x) { return x; }
 // Step 2: a computation-type value to the destination element type.
 template <class D> struct ga_to;
 
+// Float -> int or long long, truncating toward zero, saturating outside
+// [MIN, MAX], NaN -> 0.  On the GPU that is what cvt.rzi does (PTX ISA:
+// float-to-integer conversions clamp to the destination range, NaN gives
+// 0), reached through the __*_rz intrinsics, which are defined for every
+// input (a C++ cast out of range is not, to a compiler).  The host spells it
+// out.  -(F)MIN is 2^31 or 2^63, exact in float and double.
+template <class W> struct ga_lim;
+template <> struct ga_lim<int> {
+    GA_DEV static constexpr int lo() { return -2147483647 - 1; }
+    GA_DEV static constexpr int hi() { return 2147483647; }
+};
+template <> struct ga_lim<long long> {
+    GA_DEV static constexpr long long lo() { return -9223372036854775807ll - 1; }
+    GA_DEV static constexpr long long hi() { return 9223372036854775807ll; }
+};
+#ifdef __CUDA_ARCH__
+GA_DEV int ga_rzi(float v, int*) { return __float2int_rz(v); }
+GA_DEV int ga_rzi(double v, int*) { return __double2int_rz(v); }
+GA_DEV long long ga_rzi(float v, long long*) { return __float2ll_rz(v); }
+GA_DEV long long ga_rzi(double v, long long*) { return __double2ll_rz(v); }
+#endif
+template <class W, class F> GA_DEV W ga_ftoi(F v) {
+#ifdef __CUDA_ARCH__
+    return ga_rzi(v, (W*)0);
+#else
+    if (!(v == v)) return 0;
+    if (v >= -(F)ga_lim<W>::lo()) return ga_lim<W>::hi();
+    if (v <= (F)ga_lim<W>::lo()) return ga_lim<W>::lo();
+    return (W)v;
+#endif
+}
+// double >= 2^63 -> uint64, saturating at 2^64 - 1 (+inf too): cvt.rzi.u64.
+GA_DEV unsigned long long ga_ftou64_high(double v) {
+#ifdef __CUDA_ARCH__
+    return __double2ull_rz(v);
+#else
+    return v >= 18446744073709551616.0 ? ~0ull : (unsigned long long)v;
+#endif
+}
+
 // Integer destinations: integers wrap; floats truncate (see header).
 template <class D, class W> struct ga_to_int {
     // W: the intermediate a float goes through before wrapping to D.
     GA_DEV static D f(bool v) { return (D)(v ? 1 : 0); }
     GA_DEV static D f(long long v) { return (D)v; }
     GA_DEV static D f(unsigned long long v) { return (D)v; }
-    GA_DEV static D f(float v) { return (D)(W)v; }
-    GA_DEV static D f(double v) { return (D)(W)v; }
+    GA_DEV static D f(float v) { return (D)ga_ftoi<W>(v); }
+    GA_DEV static D f(double v) { return (D)ga_ftoi<W>(v); }
     GA_DEV static D f(ga_c8 v) { return f(v.re); }
     GA_DEV static D f(ga_c16 v) { return f(v.re); }
 };
@@ -201,7 +258,7 @@ template <> struct ga_to<ga_u8> : ga_to_int<ga_u8, long long> {
     using ga_to_int<ga_u8, long long>::f;
     GA_DEV static ga_u8 f(float v) { return f((double)v); }
     GA_DEV static ga_u8 f(double v) {
-        return v >= 9223372036854775808.0 ? (ga_u8)v : (ga_u8)(long long)v;
+        return v >= 9223372036854775808.0 ? ga_ftou64_high(v) : (ga_u8)ga_ftoi<long long>(v);
     }
     GA_DEV static ga_u8 f(ga_c8 v) { return f((double)v.re); }
     GA_DEV static ga_u8 f(ga_c16 v) { return f(v.re); }
@@ -276,25 +333,34 @@ template <class D, class S> GA_DEV D ga_cvt(S s) { return ga_cvt_impl<D, S>::f(s
 // ----------------------------------------------------------- loads, stores
 // AL: the address is aligned to the element size (checked on the host); the
 // unaligned variant moves bytes one at a time.
+// Address of element i of T at p: 64-bit arithmetic, as p[i] on a T* would
+// compute it (mul.wide for 32-bit i).
+template <class T, class I> GA_DEV const char* ga_elem(const char* p, I i) {
+    return p + (long long)i * (long long)sizeof(T);
+}
+template <class T, class I> GA_DEV char* ga_elem(char* p, I i) {
+    return p + (long long)i * (long long)sizeof(T);
+}
+
 template <class T, bool AL> GA_DEV T ga_load(const char* p) {
     if (AL) {
-        return *reinterpret_cast<const T*>(p);
+        return *ga_gread<T>(p);
     } else {
         union { T t; unsigned char b[sizeof(T)]; } u;
 #pragma unroll
-        for (int i = 0; i < (int)sizeof(T); ++i) u.b[i] = (unsigned char)p[i];
+        for (int i = 0; i < (int)sizeof(T); ++i) u.b[i] = *ga_gread<unsigned char>(p + i);
         return u.t;
     }
 }
 
 template <class T, bool AL> GA_DEV void ga_store(char* p, T v) {
     if (AL) {
-        *reinterpret_cast<T*>(p) = v;
+        *ga_gwrite<T>(p) = v;
     } else {
         union { T t; unsigned char b[sizeof(T)]; } u;
         u.t = v;
 #pragma unroll
-        for (int i = 0; i < (int)sizeof(T); ++i) p[i] = (char)u.b[i];
+        for (int i = 0; i < (int)sizeof(T); ++i) *ga_gwrite<unsigned char>(p + i) = u.b[i];
     }
 }
 

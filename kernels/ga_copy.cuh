@@ -55,18 +55,15 @@ GA_DEV void ga_copy_contig(const ga_nd_args<1, I>& a) {
         ((unsigned long long)a.dst % alignof(ga_vec4<D>)) == 0;
     if (vec_ok) {
         const I nv = n / 4;
-        const ga_vec4<S>* s4 = reinterpret_cast<const ga_vec4<S>*>(a.src);
-        ga_vec4<D>* d4 = reinterpret_cast<ga_vec4<D>*>(a.dst);
         for (I j = tid; j < nv; j += nthreads) {
-            const ga_vec4<S> s = s4[j];
+            const ga_vec4<S> s = ga_load<ga_vec4<S>, true>(ga_elem<ga_vec4<S>>(a.src, j));
             ga_vec4<D> d;
 #pragma unroll
             for (int k = 0; k < 4; ++k) d.v[k] = ga_cvt<D, S>(s.v[k]);
-            d4[j] = d;
+            ga_store<ga_vec4<D>, true>(ga_elem<ga_vec4<D>>(a.dst, j), d);
         }
         done = nv * 4;
     }
-    const S* s1 = reinterpret_cast<const S*>(a.src);
-    D* d1 = reinterpret_cast<D*>(a.dst);
-    for (I i = done + tid; i < n; i += nthreads) d1[i] = ga_cvt<D, S>(s1[i]);
+    for (I i = done + tid; i < n; i += nthreads)
+        ga_store<D, true>(ga_elem<D>(a.dst, i), ga_cvt<D, S>(ga_load<S, true>(ga_elem<S>(a.src, i))));
 }

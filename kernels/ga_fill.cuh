@@ -53,7 +53,7 @@ GA_DEV void ga_fill_nd(const ga_fill_args<ND, I>& a) {
                     rem = q;
                 }
                 off += rem * a.strides[0];
-                *reinterpret_cast<T*>(a.dst + off) = v;
+                ga_store<T, true>(a.dst + off, v);
             }
         }
     }
@@ -73,10 +73,8 @@ GA_DEV void ga_fill_contig(const ga_fill_args<1, I>& a) {
         for (int k = 0; k < (int)(16 / sizeof(T)); ++k) u.t[k] = v;
         const I per = (I)(16 / sizeof(T));
         const I nv = n / per;
-        ga_v16* d16 = reinterpret_cast<ga_v16*>(a.dst);
-        for (I j = tid; j < nv; j += nthreads) d16[j] = u.w;
+        for (I j = tid; j < nv; j += nthreads) ga_store<ga_v16, true>(ga_elem<ga_v16>(a.dst, j), u.w);
         done = nv * per;
     }
-    T* d1 = reinterpret_cast<T*>(a.dst);
-    for (I i = done + tid; i < n; i += nthreads) d1[i] = v;
+    for (I i = done + tid; i < n; i += nthreads) ga_store<T, true>(ga_elem<T>(a.dst, i), v);
 }

@@ -126,7 +126,7 @@ GA_DEV void ga_transpose(const ga_tr_args<I>& a) {
             for (int j = ty; j < GA_TILE; j += GA_TILE_ROWS) {
                 const I c = c0 + j;
                 if (r < a.rows && c < a.cols)
-                    tile[j][tx] = *reinterpret_cast<const S*>(src + r * (I)sizeof(S) + c * a.src_pitch);
+                    tile[j][tx] = ga_load<S, true>(src + r * (I)sizeof(S) + c * a.src_pitch);
             }
         }
         __syncthreads();
@@ -136,8 +136,8 @@ GA_DEV void ga_transpose(const ga_tr_args<I>& a) {
             for (int j = ty; j < GA_TILE; j += GA_TILE_ROWS) {
                 const I r = r0 + j;
                 if (r < a.rows && c < a.cols)
-                    *reinterpret_cast<D*>(dst + r * a.dst_pitch + c * (I)sizeof(D)) =
-                        ga_cvt<D, S>(tile[tx][j]);
+                    ga_store<D, true>(dst + r * a.dst_pitch + c * (I)sizeof(D),
+                                      ga_cvt<D, S>(tile[tx][j]));
             }
         }
         __syncthreads();
@@ -209,7 +209,7 @@ GA_DEV void ga_tw_load(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_a
 #pragma unroll
         for (int j = 0; j < P; ++j) {
             const I c = c0 + (I)(P * (ty + GA_TILE_ROWS * k) + j);
-            w[k][j] = *reinterpret_cast<const Wd*>(s + c * a.src_pitch);
+            w[k][j] = ga_load<Wd, true>(s + c * a.src_pitch);
         }
     }
 #pragma unroll
@@ -241,7 +241,7 @@ GA_DEV void ga_tw_store(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_
 #pragma unroll
     for (int m = 0; m < M; ++m) {
         const I r = r0 + (I)(ty + GA_TILE_ROWS * m);
-        *reinterpret_cast<Wd*>(d + r * a.dst_pitch) = ga_tw_cvt<D, S, Wd>::f(v[m]);
+        ga_store<Wd, true>(d + r * a.dst_pitch, ga_tw_cvt<D, S, Wd>::f(v[m]));
     }
 }
 
@@ -269,7 +269,7 @@ GA_DEV void ga_tw_edge_load(typename ga_word<W>::type (*tile)[GA_TILE], const ga
          i += GA_TILE * GA_TILE_ROWS) {
         const int rr = i % T, cc = i / T;  // consecutive threads: consecutive source rows
         if (rr < nr && cc < nc)
-            *reinterpret_cast<S*>(t + ga_tw_offset<E, W>(rr, cc)) = *reinterpret_cast<const S*>(
+            *reinterpret_cast<S*>(t + ga_tw_offset<E, W>(rr, cc)) = ga_load<S, true>(
                 src + (r0 + (I)rr) * (I)E + (c0 + (I)cc) * a.src_pitch);
     }
 }
@@ -287,8 +287,8 @@ GA_DEV void ga_tw_edge_store(typename ga_word<W>::type (*tile)[GA_TILE], const g
          i += GA_TILE * GA_TILE_ROWS) {
         const int cc = i % T, rr = i / T;  // consecutive threads: consecutive destination cols
         if (rr < nr && cc < nc)
-            *reinterpret_cast<D*>(dst + (r0 + (I)rr) * a.dst_pitch + (c0 + (I)cc) * (I)E) =
-                ga_cvt<D, S>(*reinterpret_cast<const S*>(t + ga_tw_offset<E, W>(rr, cc)));
+            ga_store<D, true>(dst + (r0 + (I)rr) * a.dst_pitch + (c0 + (I)cc) * (I)E,
+                              ga_cvt<D, S>(*reinterpret_cast<const S*>(t + ga_tw_offset<E, W>(rr, cc))));
     }
 }
 

@@ -10,25 +10,24 @@ Two compilers, no GPU needed:
   options the simulator uses), the same with the release options for the
   oldest supported architecture and sm_90, and all 14 x 14 conversion pairs
   in one translation unit.
-- the host C++ compiler (skipped without a C++20 one): the same sources
-  compiled for the CPU with a grid emulator (``threadIdx``/``blockIdx``
-  globals, one OS thread per CUDA thread and a barrier for
-  ``__syncthreads`` in the transpose), driven by the real planner and
-  parameter blocks, checked against NumPy.  This runs the kernels' index
-  math, vector paths, variants and conversions; only the float16 hardware
-  conversions (``cvt``) and ``__byte_perm`` are replaced by their bit-level
-  equivalents.  The transposes also run with guard bytes around every
+- the host C++ compiler (skipped without one): the same sources as the
+  simulator runs them (``gpuarray._kernels._host``: ``kernels/ga_host.cuh``,
+  every thread of every block as fibers, ``__syncthreads`` a barrier), driven
+  by the real planner and parameter blocks on host memory, checked against
+  NumPy.  This runs the kernels' index math, vector paths, variants and
+  conversions; only the float16 hardware conversions (``cvt``) and
+  ``__byte_perm`` are replaced by their bit-level equivalents.  Each launch
+  may touch only its operands' byte extents (an access outside is a
+  fault), the transposes also run with guard bytes around every
   destination and, in a child process, with operands that end at an
-  unreadable page, so an access past an operand fails the test.
+  unreadable page.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuarray._kernels import _cache, _dtypes, _launch, _nvrtc, _plan, _source, _specs
+from gpuarray._kernels import _cache, _dtypes, _host, _launch, _nvrtc, _plan, _source, _specs
 from gpuarray.errors import NvrtcError
 
 CAST = _dtypes.CAST_CODES
@@ -232,116 +231,26 @@ def test_build_through_the_cache_uses_the_device_architecture(monkeypatch, tmp_p
     assert _cache.cache_info()["entries"] == 1
 
 
-# ======================================================== host C++ emulation
-_PRELUDE = r"""
-#include <barrier>
-#include <functional>
-#include <thread>
-#include <vector>
-struct ga_dim3 { unsigned int x, y, z; };
-static thread_local ga_dim3 threadIdx, blockIdx;
-static ga_dim3 blockDim, gridDim;
-static std::barrier<>* ga_bar = nullptr;
-static inline void __syncthreads() { ga_bar->arrive_and_wait(); }
-#define __global__
-#define __shared__ static
-#define __launch_bounds__(...)
-"""
+# ============================================== the host build of kernels/
+class _Identity:
+    """Kernel memory where a device address is the host address (numpy operands).
 
-_RUNNER = r"""
-// Blocks run one after another; the threads of a block run concurrently (one
-// OS thread per CUDA thread, created once per launch, looping over the blocks
-// with a barrier between blocks, since the next block reuses __shared__).
-static void ga_run(unsigned grid, unsigned bx, unsigned by, bool sync,
-                   const std::function<void()>& k) {
-    gridDim = {grid, 1, 1};
-    blockDim = {bx, by, 1};
-    if (!sync) {
-        for (unsigned b = 0; b < grid; ++b) {
-            blockIdx = {b, 0, 0};
-            for (unsigned y = 0; y < by; ++y)
-                for (unsigned x = 0; x < bx; ++x) { threadIdx = {x, y, 0}; k(); }
-        }
-        return;
-    }
-    std::barrier<> bar(bx * by);
-    ga_bar = &bar;
-    std::vector<std::thread> ts;
-    for (unsigned y = 0; y < by; ++y)
-        for (unsigned x = 0; x < bx; ++x)
-            ts.emplace_back([=, &k, &bar] {
-                threadIdx = {x, y, 0};
-                for (unsigned b = 0; b < grid; ++b) {
-                    blockIdx = {b, 0, 0};
-                    k();
-                    bar.arrive_and_wait();
-                }
-            });
-    for (auto& t : ts) t.join();
-    ga_bar = nullptr;
-}
-"""
+    The host build reaches only the extents its launch declares (the
+    operands' byte ranges): an access past an operand is a DeviceFault.
+    """
 
-
-def _cxx():
-    for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _args_type(s) -> str:
-    idx = {"i32": "int", "i64": "long long"}[s.index]
-    if s.family == "copy":
-        return f"ga_nd_args<{s.ndim}, {idx}>"
-    if s.family == "fill":
-        return f"ga_fill_args<{s.ndim}, {idx}>"
-    return f"ga_tr_args<{idx}>"
+    def host_pointer(self, address: int, nbytes: int):
+        return address, None
 
 
 class HostKernels:
-    """The kernels of ``kernels/`` built for the CPU; runs planned operations on host memory."""
+    """The kernels of ``kernels/`` as the simulator runs them (gpuarray._kernels._host),
+    run on host memory by planned operations."""
 
-    def __init__(self, specs, workdir) -> None:
-        cxx = _cxx()
-        if cxx is None:
-            pytest.skip("no C++ compiler to emulate the kernels on the host")
-        probe = workdir / "probe.cpp"
-        probe.write_text("#include <barrier>\nint main() { std::barrier<> b(1); }\n")
-        r = subprocess.run([cxx, "-std=c++20", "-pthread", str(probe), "-o", str(workdir / "p")],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"{cxx} cannot build C++20 <barrier> code: {r.stderr[:200]}")
-        specs = sorted(set(specs), key=lambda s: s.symbol)
-        chunks = [specs[i::2] for i in range(2)]  # two compiler processes (two cores in CI)
-        procs, libs = [], []
-        for k, chunk in enumerate(chunks):
-            src = _PRELUDE + _specs.program_source(chunk) + _RUNNER
-            for s in chunk:
-                sync = "true" if s.family == "transpose" else "false"
-                src += (f'extern "C" void host__{s.symbol}(const void* p, unsigned g, unsigned bx, '
-                        f'unsigned by) {{ ga_run(g, bx, by, {sync}, [&] {{ {s.symbol}('
-                        f'*reinterpret_cast<const {_args_type(s)}*>(p)); }}); }}\n')
-            tag = hashlib.sha256(src.encode()).hexdigest()[:12]
-            cpp, lib = workdir / f"k{k}_{tag}.cpp", workdir / f"k{k}_{tag}.so"
-            cpp.write_text(src)
-            procs.append(subprocess.Popen(
-                [cxx, "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread", "-w",
-                 "-I", str(_source.kernel_source_dir()), str(cpp), "-o", str(lib)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-            libs.append(lib)
-        for p in procs:
-            _, err = p.communicate()
-            assert p.returncode == 0, f"host build of kernels/ failed:\n{err[-4000:]}"
-        self.libs = [ctypes.CDLL(str(lib)) for lib in libs]
-
-    def _fn(self, symbol):
-        for lib in self.libs:
-            try:
-                return getattr(lib, "host__" + symbol)
-            except AttributeError:
-                continue
-        raise KeyError(symbol)
+    def __init__(self, specs) -> None:
+        if _host.compiler() is None:
+            pytest.skip("no C++ compiler for the host build of the kernels")
+        _host.prepare(sorted(set(specs), key=lambda s: s.symbol))  # batched
 
     def execute(self, ops, sms: int = 2) -> None:
         for op in ops:
@@ -357,8 +266,8 @@ class HostKernels:
             else:
                 p = _launch.params_for(op)
                 grid = _launch.grid_for(op, sms)
-                bx, by = (32, 8) if op.spec.family == "transpose" else (256, 1)
-                self._fn(op.spec.symbol)(ctypes.byref(p), grid[0], bx, by)
+                block = (32, 8, 1) if op.spec.family == "transpose" else (256, 1, 1)
+                _host.host_kernel(op.spec).run(_Identity(), grid, block, 0, [p])
 
 
 def _astype(x, dt):
@@ -622,11 +531,11 @@ def transpose_cases():
 
 
 @pytest.fixture(scope="module")
-def host_kernels(host_cases, transpose_cases, tmp_path_factory):
+def host_kernels(host_cases, transpose_cases):
     edge = _conversion_edge_cases()
     specs = [op.spec for c in host_cases + edge + transpose_cases for op in c[3]
              if isinstance(op, _plan.Launch)]
-    hk = HostKernels(specs, tmp_path_factory.mktemp("host_kernels"))
+    hk = HostKernels(specs)
     hk.edge = edge
     return hk
 
@@ -699,8 +608,7 @@ def flush(shape, dtype, strides, align):
     keep.append(m)
     return np.ndarray(shape, dtype, m, off, strides)
 
-hk = T.HostKernels.__new__(T.HostKernels)
-hk.libs = [ctypes.CDLL(p) for p in sys.argv[1:]]
+hk = T.HostKernels([])  # builds on demand (the parent's disk cache: loads)
 rng = np.random.default_rng(7)
 seen = []
 # code, source lines (the destination's contiguous axis), line pitch, line length
@@ -727,8 +635,7 @@ def test_host_emulated_transposes_stay_inside_their_operands(host_kernels):
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    r = subprocess.run([sys.executable, "-c", _GUARD_CHILD,
-                        *[lib._name for lib in host_kernels.libs]],
+    r = subprocess.run([sys.executable, "-c", _GUARD_CHILD],
                        cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (f"exit {r.returncode} (-11: an access past an operand)",
                                r.stdout[-2000:], r.stderr[-3000:])

@@ -11,12 +11,16 @@ no array semantics: callers pass pointers, byte strides, dtypes and shapes.
 Modules: ``_dtypes`` (type codes), ``_specs`` (specialisations, symbol names,
 parameter blocks), ``_source`` (finding ``kernels/``), ``_nvrtc``
 (compilation), ``_cache`` (memory + disk cache), ``_plan`` (pure planning),
-``_reference`` (simulator reference implementations), ``_loader``
-(per-context modules), ``_launch`` (entry points).
+``_reference`` (NumPy reference implementations), ``_host`` (the host
+build of ``kernels/`` the simulator runs), ``_loader`` (per-context modules;
+chooses the simulator's implementation), ``_launch`` (entry points).
 
 Environment: ``GPUARRAY_KERNEL_CACHE_DIR`` (disk cache folder),
 ``GPUARRAY_KERNEL_CACHE=0`` (no disk cache), ``GPUARRAY_SIM_COMPILE=0``
-(simulator: skip the NVRTC compilation of the real sources).
+(simulator: skip the NVRTC compilation of the real sources),
+``GPUARRAY_SIM_KERNELS=host|reference`` (simulator: the host build of the
+kernels, default where a C++ compiler exists, or the reference),
+``GPUARRAY_SIM_KERNELS_LOG`` (a file listing the specialisations run).
 
 Import cost: this layer is imported with gpuarray (a few milliseconds, kept
 small: no ``hashlib``/``logging``/``tempfile``, no dataclasses on the import

@@ -65,7 +65,9 @@ __all__ = [
 FORMAT_VERSION = 2
 _MAGIC = b"GAKCACHE"
 _HEADER = struct.Struct("<8sIIQ32s64s")  # magic, version, kind, length, sha256, key hex
-_KINDS = {"cubin": 0, "ptx": 1, "facts": 2}
+# host: a host-built library (._host), keyed by its hash; hostref: the hash of
+# the library holding one specialisation, keyed by that specialisation.
+_KINDS = {"cubin": 0, "ptx": 1, "facts": 2, "host": 3, "hostref": 4}
 _SUFFIX = ".gakc"          # images
 _FACTS_SUFFIX = ".gakf"    # what was learnt of an NVRTC (see ._toolchain)
 #: Largest payload read back; a bigger entry is a miss (images are ~10-100 kB).

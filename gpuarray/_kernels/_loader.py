@@ -171,7 +171,7 @@ def forget_loaded(backend=None) -> None:
             _devices.pop(backend, None)
 
 
-_sim_kernels: dict[str, object] = {}
+_sim_kernels: dict[tuple[str, str], object] = {}
 
 
 def sim_kernel(symbol: str):
@@ -179,17 +179,28 @@ def sim_kernel(symbol: str):
 
     The resolver of :mod:`gpuarray._driver.sim_kernels`: a name that is not a
     gpuarray kernel symbol (:func:`._specs.parse_symbol`) is None, so the
-    simulator reports it as an unknown kernel.  One object per symbol.
+    simulator reports it as an unknown kernel.  ``GPUARRAY_SIM_KERNELS``
+    (:func:`._host.mode`) chooses the implementation: the host build of the
+    CUDA source (:func:`._host.host_kernel`, compiled or loaded now; a
+    compile error raises :class:`._host.HostCompileError`) or the NumPy
+    reference.  One object per symbol and choice.
     """
-    impl = _sim_kernels.get(symbol)
+    from . import _host  # the simulator's only
+
+    m = _host.mode()
+    impl = _sim_kernels.get((m, symbol))
     if impl is None:
         try:
             spec = parse_symbol(symbol)
         except ValueError:
             return None
-        from ._reference import reference_kernel  # the simulator's only
+        if m == "host":
+            made: object = _host.host_kernel(spec)
+        else:
+            from ._reference import reference_kernel
 
-        impl = _sim_kernels.setdefault(symbol, reference_kernel(spec))
+            made = reference_kernel(spec)
+        impl = _sim_kernels.setdefault((m, symbol), made)
     return impl
 
 

@@ -1,4 +1,11 @@
-"""Reference implementations of the kernels, run by the simulator on launch.
+"""Reference implementations of the kernels: the oracle of their host build.
+
+The simulator runs the CUDA source of ``kernels/`` compiled for the host
+(:mod:`._host`); these NumPy implementations are what its differential test
+compares that build against, what declares each launch's byte extents
+(``accesses``, for the race detector and the host build's grants), and what
+the simulator runs instead where no C++ compiler exists or
+``GPUARRAY_SIM_KERNELS=reference``.
 
 One :class:`gpuarray._driver._base.SimKernel` per :class:`KernelSpec`: it
 reads the same ``ctypes`` parameter block as the CUDA kernel and performs the

@@ -2,9 +2,10 @@
 
 One concern: code and sharing -- ``cuModuleLoadData`` /
 ``cuModuleGetFunction`` resolve a kernel name to its implementation
-(``gpuarray._driver.sim_kernels``), ``cuLaunchKernel`` checks
-the launch and queues the reference kernel, which reaches device memory only
-through :class:`_KernelMemory` (bounds, use after free, peer access); the
+(``gpuarray._driver.sim_kernels``: the host build of ``kernels/`` run by
+``_hostrt``, or a reference), ``cuLaunchKernel`` checks the launch and
+queues the kernel, which reaches device memory only through
+:class:`_KernelMemory` (bounds, use after free, peer access); the
 ``cuIpc*`` calls delegate to ``_ipc.py``.
 """
 
@@ -48,6 +49,19 @@ class _KernelMemory:
     def read(self, address: int, nbytes: int) -> np.ndarray:
         a, off = self._resolve(address, nbytes)
         return self._b.memory.read(a, off, int(nbytes))
+
+    def host_pointer(self, address: int, nbytes: int) -> tuple[int, Any]:
+        """Where ``[address, address+nbytes)`` lives on the host, checked like read/write.
+
+        Returns the host address and the object that owns those bytes (keep it
+        alive while using the address): a device allocation's store, or the
+        allocation of mapped/managed host memory, whose device address is
+        its host address.  For host-built kernels (``_hostrt.py``).
+        """
+        a, off = self._resolve(address, nbytes)
+        if a.store is not None:
+            return a.store.ctypes.data + off, a.store
+        return a.base + off, a
 
     def write(self, address: int, data: Any) -> None:
         data = np.ascontiguousarray(np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8))

@@ -1,0 +1,119 @@
+"""The simulator's runtime for kernels compiled for the host CPU.
+
+One concern: run one launch of a host-built kernel with checked memory.
+The C++ piece (``_hostrt.cpp`` beside this file) runs every thread of every
+block as cooperative fibers and translates the kernel's global-memory
+accesses through *grants*; this module loads it with ctypes
+(:class:`HostRuntime`), turns the extents a launch is entitled to into
+grants (:func:`grants_for`) and reports a fault as the simulator's
+:class:`~._memory.DeviceFault` (sticky, at the next synchronisation).
+
+Grants are the strict choice: exactly the byte extents the kernel's
+``accesses()`` declares (the ones the race detector judges), read-only for
+reads and writable for writes.  An access outside them is
+``CUDA_ERROR_ILLEGAL_ADDRESS`` (700) even where a GPU would let it through
+to another live allocation: a kernel that strays from what it declared is
+wrong either way.  A misaligned access (address not a multiple of the
+access type's alignment) is ``CUDA_ERROR_MISALIGNED_ADDRESS`` (716), as on
+a GPU.
+
+Building the library (compiler, flags, disk cache) is the kernels layer's
+job (``gpuarray/_kernels/_host.py``), which knows where ``kernels/ga_host.cuh``
+is; this module only knows the source's path and how to load the result.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._memory import DeviceFault
+
+__all__ = ["RUNTIME_SOURCE", "ABI", "HostRuntime", "Grant", "grants_for"]
+
+#: The runtime's C++ source.
+RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
+#: The ``GA_HOST_ABI`` of ``kernels/ga_host.cuh`` this module speaks.
+ABI = 1
+
+_NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+          2: "CUDA_ERROR_OUT_OF_MEMORY"}
+
+
+class Grant(ctypes.Structure):
+    """One extent of device memory a launch may touch (``ga_host_grant``)."""
+
+    _fields_ = [("base", ctypes.c_uint64), ("size", ctypes.c_uint64),
+                ("host", ctypes.c_void_p), ("writable", ctypes.c_int)]
+
+
+class _Fault(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("write", ctypes.c_int), ("addr", ctypes.c_uint64),
+                ("size", ctypes.c_uint64), ("block", ctypes.c_uint * 3),
+                ("thread", ctypes.c_uint * 3)]
+
+
+_Dim = ctypes.c_uint * 3
+
+
+class HostRuntime:
+    """The loaded runtime library."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        abi = lib.ga_hostrt_abi()
+        if abi != ABI:
+            raise RuntimeError(f"host kernel runtime {lib._name} speaks ABI {abi}, expected {ABI}")
+        fn = lib.ga_hostrt_launch
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _Dim, _Dim, ctypes.POINTER(Grant),
+                       ctypes.c_int, ctypes.POINTER(_Fault)]
+        self._lib = lib
+        self._launch = fn
+
+    def launch(self, kernel: str, entry: int, params: ctypes.Structure,
+               grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant]) -> None:
+        """Run ``entry`` (address of ``ga_host__<kernel>``) over ``grid`` x ``block``.
+
+        Raises
+        ------
+        DeviceFault
+            The kernel accessed memory outside ``grants`` or misaligned; the
+            message names the kernel, the address, the size, the block and
+            the thread.
+        """
+        arr = (Grant * max(1, len(grants)))(*grants)
+        fault = _Fault()
+        rc = self._launch(entry, ctypes.addressof(params), _Dim(*grid), _Dim(*block), arr,
+                          len(grants), ctypes.byref(fault))
+        if rc == 0:
+            return
+        if rc == 2:
+            raise DeviceFault(2, f"kernel {kernel}: no memory for the fibers of a block")
+        what = "write" if fault.write else "read"
+        why = ("misaligned" if rc == 716 else
+               "outside the extents granted to the launch (" + ", ".join(
+                   f"0x{g.base:x}+{g.size} {'rw' if g.writable else 'r'}" for g in grants) + ")")
+        raise DeviceFault(rc, f"kernel {kernel}: {what} of {fault.size} bytes at address "
+                              f"0x{fault.addr:x}, {why} ({_NAMES.get(rc, rc)}); block "
+                              f"{tuple(fault.block)} thread {tuple(fault.thread)}")
+
+
+def grants_for(mem: Any, accesses: Sequence[tuple[int, int, bool]]) -> tuple[list[Grant], list]:
+    """Grants for the extents ``accesses`` (``(address, nbytes, is_write)``).
+
+    ``mem`` is the launch's memory access object (``_KernelMemory``): each
+    extent is checked there (live allocation, bounds, peer access; a
+    :class:`DeviceFault` otherwise) and translated to a host pointer.
+    Empty extents grant nothing.  Returns the grants and the buffers that
+    must stay alive while the kernel runs.
+    """
+    grants, keep = [], []
+    for address, nbytes, write in accesses:
+        if nbytes <= 0:
+            continue
+        host, owner = mem.host_pointer(int(address), int(nbytes))
+        keep.append(owner)
+        grants.append(Grant(int(address), int(nbytes), host, 1 if write else 0))
+    return grants, keep
