@@ -104,6 +104,21 @@ def _out(call: str, ptr: int, ctype: Any, value: Any) -> None:
     ctype.from_address(ptr).value = value
 
 
+def _output_first(fn: Callable[..., None]) -> Callable[..., None]:
+    """Refuse a NULL first (output) argument before doing anything, as the driver does.
+
+    Without this a call that creates something (an allocation, a stream...)
+    would create it and then fail to hand it back: a leak.
+    """
+    def checked(p: int, *args: Any, **kwargs: Any) -> None:
+        if not p:
+            raise CudaError(_INVALID_VALUE, fn.__name__.removesuffix("_v2"), "(NULL output pointer)")
+        fn(p, *args, **kwargs)
+
+    checked.__name__ = fn.__name__
+    return checked
+
+
 def _stream(s: int, ptsz: bool) -> int:
     return 2 if ptsz and s == 0 else s  # NULL is the per-thread stream in _ptsz forms
 
@@ -195,6 +210,7 @@ def cuDeviceCanAccessPeer(p: int, dev: int, peer: int) -> None:
     _out("cuDeviceCanAccessPeer", p, _I32, int(ok))
 
 
+@_output_first
 def cuDevicePrimaryCtxRetain(p: int, dev: int) -> None:
     _out("cuDevicePrimaryCtxRetain", p, _U64, backend().primary_ctx_retain(_signed(dev)))
 
@@ -264,6 +280,7 @@ def cuProfilerStop() -> None:
 
 
 # ------------------------------------------------------------------ memory
+@_output_first
 def cuMemAlloc_v2(p: int, nbytes: int) -> None:
     _out("cuMemAlloc", p, _U64, backend().mem_alloc(nbytes))
 
@@ -272,6 +289,7 @@ def cuMemFree_v2(ptr: int) -> None:
     backend().mem_free(ptr)
 
 
+@_output_first
 def cuMemAllocAsync(p: int, nbytes: int, stream: int, ptsz: bool = False) -> None:
     _out("cuMemAllocAsync", p, _U64, backend().mem_alloc_async(nbytes, _stream(stream, ptsz)))
 
@@ -286,6 +304,7 @@ def cuMemGetInfo_v2(pfree: int, ptotal: int) -> None:
     _out("cuMemGetInfo", ptotal, _SIZE, total)
 
 
+@_output_first
 def cuMemHostAlloc(p: int, nbytes: int, flags: int) -> None:
     if flags & ~7:
         raise CudaError(_INVALID_VALUE, "cuMemHostAlloc", f"flags {flags:#x}")
@@ -341,6 +360,7 @@ def cuPointerGetAttributes(n: int, attrs: int, data: int, ptr: int) -> None:
                                                   "stand-in serves")
 
 
+@_output_first
 def cuMemAllocManaged(p: int, nbytes: int, flags: int) -> None:
     if flags not in (1, 2):  # CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST
         raise CudaError(_INVALID_VALUE, "cuMemAllocManaged", f"flags {flags}")
@@ -412,6 +432,7 @@ def cuMemsetD32Async(dst: int, v: int, n: int, stream: int, ptsz: bool = False) 
 
 
 # ---------------------------------------------------------- streams, events
+@_output_first
 def cuStreamCreateWithPriority(p: int, flags: int, priority: int) -> None:
     if flags & ~1:
         raise CudaError(_INVALID_VALUE, "cuStreamCreateWithPriority", f"flags {flags:#x}")
@@ -466,6 +487,7 @@ def cuStreamAddCallback(stream: int, fn: int, user: int, flags: int, ptsz: bool 
     backend().stream_add_callback(_stream(stream, ptsz), host_fn)
 
 
+@_output_first
 def cuEventCreate(p: int, flags: int) -> None:
     if flags & ~7:
         raise CudaError(_INVALID_VALUE, "cuEventCreate", f"flags {flags:#x}")
@@ -519,6 +541,7 @@ def _image_size(p: int) -> int:
     return len(ctypes.string_at(p)) + 1
 
 
+@_output_first
 def cuModuleLoadData(p: int, image: int) -> None:
     if not image:
         raise CudaError(_INVALID_VALUE, "cuModuleLoadData", "(NULL image)")
@@ -530,6 +553,7 @@ def cuModuleUnload(module: int) -> None:
     backend().module_unload(module)
 
 
+@_output_first
 def cuModuleGetFunction(p: int, module: int, name: int) -> None:
     if not name:
         raise CudaError(_INVALID_VALUE, "cuModuleGetFunction", "(NULL name)")
@@ -560,6 +584,7 @@ def cuLaunchKernel(func: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: i
 
 
 # --------------------------------------------------------------------- IPC
+@_output_first
 def cuIpcGetMemHandle(p: int, ptr: int) -> None:
     handle = backend().ipc_get_mem_handle(ptr)
     if not p:
@@ -567,6 +592,7 @@ def cuIpcGetMemHandle(p: int, ptr: int) -> None:
     ctypes.memmove(p, handle, len(handle))
 
 
+@_output_first
 def cuIpcOpenMemHandle_v2(p: int, handle: int, flags: int) -> None:
     if flags & ~1:
         raise CudaError(_INVALID_VALUE, "cuIpcOpenMemHandle", f"flags {flags:#x}")
