@@ -20,6 +20,8 @@ concurrent builds never expose a partial file.
 Environment set for the command: ``GPUARRAY_BACKEND=cuda``, the library's
 folder first in ``LD_LIBRARY_PATH``, and ``GPUARRAY_STANDIN`` = that folder,
 which tells tests that the cuda backend runs over the simulator, not a GPU.
+``GPUARRAY_STANDIN_TRACE=1`` makes the library print each function request
+of the bindings (name, version, flags) and whether it is served.
 """
 
 from __future__ import annotations
