@@ -335,3 +335,112 @@ def test_build_without_a_compiler_says_so(monkeypatch):
     monkeypatch.setattr(_standin.shutil, "which", lambda name: None)
     with pytest.raises(_standin.StandinUnavailableError, match="no C compiler found"):
         _standin.build()
+
+
+# ------------------------------------------- cuda.py's lazy initialisation
+def test_every_backend_method_initialises_the_driver_when_called_first():
+    """Each method of ``CudaBackend`` may be the first call: it runs ``cuInit`` itself.
+
+    Over the stand-in each call then reaches the driver (success or a
+    ``CudaError``: invalid handles on purpose); with no driver each raises
+    ``CudaUnavailableError``. Never on a real GPU: a real driver may crash on
+    the invalid handles used here.
+    """
+    import ctypes
+
+    import numpy as np
+
+    from gpuarray._driver.cuda import CudaBackend
+    from gpuarray.errors import CudaError, CudaUnavailableError
+
+    try:
+        CudaBackend().init()
+    except CudaUnavailableError:
+        driver = False
+    else:
+        driver = True
+        if not _standin.active():
+            pytest.skip("a real CUDA driver is present: invalid handles could crash it")
+    results: dict[str, object] = {}
+
+    def first(name: str, *args):
+        b = CudaBackend()
+        try:
+            results[name] = getattr(b, name)(*args)
+        except CudaError as e:
+            results[name] = e
+            assert driver, f"{name}: {e!r}"
+        except CudaUnavailableError:
+            assert not driver, name
+            results[name] = 0
+        else:
+            assert driver, name
+        assert b._ready is driver, name
+        return results[name] if isinstance(results[name], int) else 0
+
+    host = np.zeros(4096, np.uint8)
+    first("driver_version")
+    first("device_count")
+    first("device_name", 0)
+    first("device_attribute", "warp_size", 0)
+    first("device_total_memory", 0)
+    first("device_uuid", 0)
+    first("device_can_access_peer", 0, 0)
+    ctx = first("primary_ctx_retain", 0)
+    first("ctx_set_current", ctx)
+    first("ctx_get_current")
+    first("ctx_get_device")
+    first("ctx_synchronize")
+    first("ctx_enable_peer_access", ctx)
+    first("profiler_start")
+    first("profiler_stop")
+    first("mem_get_info")
+    first("mempool_set_release_threshold", 0, 0)
+    dev = first("mem_alloc", 256)
+    dev2 = first("mem_alloc_async", 256, 0)
+    pinned = first("mem_host_alloc", 256, True)
+    first("mem_host_get_device_pointer", pinned)
+    first("mem_host_register", host.ctypes.data, host.nbytes)
+    first("mem_host_unregister", host.ctypes.data)
+    first("pointer_info", dev)
+    first("memcpy_htod_async", dev, host.ctypes.data, 256, 0)
+    first("memcpy_dtod_async", dev2, dev, 256, 0)
+    first("memcpy_dtoh_async", host.ctypes.data, dev2, 256, 0)
+    first("memcpy_2d_async", dev, 16, True, host.ctypes.data, 16, False, 16, 4, 0)
+    first("memset_d8_async", dev, 1, 256, 0)
+    first("memset_d16_async", dev, 1, 128, 0)
+    first("memset_d32_async", dev, 1, 64, 0)
+    s = first("stream_create")
+    ev = first("event_create")
+    first("event_record", ev, s)
+    first("stream_wait_event", s, ev)
+    first("stream_query", s)
+    first("stream_synchronize", s)
+    first("stream_get_ctx", s)
+    first("event_query", ev)
+    first("event_synchronize", ev)
+    first("event_elapsed_time", ev, ev)
+    first("stream_add_callback", s, lambda status: None)
+    first("stream_synchronize", s)
+    first("event_destroy", ev)
+    first("stream_destroy", s)
+    mod = first("module_load_data", b"// no kernel\n")
+    first("module_get_function", mod, "no_such_kernel")
+    first("launch_kernel", 0x1234, (1, 1, 1), (1, 1, 1), 0, 0, [ctypes.c_int(1)])
+    first("module_unload", mod)
+    first("ipc_get_mem_handle", dev)
+    first("ipc_open_mem_handle", bytes(64))
+    first("ipc_close_mem_handle", 0x1234)
+    managed = first("mem_alloc_managed", 64)
+    first("mem_free", managed)
+    first("mem_free_async", dev2, 0)
+    first("ctx_synchronize")
+    first("mem_free_host", pinned)
+    first("mem_free", dev)
+    first("primary_ctx_release", 0)
+    if driver:
+        assert isinstance(results["device_name"], str)
+        assert isinstance(results["ipc_get_mem_handle"], bytes) and len(results["ipc_get_mem_handle"]) == 64
+        assert dev and dev2 and pinned and managed and s and ev and mod
+        assert isinstance(results["module_get_function"], CudaError)
+        assert isinstance(results["launch_kernel"], CudaError)
