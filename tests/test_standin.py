@@ -350,6 +350,7 @@ def test_every_backend_method_initialises_the_driver_when_called_first():
 
     import numpy as np
 
+    from gpuarray._driver import cuda as cudamod
     from gpuarray._driver.cuda import CudaBackend
     from gpuarray.errors import CudaError, CudaUnavailableError
 
@@ -424,6 +425,7 @@ def test_every_backend_method_initialises_the_driver_when_called_first():
     first("stream_synchronize", s)
     first("event_destroy", ev)
     first("stream_destroy", s)
+    first("stream_add_callback", s, lambda status: None)  # a destroyed stream: refused
     mod = first("module_load_data", b"// no kernel\n")
     first("module_get_function", mod, "no_such_kernel")
     first("launch_kernel", 0x1234, (1, 1, 1), (1, 1, 1), 0, 0, [ctypes.c_int(1)])
@@ -444,3 +446,4 @@ def test_every_backend_method_initialises_the_driver_when_called_first():
         assert dev and dev2 and pinned and managed and s and ev and mod
         assert isinstance(results["module_get_function"], CudaError)
         assert isinstance(results["launch_kernel"], CudaError)
+        assert not cudamod._host_fns  # the refused callback is not kept
