@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from gpuarray._driver import _standin, _standin_serve
+from gpuarray._driver import _standin, _standin_serve, _standin_support
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
 
@@ -313,8 +313,8 @@ def test_serve_never_raises_and_keeps_the_error(capsys):
 
 
 def test_serve_decodes_signed_arguments():
-    assert _standin_serve._signed((1 << 64) - 1) == -1
-    assert _standin_serve._signed(5) == 5
+    assert _standin_support._signed((1 << 64) - 1) == -1
+    assert _standin_support._signed(5) == 5
 
 
 def test_build_refuses_a_folder_others_may_write(tmp_path, monkeypatch):
