@@ -53,3 +53,12 @@ def raises_stream_order_error(match: str | None = None) -> Iterator[RaceInfo]:
     if match is not None:
         assert re.search(match, str(err)), str(err)
     info.value = err
+
+
+def the_simulator():
+    """The simulator behind the backend: the ``sim`` backend itself, or the stand-in's."""
+    if backend_is_sim():
+        return _driver.get_backend()
+    from gpuarray._driver import _standin_serve
+
+    return _standin_serve.backend()

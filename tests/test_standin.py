@@ -447,3 +447,26 @@ def test_every_backend_method_initialises_the_driver_when_called_first():
         assert isinstance(results["module_get_function"], CudaError)
         assert isinstance(results["launch_kernel"], CudaError)
         assert not cudamod._host_fns  # the refused callback is not kept
+
+
+def test_a_kept_error_does_not_keep_the_callers_objects_alive():
+    """The error kept for ``last_error`` must not hold the failing call's frames.
+
+    A traceback holds its frames and, through ``f_back``, every caller's:
+    over the stand-in the callers are cuda.py and the layers above it, whose
+    locals (temporary device arrays) would then stay allocated until the
+    thread's next failed call (found by tests/test_faults.py over the stand-in).
+    """
+    import weakref
+
+    class Held:
+        pass
+
+    def caller():
+        obj = Held()
+        assert _standin_serve.serve("cuMemAlloc_v2", (0, 16)) == 1
+        return weakref.ref(obj)
+
+    ref = caller()
+    assert ref() is None
+    assert "NULL output pointer" in str(_standin_serve.last_error())

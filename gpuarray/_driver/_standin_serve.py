@@ -49,6 +49,22 @@ _HANDLERS: dict[str, Callable[..., None]] = {
 }
 
 
+def _keep(e: BaseException) -> None:
+    """Keep ``e`` for :func:`last_error`, without tracebacks.
+
+    A traceback holds its frames and, through ``f_back``, every caller's
+    (cuda.py and the layers above it): keeping it would keep their locals --
+    temporary device arrays -- allocated until this thread's next failure.
+    """
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        x.__traceback__ = None
+        x = x.__cause__ or x.__context__
+    _tls.error = e
+
+
 def last_error() -> BaseException | None:
     """The exception behind the calling thread's last failed driver call (None if none)."""
     return getattr(_tls, "error", None)
@@ -65,14 +81,14 @@ def serve(name: str, args: tuple[int, ...]) -> int:
             handler(*args)
         return 0
     except CudaError as e:
-        _tls.error = e
+        _keep(e)
         return e.code
     except CudaUnavailableError as e:
-        _tls.error = e
+        _keep(e)
         return _NO_DEVICE
     except BaseException as e:  # never lost: printed, kept, and a CUDA error code
-        _tls.error = e
         print(f"gpuarray stand-in driver: {name} failed (CUDA_ERROR_UNKNOWN):",
               file=sys.stderr)
         traceback.print_exception(e, file=sys.stderr)
+        _keep(e)
         return _UNKNOWN
