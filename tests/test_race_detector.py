@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import gpuarray
+
 from .standin_support import raises_stream_order_error, simulated
 
 pytestmark = pytest.mark.skipif(not simulated(), reason="the race detector is a simulator feature")
