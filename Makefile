@@ -30,12 +30,13 @@ DEPS := pyproject.toml setup.py $(wildcard gpuarray/interop/_*.[ch])
 # pytest's default file pattern; bench/ has no pytest configuration of its own.
 BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 
-.PHONY: help demo test bench docs lint numba-compat gpu-check clean
+.PHONY: help demo test test-standin bench docs lint numba-compat gpu-check clean
 
 help:
 	@echo "make demo       run the command-line demo (python -m gpuarray)"
 	@echo "                (demo, test, bench install gpuarray[$(CUDA_EXTRA)]; CUDA_EXTRA=cu12 for CUDA 12 drivers)"
 	@echo "make test       run the test suite on the simulator (PYTEST_ARGS='...' to pass options)"
+	@echo "make test-standin  the tests on the cuda backend over the stand-in driver"
 	@echo "make bench      run bench/ with pytest-benchmark, JSON into $(RESULTS)/"
 	@echo "                (simulator unless GPUARRAY_BACKEND=cuda)"
 	@echo "make docs       build the Sphinx docs, warnings as errors, into docs/_build/html"
@@ -65,6 +66,11 @@ demo: $(VENV)/.stamp-$(CUDA_EXTRA)
 # pytest's own exit status is make's: 1 for failures, 5 when no test ran.
 test: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 	GPUARRAY_BACKEND=sim $(VPY) -m pytest $(PYTEST_ARGS)
+
+# The suite on the cuda backend over the stand-in driver (the real bindings and
+# backend, the simulator behind a stand-in libcuda.so.1 built on first use).
+test-standin: $(VENV)/.stamp-test,$(CUDA_EXTRA)
+	$(VPY) -m gpuarray standin -- $(VPY) -m pytest $(PYTEST_ARGS)
 
 # Simulator runs are smoke tests of the benchmark code, not measurements:
 # their JSON is named tmp-* (git-ignored). CUDA runs are committable.

@@ -1,6 +1,7 @@
 """``python -m gpuarray``: what gpuarray sees, and a quick end-to-end check.
 
-Subcommands: ``info`` (backend, devices, versions, kernel cache), ``selftest``
+Subcommands: ``info`` (backend, devices, versions, kernel cache), ``standin --
+COMMAND`` (run a command on the cuda backend over the stand-in driver), ``selftest``
 (transfers, views, casts, streams, CAI and DLPack round trips, and round trips
 with every installed peer library on a GPU), ``cache clear``, ``bench`` (quick
 benchmarks next to the raw driver calls; see ``gpuarray._bench``).  With no
@@ -52,7 +53,11 @@ def choose_backend() -> str:
             _driver.get_backend()  # reads the backend's own settings (GPUARRAY_SIM_*)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        print(f"backend: {name} (from GPUARRAY_BACKEND)")
+        from ._driver import _standin
+
+        over = (" over the stand-in driver (the CPU simulator behind libcuda.so.1 from "
+                f"{os.environ[_standin.MARK]})" if name == "cuda" and _standin.active() else "")
+        print(f"backend: {name} (from GPUARRAY_BACKEND){over}")
         return name
     try:
         from ._driver.cuda import CudaBackend
@@ -244,10 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("selftest", help="a quick end-to-end check")
     cache = sub.add_parser("cache", help="kernel cache maintenance")
     cache.add_argument("action", choices=["clear"])
+    standin = sub.add_parser("standin", help="run a command on the cuda backend over the "
+                             "stand-in driver (the simulator behind libcuda)")
+    standin.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     from . import _bench
 
     _bench.add_arguments(sub.add_parser("bench", help="quick benchmarks: gpuarray next to the raw driver"))
     args = parser.parse_args(argv)
+    if args.command == "standin":
+        from ._driver import _standin
+
+        return _standin.run(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
     if args.command == "cache":
         from gpuarray import _kernels
 

@@ -101,7 +101,10 @@ def test_init_here_without_gpu_raises_unavailable():
         assert "libcuda" in msg or "CUDA_ERROR_" in msg, msg
         assert pickle.loads(pickle.dumps(exc)).reason == exc.reason
     else:
-        pytest.skip("a CUDA driver and device are available on this machine")
+        from gpuarray._driver import _standin
+
+        pytest.skip("the stand-in driver (GPUARRAY_STANDIN) and a simulated device are in place"
+                    if _standin.active() else "a CUDA driver and device are available on this machine")
 
 
 @pytest.mark.parametrize(
@@ -607,7 +610,7 @@ def _reached_library(exc: BaseException) -> bool:
 
 @pytest.mark.skipif(
     not _driver_library_missing(),
-    reason="the CUDA driver library is present: calls would really run",
+    reason="a CUDA driver library (or the stand-in) is present: calls would really run",
 )
 def test_arguments_pass_the_bindings_conversion(restore_module_state):
     """Each call's arguments are converted by cuda.bindings before it loads
@@ -967,9 +970,36 @@ def test_gpu_pointer_info(g):
         g.mem_free(dev)
 
 
+class _AffineReference:
+    """The simulator's reference of ``affine``: what the stand-in driver runs for it."""
+
+    param_types = (ctypes.c_uint64, ctypes.c_uint64, Affine, ctypes.c_uint64)
+
+    def accesses(self, params):
+        n = params[3].value
+        return [(params[0].value, 4 * n, True), (params[1].value, 4 * n, False)]
+
+    def run(self, mem, grid, block, shared, params):
+        out, x, f, n = params[0].value, params[1].value, params[2], params[3].value
+        n = min(n, grid[0] * block[0])
+        xs = np.frombuffer(mem.read(x, 4 * n).tobytes(), np.float32)
+        mem.write(out, (np.float32(f.a) * xs + np.float32(f.b)).astype(np.float32))
+
+
+@pytest.fixture
+def affine_under_standin():
+    """Over the stand-in driver the simulator runs ``affine``'s reference (a GPU runs the CUBIN)."""
+    from gpuarray._driver import _standin, sim_kernels
+
+    if _standin.active():
+        sim_kernels.register("affine", _AffineReference())
+    yield
+    sim_kernels._registry.pop("affine", None)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("image", ["cubin", "ptx"])
-def test_gpu_module_load_and_launch(g, image):
+def test_gpu_module_load_and_launch(g, image, affine_under_standin):
     cc = (
         g.device_attribute("compute_capability_major", 0),
         g.device_attribute("compute_capability_minor", 0),

@@ -107,6 +107,15 @@ class SimModuleCalls(SimCore):
         return h
 
     @_locked
+    def function_kernel(self, func: int) -> Any:
+        """Simulator only: the ``SimKernel`` behind function handle ``func`` (the stand-in
+        driver reads its ``param_types`` to decode ``cuLaunchKernel``'s parameters)."""
+        entry = self._functions.get(func)
+        if entry is None:
+            raise CudaError(INVALID_HANDLE, "cuLaunchKernel", f"function 0x{int(func):x}")
+        return entry[2]
+
+    @_locked
     def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                       shared_mem: int, stream: int, params: Sequence[Any]) -> None:
         call = "cuLaunchKernel"

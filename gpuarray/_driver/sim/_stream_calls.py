@@ -97,6 +97,9 @@ class SimStreamCalls(SimCore):
     def event_record(self, event: int, stream: int) -> None:
         ev = self._event(event, "cuEventRecord")
         s = self._stream(stream, "cuEventRecord")
+        if ev.ctx is not None and s.ctx is not ev.ctx:  # cuda.h: "must be from the same context"
+            raise CudaError(INVALID_HANDLE, "cuEventRecord",
+                            f"event of device {ev.ctx.device}, stream of device {s.ctx.device}")
         ev.op = self.sched.enqueue(s, None, "cuEventRecord")
         ev.vc = dict(ev.op.vc)
 

@@ -1,0 +1,364 @@
+/* The stand-in CUDA driver: libcuda.so.1 over gpuarray's simulator.
+ *
+ * One concern: the C side of the driver entry points that gpuarray's cuda
+ * backend (gpuarray/_driver/cuda.py) reaches through cuda.bindings.  Each
+ * entry point has cuda.h's signature; it takes the GIL, hands its arguments
+ * (integers: pointers as addresses) to the Python serving function
+ * gpuarray._driver._standin_serve.serve(name, args), and returns the CUresult
+ * that function returns.  Outputs are written through the pointers by the
+ * Python side (ctypes), so this file knows nothing of their layouts.
+ *
+ * Resolution: cuda.bindings dlsym()s only cuGetProcAddress_v2 and asks for
+ * every function by base name and the CUDA version that introduced the form
+ * it expects (("cuMemAlloc", 3020) is cuMemAlloc_v2).  The table below lists
+ * each (name, version) served; a request gets the newest form not newer than
+ * the version asked.  CUDA 13 changed signatures under the same name
+ * (cuCtxSynchronize, cuCtxGetDevice at 13000): each form has its own wrapper.
+ * With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the stream-ordered calls
+ * resolve to their _ptsz forms (a NULL stream means the per-thread stream).
+ * A name not in the table is not resolved (CUDA_ERROR_NOT_FOUND): the
+ * bindings raise FunctionNotFoundError naming it when it is called; nothing
+ * ever calls a NULL pointer.
+ *
+ * No Python headers and no libpython link: the few C-API functions used are
+ * declared here (all in the stable ABI) and come from the running interpreter.
+ * Outside a Python process every call returns CUDA_ERROR_NOT_INITIALIZED.
+ * cuGetExportTable (called by NVRTC when it finds a libcuda) is answered
+ * CUDA_ERROR_NOT_SUPPORTED without Python.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef unsigned long long cuuint64_t;
+typedef struct { char reserved[64]; } CUipcMemHandle;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_NOT_SUPPORTED 801
+#define CUDA_ERROR_UNKNOWN 999
+#define PER_THREAD_FLAG 2ULL /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ------------------------------------------------ Python C-API (stable ABI) */
+typedef struct _object PyObject;
+typedef int PyGILState_STATE;
+extern int Py_IsInitialized(void);
+extern PyGILState_STATE PyGILState_Ensure(void);
+extern void PyGILState_Release(PyGILState_STATE);
+extern PyObject *PyImport_ImportModule(const char *);
+extern PyObject *PyObject_GetAttrString(PyObject *, const char *);
+extern PyObject *PyObject_CallFunctionObjArgs(PyObject *, ...);
+extern PyObject *PyUnicode_FromString(const char *);
+extern PyObject *PyLong_FromUnsignedLongLong(unsigned long long);
+extern long PyLong_AsLong(PyObject *);
+extern PyObject *PyTuple_New(ptrdiff_t);
+extern int PyTuple_SetItem(PyObject *, ptrdiff_t, PyObject *);
+extern PyObject *PyErr_Occurred(void);
+extern void PyErr_Print(void);
+extern void Py_DecRef(PyObject *);
+
+static PyObject *serve_fn; /* gpuarray._driver._standin_serve.serve, set under the GIL */
+
+/* Call serve(name, (a0, a1, ...)) and return its CUresult.  Never raises:
+ * an error of this bridge itself is printed to stderr and becomes
+ * CUDA_ERROR_UNKNOWN (the serving function keeps its own errors). */
+static CUresult call(const char *name, int n, const unsigned long long *a)
+{
+    if (!Py_IsInitialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    PyGILState_STATE g = PyGILState_Ensure();
+    CUresult rc = CUDA_ERROR_UNKNOWN;
+    PyObject *args = NULL, *pyname = NULL, *res = NULL;
+    if (serve_fn == NULL) {
+        PyObject *mod = PyImport_ImportModule("gpuarray._driver._standin_serve");
+        if (mod != NULL) {
+            serve_fn = PyObject_GetAttrString(mod, "serve");
+            Py_DecRef(mod);
+        }
+        if (serve_fn == NULL)
+            goto fail;
+    }
+    args = PyTuple_New(n);
+    if (args == NULL)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(a[i]);
+        if (v == NULL || PyTuple_SetItem(args, i, v) < 0)
+            goto fail;
+    }
+    pyname = PyUnicode_FromString(name);
+    if (pyname == NULL)
+        goto fail;
+    res = PyObject_CallFunctionObjArgs(serve_fn, pyname, args, NULL);
+    if (res == NULL)
+        goto fail;
+    rc = (CUresult)PyLong_AsLong(res);
+    if (rc == -1 && PyErr_Occurred())
+        goto fail;
+    goto done;
+fail:
+    fprintf(stderr, "gpuarray stand-in driver: %s failed in the Python bridge "
+                    "(CUDA_ERROR_UNKNOWN):\n", name);
+    if (PyErr_Occurred())
+        PyErr_Print();
+    rc = CUDA_ERROR_UNKNOWN;
+done:
+    if (res) Py_DecRef(res);
+    if (pyname) Py_DecRef(pyname);
+    if (args) Py_DecRef(args);
+    PyGILState_Release(g);
+    return rc;
+}
+
+/* ------------------------------------------------------------- wrappers */
+#define U(x) ((unsigned long long)(x))
+#define P(x) ((unsigned long long)(uintptr_t)(x))
+
+#define F0(fn) static CUresult w_##fn(void) { return call(#fn, 0, NULL); }
+#define F1(fn, T1, C1) static CUresult w_##fn(T1 a1) \
+    { unsigned long long a[] = {C1(a1)}; return call(#fn, 1, a); }
+#define F2(fn, T1, C1, T2, C2) static CUresult w_##fn(T1 a1, T2 a2) \
+    { unsigned long long a[] = {C1(a1), C2(a2)}; return call(#fn, 2, a); }
+#define F3(fn, T1, C1, T2, C2, T3, C3) static CUresult w_##fn(T1 a1, T2 a2, T3 a3) \
+    { unsigned long long a[] = {C1(a1), C2(a2), C3(a3)}; return call(#fn, 3, a); }
+#define F4(fn, T1, C1, T2, C2, T3, C3, T4, C4) \
+    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4) \
+    { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4)}; return call(#fn, 4, a); }
+
+/* Stream-ordered calls: the plain form and the _ptsz form (per-thread default stream). */
+#define S1(fn, T1, C1) F1(fn, T1, C1) F1(fn##_ptsz, T1, C1)
+#define S2(fn, T1, C1, T2, C2) F2(fn, T1, C1, T2, C2) F2(fn##_ptsz, T1, C1, T2, C2)
+#define S3(fn, T1, C1, T2, C2, T3, C3) F3(fn, T1, C1, T2, C2, T3, C3) \
+    F3(fn##_ptsz, T1, C1, T2, C2, T3, C3)
+#define S4(fn, T1, C1, T2, C2, T3, C3, T4, C4) F4(fn, T1, C1, T2, C2, T3, C3, T4, C4) \
+    F4(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4)
+
+typedef void *H; /* any opaque handle or pointer */
+
+F1(cuInit, unsigned int, U)
+F1(cuDriverGetVersion, int *, P)
+F2(cuDeviceGet, CUdevice *, P, int, U)
+F1(cuDeviceGetCount, int *, P)
+F3(cuDeviceGetName, char *, P, int, U, CUdevice, U)
+F3(cuDeviceGetAttribute, int *, P, int, U, CUdevice, U)
+F2(cuDeviceTotalMem_v2, size_t *, P, CUdevice, U)
+F2(cuDeviceGetUuid, H, P, CUdevice, U)
+F2(cuDeviceGetUuid_v2, H, P, CUdevice, U)
+F3(cuDeviceCanAccessPeer, int *, P, CUdevice, U, CUdevice, U)
+F2(cuDevicePrimaryCtxRetain, H *, P, CUdevice, U)
+F1(cuDevicePrimaryCtxRelease_v2, CUdevice, U)
+F1(cuDevicePrimaryCtxReset_v2, CUdevice, U)
+F2(cuDeviceGetDefaultMemPool, H *, P, CUdevice, U)
+F1(cuCtxSetCurrent, H, P)
+F1(cuCtxGetCurrent, H *, P)
+F1(cuCtxGetDevice, CUdevice *, P)
+F2(cuCtxGetDevice_v2, CUdevice *, P, H, P)
+F0(cuCtxSynchronize)
+F1(cuCtxSynchronize_v2, H, P)
+F2(cuCtxEnablePeerAccess, H, P, unsigned int, U)
+F0(cuProfilerStart)
+F0(cuProfilerStop)
+F2(cuMemAlloc_v2, CUdeviceptr *, P, size_t, U)
+F1(cuMemFree_v2, CUdeviceptr, U)
+S3(cuMemAllocAsync, CUdeviceptr *, P, size_t, U, H, P)
+S2(cuMemFreeAsync, CUdeviceptr, U, H, P)
+F3(cuMemPoolSetAttribute, H, P, int, U, H, P)
+F2(cuMemGetInfo_v2, size_t *, P, size_t *, P)
+F3(cuMemHostAlloc, H *, P, size_t, U, unsigned int, U)
+F1(cuMemFreeHost, H, P)
+F3(cuMemHostRegister_v2, H, P, size_t, U, unsigned int, U)
+F1(cuMemHostUnregister, H, P)
+F3(cuMemHostGetDevicePointer_v2, CUdeviceptr *, P, H, P, unsigned int, U)
+F4(cuPointerGetAttributes, unsigned int, U, int *, P, H *, P, CUdeviceptr, U)
+F3(cuMemAllocManaged, CUdeviceptr *, P, size_t, U, unsigned int, U)
+S4(cuMemcpyHtoDAsync_v2, CUdeviceptr, U, const void *, P, size_t, U, H, P)
+S4(cuMemcpyDtoHAsync_v2, H, P, CUdeviceptr, U, size_t, U, H, P)
+S4(cuMemcpyDtoDAsync_v2, CUdeviceptr, U, CUdeviceptr, U, size_t, U, H, P)
+S2(cuMemcpy2DAsync_v2, const void *, P, H, P)
+S4(cuMemsetD8Async, CUdeviceptr, U, unsigned char, U, size_t, U, H, P)
+S4(cuMemsetD16Async, CUdeviceptr, U, unsigned short, U, size_t, U, H, P)
+S4(cuMemsetD32Async, CUdeviceptr, U, unsigned int, U, size_t, U, H, P)
+F3(cuStreamCreateWithPriority, H *, P, unsigned int, U, int, U)
+F1(cuStreamDestroy_v2, H, P)
+S1(cuStreamQuery, H, P)
+S1(cuStreamSynchronize, H, P)
+S3(cuStreamWaitEvent, H, P, H, P, unsigned int, U)
+S2(cuStreamGetCtx, H, P, H *, P)
+S3(cuStreamGetCtx_v2, H, P, H *, P, H *, P)
+S4(cuStreamAddCallback, H, P, H, P, H, P, unsigned int, U)
+F2(cuEventCreate, H *, P, unsigned int, U)
+F1(cuEventDestroy_v2, H, P)
+S2(cuEventRecord, H, P, H, P)
+F1(cuEventQuery, H, P)
+F1(cuEventSynchronize, H, P)
+F3(cuEventElapsedTime, float *, P, H, P, H, P)
+F3(cuEventElapsedTime_v2, float *, P, H, P, H, P)
+F2(cuModuleLoadData, H *, P, const void *, P)
+F1(cuModuleUnload, H, P)
+F3(cuModuleGetFunction, H *, P, H, P, const char *, P)
+F2(cuIpcGetMemHandle, CUipcMemHandle *, P, CUdeviceptr, U)
+F1(cuIpcCloseMemHandle, CUdeviceptr, U)
+
+/* The handle is passed by value (64 bytes): its address is this frame's copy,
+ * read by the serving function during the call. */
+static CUresult w_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+    unsigned long long a[] = {P(pdptr), P(&handle), U(flags)};
+    return call("cuIpcOpenMemHandle_v2", 3, a);
+}
+
+#define LAUNCH(fn) \
+    static CUresult w_##fn(H f, unsigned int gx, unsigned int gy, unsigned int gz, \
+                           unsigned int bx, unsigned int by, unsigned int bz, \
+                           unsigned int shared, H stream, void **params, void **extra) \
+    { \
+        unsigned long long a[] = {P(f), U(gx), U(gy), U(gz), U(bx), U(by), U(bz), \
+                                  U(shared), P(stream), P(params), P(extra)}; \
+        return call(#fn, 11, a); \
+    }
+LAUNCH(cuLaunchKernel)
+LAUNCH(cuLaunchKernel_ptsz)
+
+EXPORT CUresult cuGetExportTable(const void **table, const void *id)
+{
+    (void)id;
+    if (table) *table = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, int *);
+EXPORT CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+
+/* ---------------------------------------------------------------- table */
+typedef struct {
+    const char *name;  /* base name the bindings ask for */
+    int version;       /* CUDA version that introduced this form */
+    void *fn;          /* the wrapper */
+    void *ptsz;        /* its per-thread-default-stream form, or NULL */
+} Entry;
+
+#define E(name, ver, w) {name, ver, (void *)w_##w, NULL}
+#define ES(name, ver, w) {name, ver, (void *)w_##w, (void *)w_##w##_ptsz}
+
+static const Entry table[] = {
+    E("cuInit", 2000, cuInit),
+    E("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    {"cuGetExportTable", 3000, (void *)cuGetExportTable, NULL},
+    {"cuGetProcAddress", 11030, (void *)cuGetProcAddress, NULL},
+    {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2, NULL},
+    E("cuDeviceGet", 2000, cuDeviceGet),
+    E("cuDeviceGetCount", 2000, cuDeviceGetCount),
+    E("cuDeviceGetName", 2000, cuDeviceGetName),
+    E("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+    E("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    E("cuDeviceGetUuid", 9020, cuDeviceGetUuid),
+    E("cuDeviceGetUuid", 11040, cuDeviceGetUuid_v2),
+    E("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    E("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    E("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    E("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
+    E("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
+    E("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+    E("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+    E("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    E("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
+    E("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    E("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
+    E("cuCtxEnablePeerAccess", 4000, cuCtxEnablePeerAccess),
+    E("cuProfilerStart", 4000, cuProfilerStart),
+    E("cuProfilerStop", 4000, cuProfilerStop),
+    E("cuMemAlloc", 3020, cuMemAlloc_v2),
+    E("cuMemFree", 3020, cuMemFree_v2),
+    ES("cuMemAllocAsync", 11020, cuMemAllocAsync),
+    ES("cuMemFreeAsync", 11020, cuMemFreeAsync),
+    E("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
+    E("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    E("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    E("cuMemFreeHost", 2000, cuMemFreeHost),
+    E("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    E("cuMemHostUnregister", 4000, cuMemHostUnregister),
+    E("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    E("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    E("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    ES("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
+    ES("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
+    ES("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2),
+    ES("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2),
+    ES("cuMemsetD8Async", 3020, cuMemsetD8Async),
+    ES("cuMemsetD16Async", 3020, cuMemsetD16Async),
+    ES("cuMemsetD32Async", 3020, cuMemsetD32Async),
+    E("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    E("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+    ES("cuStreamQuery", 2000, cuStreamQuery),
+    ES("cuStreamSynchronize", 2000, cuStreamSynchronize),
+    ES("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
+    ES("cuStreamGetCtx", 9020, cuStreamGetCtx),
+    ES("cuStreamGetCtx", 12050, cuStreamGetCtx_v2),
+    ES("cuStreamAddCallback", 5000, cuStreamAddCallback),
+    E("cuEventCreate", 2000, cuEventCreate),
+    E("cuEventDestroy", 4000, cuEventDestroy_v2),
+    ES("cuEventRecord", 2000, cuEventRecord),
+    E("cuEventQuery", 2000, cuEventQuery),
+    E("cuEventSynchronize", 2000, cuEventSynchronize),
+    E("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    E("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
+    E("cuModuleLoadData", 2000, cuModuleLoadData),
+    E("cuModuleUnload", 2000, cuModuleUnload),
+    E("cuModuleGetFunction", 2000, cuModuleGetFunction),
+    ES("cuLaunchKernel", 4000, cuLaunchKernel),
+    E("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
+    E("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
+    E("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
+};
+
+static int tracing = -1; /* GPUARRAY_STANDIN_TRACE=1: log every request to stderr */
+
+static void *lookup(const char *symbol, int version, cuuint64_t flags)
+{
+    const Entry *best = NULL;
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        const Entry *e = &table[i];
+        if (e->version <= version && strcmp(e->name, symbol) == 0
+            && (best == NULL || e->version > best->version))
+            best = e;
+    }
+    void *fn = NULL;
+    if (best != NULL)
+        fn = ((flags & PER_THREAD_FLAG) && best->ptsz) ? best->ptsz : best->fn;
+    if (tracing < 0) {
+        const char *t = getenv("GPUARRAY_STANDIN_TRACE");
+        tracing = t != NULL && t[0] != '\0' && strcmp(t, "0") != 0;
+    }
+    if (tracing)
+        fprintf(stderr, "gpuarray stand-in: cuGetProcAddress(%s, %d, flags=%llu) -> %s\n",
+                symbol, version, flags, fn ? "served" : "not found");
+    return fn;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                    cuuint64_t flags, int *status)
+{
+    if (symbol == NULL || pfn == NULL)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    *pfn = lookup(symbol, version, flags);
+    if (status)
+        *status = *pfn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND */
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}
+
+/* Also exported under their own names, for loaders that dlsym() them. */
+EXPORT CUresult cuInit(unsigned int flags) { return w_cuInit(flags); }
+EXPORT CUresult cuDriverGetVersion(int *v) { return w_cuDriverGetVersion(v); }

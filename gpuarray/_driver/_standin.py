@@ -1,0 +1,196 @@
+"""The stand-in driver: build ``libcuda.so.1`` from ``_standin.c`` and run commands over it.
+
+One concern: putting the stand-in CUDA driver in place.  :func:`build`
+compiles ``_standin.c`` (next to this file) with the machine's C compiler
+into a folder of the user cache, named after a hash of the source, the
+compiler and its flags, so a change of any rebuilds; :func:`environment`
+is what a process needs to load it (``LD_LIBRARY_PATH`` first, because
+cuda.pathfinder finds ``libcuda.so.1`` by the system search only, and that is
+read when the process starts); :func:`run` execs a command with it
+(``python -m gpuarray standin -- COMMAND``).  The calls themselves are served
+by ``_standin_serve.py``.
+
+Cache folder: ``GPUARRAY_STANDIN_DIR``, else ``$XDG_CACHE_HOME/gpuarray/standin``
+(``~/.cache/gpuarray/standin``) -- beside the kernel cache -- with the kernel
+cache's trust rules: created ``0o700``, used only while it belongs to this
+user and no one else may write to it, since the library runs in-process.
+The library is written to a temporary name and renamed (``os.replace``), so
+concurrent builds never expose a partial file.
+
+Environment set for the command: ``GPUARRAY_BACKEND=cuda``, the library's
+folder first in ``LD_LIBRARY_PATH``, and ``GPUARRAY_STANDIN`` = that folder,
+which tells tests that the cuda backend runs over the simulator, not a GPU.
+``GPUARRAY_STANDIN_TRACE=1`` makes the library print each function request
+of the bindings (name, version, flags) and whether it is served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["StandinUnavailableError", "SOURCE", "active", "build", "environment", "run",
+           "standin_dir"]
+
+#: The C source of the stand-in library.
+SOURCE = Path(__file__).with_name("_standin.c")
+#: Environment variable naming the stand-in's folder in processes that run over it.
+MARK = "GPUARRAY_STANDIN"
+_CFLAGS = ("-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wl,-soname,libcuda.so.1")
+
+
+class StandinUnavailableError(RuntimeError):
+    """The stand-in driver cannot be built here (no C compiler, or an untrusted folder)."""
+
+
+def active() -> bool:
+    """Whether this process was started over the stand-in driver (``GPUARRAY_STANDIN`` set)."""
+    return bool(os.environ.get(MARK, "").strip())
+
+
+def standin_dir() -> Path:
+    """The folder the stand-in library is built into (it may not exist yet)."""
+    d = os.environ.get("GPUARRAY_STANDIN_DIR", "").strip()
+    if d:
+        return Path(d).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    root = Path(base).expanduser() if base else Path.home() / ".cache"
+    return root / "gpuarray" / "standin"
+
+
+def _compiler() -> str:
+    for cc in (os.environ.get("CC", "").strip(), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    raise StandinUnavailableError(
+        "no C compiler found (tried $CC, cc, gcc, clang): the stand-in driver is built "
+        "from gpuarray/_driver/_standin.c on first use; install one (e.g. gcc)")
+
+
+def _check_trusted(d: Path) -> None:
+    st = d.stat()
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is not None and st.st_uid != uid:
+        raise StandinUnavailableError(
+            f"the stand-in folder {d} belongs to uid {st.st_uid}, not to this user (uid {uid}); "
+            "set GPUARRAY_STANDIN_DIR to a folder of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StandinUnavailableError(
+            f"the stand-in folder {d} may be written by others (mode {st.st_mode & 0o777:o}); "
+            "set GPUARRAY_STANDIN_DIR to a folder only you can write")
+
+
+def build(verbose: bool = False) -> Path:
+    """Build the stand-in library if needed; return the folder holding ``libcuda.so.1``.
+
+    Parameters
+    ----------
+    verbose : bool, default False
+        Say on stderr when a build runs.
+
+    Returns
+    -------
+    pathlib.Path
+        A folder whose ``libcuda.so.1`` is the stand-in for this source and compiler.
+
+    Raises
+    ------
+    StandinUnavailableError
+        No C compiler, an untrusted cache folder, or the compiler failed (its
+        output is in the message).
+    """
+    cc = _compiler()
+    source = SOURCE.read_bytes()
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout.splitlines()[:1]
+    except (OSError, subprocess.SubprocessError) as e:
+        raise StandinUnavailableError(f"the C compiler {cc!r} does not run: {e}") from e
+    key = hashlib.sha256(repr((source, cc, version, _CFLAGS)).encode()).hexdigest()[:16]
+    root = standin_dir()
+    out = root / key
+    lib = out / "libcuda.so.1"
+    if lib.is_file():
+        _check_trusted(root)
+        _check_trusted(out)
+        return out
+    os.makedirs(out, mode=0o700, exist_ok=True)
+    _check_trusted(root)
+    _check_trusted(out)
+    tmp = out / f".libcuda.so.1.{os.getpid()}.tmp"
+    if verbose:
+        print(f"gpuarray standin: building {lib} with {cc}", file=sys.stderr)
+    try:
+        res = subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(SOURCE)],
+                             capture_output=True, text=True, timeout=300)
+        if res.returncode != 0:
+            raise StandinUnavailableError(
+                f"building the stand-in driver failed ({cc}, exit {res.returncode}):\n"
+                f"{res.stderr.strip()}")
+        os.replace(tmp, lib)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process that runs on the cuda backend over the stand-in in ``folder``.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        What :func:`build` returned.
+    base : mapping, optional
+        The environment to start from (default ``os.environ``).
+
+    Returns
+    -------
+    dict
+        ``base`` with ``GPUARRAY_BACKEND=cuda``, ``folder`` first in
+        ``LD_LIBRARY_PATH`` and ``GPUARRAY_STANDIN`` set to ``folder``.
+    """
+    env = dict(os.environ if base is None else base)
+    ld = env.get("LD_LIBRARY_PATH", "")
+    env["LD_LIBRARY_PATH"] = str(folder) + (os.pathsep + ld if ld else "")
+    env["GPUARRAY_BACKEND"] = "cuda"
+    env[MARK] = str(folder)
+    return env
+
+
+def run(argv: Sequence[str]) -> int:
+    """Exec ``argv`` over the stand-in driver (returns only on failure: exit status 2).
+
+    Parameters
+    ----------
+    argv : sequence of str
+        The command and its arguments.
+
+    Returns
+    -------
+    int
+        2, after printing why, when the library cannot be built or the command
+        cannot be started; otherwise this process becomes the command.
+    """
+    if not argv:
+        print("python -m gpuarray standin: error: no command given "
+              "(usage: python -m gpuarray standin -- COMMAND [ARGS...])", file=sys.stderr)
+        return 2
+    try:
+        folder = build(verbose=True)
+    except StandinUnavailableError as e:
+        print(f"python -m gpuarray standin: error: {e}", file=sys.stderr)
+        return 2
+    env = environment(folder)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], list(argv), env)
+    except OSError as e:
+        print(f"python -m gpuarray standin: error: cannot run {argv[0]!r}: {e}", file=sys.stderr)
+    return 2

@@ -1,0 +1,94 @@
+"""The Python side of the stand-in driver: CUDA driver calls served by the simulator.
+
+One concern: the entry point :func:`serve` that the driver entry points of
+``_standin.c`` (the stand-in ``libcuda.so.1``) call, and what becomes of
+errors.  The calls are served by one :class:`~gpuarray._driver.sim.SimBackend`
+per process (``_standin_support.py``), one handler per driver form
+(``_standin_calls.py``).  The C side passes every argument as an unsigned
+64-bit integer (pointers as addresses; signed ``int`` arguments
+sign-extended) and returns what :func:`serve` returns; outputs are written
+through their pointers with ctypes, with the sizes of ``cuda.h``.
+
+Conventions
+-----------
+- Each handler is named after the driver form it serves (``cuMemAlloc_v2``)
+  and gets the call's arguments; ``_ptsz`` forms reuse the plain handler with
+  a NULL stream meaning the per-thread default stream.
+- :func:`serve` never raises: a :class:`~gpuarray.errors.CudaError` becomes
+  its code; :class:`~gpuarray.errors.CudaUnavailableError` (no visible
+  device) becomes ``CUDA_ERROR_NO_DEVICE``; anything else (a simulator
+  check such as :class:`~gpuarray.errors.StreamOrderError`, or a bug here)
+  becomes ``CUDA_ERROR_UNKNOWN`` and its traceback is printed to stderr.
+  The exception of the last failed call of each thread is kept
+  (:func:`last_error`), so a test can see the simulator's own message.
+- The C wrapper runs on the caller's thread, so the simulator's per-thread
+  current context is the caller's, as with a real driver.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+
+from ..errors import CudaError, CudaUnavailableError
+from . import _standin_calls
+from ._standin_support import STANDIN_DEVICE_MARK, backend
+
+__all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK"]
+
+_NO_DEVICE = 100
+_UNKNOWN = 999
+
+_tls = threading.local()
+
+#: The handler of each driver form, by name (``_standin_calls.py``).
+_HANDLERS: dict[str, Callable[..., None]] = {
+    k: v for k, v in vars(_standin_calls).items() if k.startswith("cu") and callable(v)
+}
+
+
+def _keep(e: BaseException) -> None:
+    """Keep ``e`` for :func:`last_error`, without tracebacks.
+
+    A traceback holds its frames and, through ``f_back``, every caller's
+    (cuda.py and the layers above it): keeping it would keep their locals --
+    temporary device arrays -- allocated until this thread's next failure.
+    """
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        x.__traceback__ = None
+        x = x.__cause__ or x.__context__
+    _tls.error = e
+
+
+def last_error() -> BaseException | None:
+    """The exception behind the calling thread's last failed driver call (None if none)."""
+    return getattr(_tls, "error", None)
+
+
+def serve(name: str, args: tuple[int, ...]) -> int:
+    """Serve driver call ``name`` with ``args``; return its ``CUresult`` (never raises)."""
+    try:
+        ptsz = name.endswith("_ptsz")
+        handler = _HANDLERS[name[:-5] if ptsz else name]
+        if ptsz:
+            handler(*args, ptsz=True)
+        else:
+            handler(*args)
+        return 0
+    except CudaError as e:
+        _keep(e)
+        return e.code
+    except CudaUnavailableError as e:
+        _keep(e)
+        return _NO_DEVICE
+    except BaseException as e:  # never lost: printed, kept, and a CUDA error code
+        print(f"gpuarray stand-in driver: {name} failed (CUDA_ERROR_UNKNOWN):",
+              file=sys.stderr)
+        traceback.print_exception(e, file=sys.stderr)
+        _keep(e)
+        return _UNKNOWN
