@@ -99,7 +99,9 @@ def info() -> None:
         print(f"NVRTC: unavailable ({e})")
     n = gpuarray.device_count()
     print(f"devices: {n}{simulated}")
-    if b.name == "sim":
+    from ._driver import _standin
+
+    if b.name == "sim" or _standin.active():  # the simulator runs kernels behind the stand-in too
         from gpuarray._kernels import _host
 
         print(f"simulator kernels: {_host.describe()}")

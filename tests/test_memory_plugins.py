@@ -33,7 +33,7 @@ from gpuarray import memory
 from gpuarray.errors import CudaOutOfMemoryError
 from gpuarray.memory import MemoryPointer, StreamOrderedPointer
 
-from .conftest import backend_is_sim
+from .standin_support import simulated
 
 
 @pytest.fixture(autouse=True)
@@ -371,9 +371,10 @@ def test_plugin_without_its_library_says_what_to_install(plugin, monkeypatch):
 
 def _real(plugin: str):
     """The real library on a GPU, else skip saying why."""
-    if backend_is_sim():
+    if simulated():
         pytest.skip(f"the {plugin} plugin allocates real CUDA memory: needs GPUARRAY_BACKEND=cuda "
-                    "and a GPU (the simulator's memory is not CUDA memory)")
+                    "and a GPU (the simulator's memory, behind the stand-in driver too, is not "
+                    "CUDA memory)")
     if not _installed(plugin):
         pytest.skip(f"{plugin} is not installed")
     try:
