@@ -31,7 +31,6 @@ import pickle
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,8 @@ import pytest
 
 from gpuarray._kernels import _cache, _dtypes, _host, _launch, _nvrtc, _plan, _source, _specs
 from gpuarray.errors import NvrtcError
+
+from .test_kernels_reference import _astype, _sample
 
 CAST = _dtypes.CAST_CODES
 RAW = list(_dtypes.RAW_CODES.values())
@@ -268,28 +269,6 @@ class HostKernels:
                 grid = _launch.grid_for(op, sms)
                 block = (32, 8, 1) if op.spec.family == "transpose" else (256, 1, 1)
                 _host.host_kernel(op.spec).run(_Identity(), grid, block, 0, [p])
-
-
-def _astype(x, dt):
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return np.asarray(x).astype(dt)
-
-
-def _sample(code, shape, rng):
-    """Values whose conversion to any type is defined (no NaN/inf/out of range)."""
-    dt = _dtypes.code_dtype(code)
-    n = int(np.prod(shape))
-    if code == "b1":
-        return (rng.integers(0, 2, n) == 1).reshape(shape)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        v = rng.integers(max(info.min, -120), min(info.max, 120), n, endpoint=True)
-        return v.astype(dt).reshape(shape)
-    v = rng.integers(-120, 120, n) + rng.choice([0, 0.25, 0.5, 0.75, 0.999], n)
-    if dt.kind == "c":
-        v = v + 1j * rng.integers(-5, 5, n)
-    return v.astype(dt).reshape(shape)
 
 
 def _copy_case(dst, src):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -33,6 +32,8 @@ from gpuarray._driver.sim import _hostrt
 from gpuarray._driver.sim._memory import DeviceFault
 from gpuarray._kernels import _dtypes, _host, _launch, _plan, _reference, _specs
 from gpuarray.errors import CudaError
+
+from .test_kernels_reference import _astype, _sample
 
 pytestmark = pytest.mark.skipif(_host.compiler() is None, reason="no C++ compiler for the host build")
 
@@ -114,28 +115,6 @@ def _host_impl(spec):
 
 def _ref_impl(spec):
     return _reference.reference_kernel(spec)
-
-
-def _astype(x, dt):
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return np.asarray(x).astype(dt)
-
-
-def _sample(code, shape, rng):
-    """Values whose conversion to every type is defined (no NaN/inf/out of range)."""
-    dt = _dtypes.code_dtype(code)
-    n = int(np.prod(shape))
-    if code == "b1":
-        return (rng.integers(0, 2, n) == 1).reshape(shape)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(max(info.min, -120), min(info.max, 120), n,
-                            endpoint=True).astype(dt).reshape(shape)
-    v = rng.integers(-120, 120, n) + rng.choice([0, 0.25, 0.5, 0.75, 0.999], n)
-    if dt.kind == "c":
-        v = v + 1j * rng.integers(-5, 5, n)
-    return v.astype(dt).reshape(shape)
 
 
 class Case:

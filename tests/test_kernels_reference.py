@@ -39,7 +39,7 @@ def _astype(x, dt):
 def _sample(code, shape, rng):
     """Values whose conversion to every type is defined (no NaN/inf/out of range)."""
     dt = np.dtype(code) if not isinstance(code, str) else _dtypes.code_dtype(code)
-    n = math.prod(shape)
+    n = int(np.prod(shape))
     if dt.kind == "b":
         return (rng.integers(0, 2, n) == 1).reshape(shape)
     if dt.kind in "iu":
