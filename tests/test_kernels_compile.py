@@ -25,7 +25,6 @@ Two compilers, no GPU needed:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
 import subprocess
@@ -36,9 +35,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuarray._kernels import _cache, _dtypes, _host, _launch, _nvrtc, _plan, _source, _specs
+from gpuarray._kernels import _cache, _dtypes, _host, _nvrtc, _plan, _source, _specs
 from gpuarray.errors import NvrtcError
 
+from .test_kernels_host import _execute
 from .test_kernels_reference import _astype, _sample
 
 CAST = _dtypes.CAST_CODES
@@ -254,21 +254,7 @@ class HostKernels:
         _host.prepare(sorted(set(specs), key=lambda s: s.symbol))  # batched
 
     def execute(self, ops, sms: int = 2) -> None:
-        for op in ops:
-            if isinstance(op, _plan.Memcpy):
-                ctypes.memmove(op.dst, op.src, op.nbytes)
-            elif isinstance(op, _plan.Memset):
-                w = op.bits // 8
-                buf = (ctypes.c_ubyte * (op.words * w)).from_address(op.dst)
-                np.frombuffer(buf, dtype=f"u{w}")[:] = op.value
-            elif isinstance(op, _plan.Memcpy2D):
-                for r in range(op.height):
-                    ctypes.memmove(op.dst + r * op.dst_pitch, op.src + r * op.src_pitch, op.width)
-            else:
-                p = _launch.params_for(op)
-                grid = _launch.grid_for(op, sms)
-                block = (32, 8, 1) if op.spec.family == "transpose" else (256, 1, 1)
-                _host.host_kernel(op.spec).run(_Identity(), grid, block, 0, [p])
+        _execute(ops, _Identity(), _host.host_kernel, sms)
 
 
 def _copy_case(dst, src):

@@ -85,8 +85,9 @@ def _force_i64(ops):
     return out
 
 
-def _execute(ops, roots, impl_of, sms: int = 2) -> None:
-    mem = _HostMem(roots)
+def _execute(ops, mem, impl_of, sms: int = 2) -> None:
+    """Run planned operations on host memory: driver copies/sets with ctypes,
+    launches through ``impl_of(spec).run`` with ``mem`` as the kernel memory."""
     for op in ops:
         if isinstance(op, _plan.Memcpy):
             ctypes.memmove(op.dst, op.src, op.nbytes)
@@ -146,7 +147,7 @@ class Case:
             results = []
             for impl_of in (_host_impl, _ref_impl):
                 root[...] = start
-                _execute(ops, roots, impl_of)
+                _execute(ops, _HostMem(roots), impl_of)
                 results.append(root.tobytes())
             assert results[0] == results[1], (self.label, "host != reference",
                                               [getattr(o, "spec", o) for o in ops])
@@ -334,7 +335,7 @@ def test_float_to_int_outside_the_range_saturates_and_nan_gives_zero(code):
             src = vals.astype(S)
         dst = _zeros(src.shape, code)
         c = Case(f"{src_code}->{code}", dst[::-1], src)
-        _execute(c.ops, [_root(dst), _root(src)], _host_impl)
+        _execute(c.ops, _HostMem([_root(dst), _root(src)]), _host_impl)
         got = dst[::-1].view(f"u{D.itemsize}").astype(object)
         want = [expect(float(v)) for v in src]
         assert list(got) == want, (src_code, code, list(zip(src, got, want, strict=True)))
