@@ -29,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from ._userdir import untrusted_reason, user_cache_dir
 
 __all__ = ["StandinUnavailableError", "SOURCE", "active", "build", "environment", "run",
            "standin_dir"]
@@ -56,12 +57,7 @@ def active() -> bool:
 
 def standin_dir() -> Path:
     """The folder the stand-in library is built into (it may not exist yet)."""
-    d = os.environ.get("GPUARRAY_STANDIN_DIR", "").strip()
-    if d:
-        return Path(d).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    root = Path(base).expanduser() if base else Path.home() / ".cache"
-    return root / "gpuarray" / "standin"
+    return user_cache_dir("standin", "GPUARRAY_STANDIN_DIR")
 
 
 def _compiler() -> str:
@@ -74,16 +70,11 @@ def _compiler() -> str:
 
 
 def _check_trusted(d: Path) -> None:
-    st = d.stat()
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    if uid is not None and st.st_uid != uid:
+    reason = untrusted_reason(d.stat())
+    if reason is not None:
         raise StandinUnavailableError(
-            f"the stand-in folder {d} belongs to uid {st.st_uid}, not to this user (uid {uid}); "
-            "set GPUARRAY_STANDIN_DIR to a folder of your own")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StandinUnavailableError(
-            f"the stand-in folder {d} may be written by others (mode {st.st_mode & 0o777:o}); "
-            "set GPUARRAY_STANDIN_DIR to a folder only you can write")
+            f"gpuarray does not load a stand-in driver from {d}: {reason}; set "
+            "GPUARRAY_STANDIN_DIR to a folder only you can write")
 
 
 def build(verbose: bool = False) -> Path:

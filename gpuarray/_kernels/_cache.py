@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
+from .._driver._userdir import untrusted_reason, user_cache_dir
 from . import _nvrtc
 from ._hash import sha256
 
@@ -106,12 +107,7 @@ def disk_cache_enabled() -> bool:
 
 def cache_dir() -> Path:
     """The on-disk cache folder (it may not exist yet)."""
-    d = os.environ.get("GPUARRAY_KERNEL_CACHE_DIR", "").strip()
-    if d:
-        return Path(d).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    root = Path(base).expanduser() if base else Path.home() / ".cache"
-    return root / "gpuarray" / "kernels"
+    return user_cache_dir("kernels", "GPUARRAY_KERNEL_CACHE_DIR")
 
 
 def cache_key(source: str, headers: Mapping[str, str], options: Sequence[str],
@@ -142,16 +138,6 @@ def cache_key(source: str, headers: Mapping[str, str], options: Sequence[str],
     return h.hexdigest()
 
 
-def _untrusted_reason(st: os.stat_result) -> str | None:
-    uid = os.geteuid() if hasattr(os, "geteuid") else None
-    if uid is not None and st.st_uid != uid:
-        return f"it belongs to uid {st.st_uid}, not to this user (uid {uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        who = "everyone" if st.st_mode & stat.S_IWOTH else "its group"
-        return f"{who} may write to it (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
-
-
 def _trusted(d: Path) -> bool:
     """True when ``d`` is a folder that only this user can write (warns once if not)."""
     try:
@@ -160,7 +146,7 @@ def _trusted(d: Path) -> bool:
         return False
     if not stat.S_ISDIR(st.st_mode):
         return False
-    reason = _untrusted_reason(st)
+    reason = untrusted_reason(st)
     if reason is None:
         return True
     with _lock:
