@@ -53,7 +53,7 @@ def choose_backend() -> str:
             _driver.get_backend()  # reads the backend's own settings (GPUARRAY_SIM_*)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        from ._driver import _standin
+        from ._driver import standin as _standin
 
         over = (" over the stand-in driver (the CPU simulator behind libcuda.so.1 from "
                 f"{os.environ[_standin.MARK]})" if name == "cuda" and _standin.active() else "")
@@ -99,7 +99,7 @@ def info() -> None:
         print(f"NVRTC: unavailable ({e})")
     n = gpuarray.device_count()
     print(f"devices: {n}{simulated}")
-    from ._driver import _standin
+    from ._driver import standin as _standin
 
     if b.name == "sim" or _standin.active():  # the simulator runs kernels behind the stand-in too
         from gpuarray._kernels import _host
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     _bench.add_arguments(sub.add_parser("bench", help="quick benchmarks: gpuarray next to the raw driver"))
     args = parser.parse_args(argv)
     if args.command == "standin":
-        from ._driver import _standin
+        from ._driver import standin as _standin
 
         return _standin.run(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
     if args.command == "cache":

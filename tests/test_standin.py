@@ -19,7 +19,9 @@ import textwrap
 
 import pytest
 
-from gpuarray._driver import _standin, _standin_serve, _standin_support
+from gpuarray._driver import standin as _standin
+from gpuarray._driver.standin import _serve as _standin_serve
+from gpuarray._driver.standin import _support as _standin_support
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
 
@@ -145,7 +147,7 @@ def test_use_after_free_is_a_sticky_fault_through_cuda_py(folder):
 
 def test_stream_race_is_reported_with_the_simulators_message(folder):
     res = run(folder, """
-        from gpuarray._driver import _standin_serve
+        from gpuarray._driver.standin import _serve as _standin_serve
         ctx = b.primary_ctx_retain(0); b.ctx_set_current(ctx)
         s, t = b.stream_create(non_blocking=True), b.stream_create(non_blocking=True)
         p = b.mem_alloc(64)

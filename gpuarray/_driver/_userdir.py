@@ -2,7 +2,7 @@
 
 One concern: where compiled code that gpuarray loads lives on disk (kernel
 images and host kernel libraries, ``gpuarray._kernels._cache``; the stand-in
-driver, ``_standin``), and when such a folder may be used.  A folder is
+driver, ``standin``), and when such a folder may be used.  A folder is
 trusted only if it belongs to this user and no one else may write to it:
 what is cached there is code that gets loaded and run.  Pure paths and
 ``os.stat``: no CUDA.

@@ -2,8 +2,8 @@
 
 One concern: one function per driver form (named after it: ``cuMemAlloc_v2``),
 taking that form's arguments as the C side passes them and doing the call
-on the simulator of ``_standin_support.py``; a failure is a
-:class:`~gpuarray.errors.CudaError` (``_standin_serve.serve`` turns it into
+on the simulator of ``_support.py``; a failure is a
+:class:`~gpuarray.errors.CudaError` (``_serve.serve`` turns it into
 the ``CUresult``).  ``_ptsz`` forms reuse the plain function with
 ``ptsz=True``: a NULL stream then means the per-thread default stream.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ctypes
 
-from ..errors import CudaError
-from ._standin_support import (
+from ...errors import CudaError
+from ._support import (
     _DEVICE_ATTRIBUTES,
     _I32,
     _INVALID_VALUE,

@@ -4,7 +4,7 @@
  * backend (gpuarray/_driver/cuda.py) reaches through cuda.bindings.  Each
  * entry point has cuda.h's signature; it takes the GIL, hands its arguments
  * (integers: pointers as addresses) to the Python serving function
- * gpuarray._driver._standin_serve.serve(name, args), and returns the CUresult
+ * gpuarray._driver.standin._serve.serve(name, args), and returns the CUresult
  * that function returns.  Outputs are written through the pointers by the
  * Python side (ctypes), so this file knows nothing of their layouts.
  *
@@ -65,7 +65,7 @@ extern PyObject *PyErr_Occurred(void);
 extern void PyErr_Print(void);
 extern void Py_DecRef(PyObject *);
 
-static PyObject *serve_fn; /* gpuarray._driver._standin_serve.serve, set under the GIL */
+static PyObject *serve_fn; /* gpuarray._driver.standin._serve.serve, set under the GIL */
 
 /* Call serve(name, (a0, a1, ...)) and return its CUresult.  Never raises:
  * an error of this bridge itself is printed to stderr and becomes
@@ -78,7 +78,7 @@ static CUresult call(const char *name, int n, const unsigned long long *a)
     CUresult rc = CUDA_ERROR_UNKNOWN;
     PyObject *args = NULL, *pyname = NULL, *res = NULL;
     if (serve_fn == NULL) {
-        PyObject *mod = PyImport_ImportModule("gpuarray._driver._standin_serve");
+        PyObject *mod = PyImport_ImportModule("gpuarray._driver.standin._serve");
         if (mod != NULL) {
             serve_fn = PyObject_GetAttrString(mod, "serve");
             Py_DecRef(mod);

@@ -1,10 +1,10 @@
 """The Python side of the stand-in driver: CUDA driver calls served by the simulator.
 
 One concern: the entry point :func:`serve` that the driver entry points of
-``_standin.c`` (the stand-in ``libcuda.so.1``) call, and what becomes of
+``_libcuda.c`` (the stand-in ``libcuda.so.1``) call, and what becomes of
 errors.  The calls are served by one :class:`~gpuarray._driver.sim.SimBackend`
-per process (``_standin_support.py``), one handler per driver form
-(``_standin_calls.py``).  The C side passes every argument as an unsigned
+per process (``_support.py``), one handler per driver form
+(``_calls.py``).  The C side passes every argument as an unsigned
 64-bit integer (pointers as addresses; signed ``int`` arguments
 sign-extended) and returns what :func:`serve` returns; outputs are written
 through their pointers with ctypes, with the sizes of ``cuda.h``.
@@ -32,9 +32,9 @@ import threading
 import traceback
 from collections.abc import Callable
 
-from ..errors import CudaError, CudaUnavailableError
-from . import _standin_calls
-from ._standin_support import STANDIN_DEVICE_MARK, backend
+from ...errors import CudaError, CudaUnavailableError
+from . import _calls
+from ._support import STANDIN_DEVICE_MARK, backend
 
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK"]
 
@@ -43,9 +43,9 @@ _UNKNOWN = 999
 
 _tls = threading.local()
 
-#: The handler of each driver form, by name (``_standin_calls.py``).
+#: The handler of each driver form, by name (``_calls.py``).
 _HANDLERS: dict[str, Callable[..., None]] = {
-    k: v for k, v in vars(_standin_calls).items() if k.startswith("cu") and callable(v)
+    k: v for k, v in vars(_calls).items() if k.startswith("cu") and callable(v)
 }
 
 

@@ -1,14 +1,14 @@
-"""The stand-in driver: build ``libcuda.so.1`` from ``_standin.c`` and run commands over it.
+"""The stand-in driver: build ``libcuda.so.1`` from ``_libcuda.c`` and run commands over it.
 
 One concern: putting the stand-in CUDA driver in place.  :func:`build`
-compiles ``_standin.c`` (next to this file) with the machine's C compiler
+compiles ``_libcuda.c`` (next to this file) with the machine's C compiler
 into a folder of the user cache, named after a hash of the source, the
 compiler and its flags, so a change of any rebuilds; :func:`environment`
 is what a process needs to load it (``LD_LIBRARY_PATH`` first, because
 cuda.pathfinder finds ``libcuda.so.1`` by the system search only, and that is
 read when the process starts); :func:`run` execs a command with it
 (``python -m gpuarray standin -- COMMAND``).  The calls themselves are served
-by ``_standin_serve.py``.
+by ``_serve.py``.
 
 Cache folder: ``GPUARRAY_STANDIN_DIR``, else ``$XDG_CACHE_HOME/gpuarray/standin``
 (``~/.cache/gpuarray/standin``) -- beside the kernel cache -- with the kernel
@@ -34,13 +34,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ._userdir import untrusted_reason, user_cache_dir
+from .._userdir import untrusted_reason, user_cache_dir
 
 __all__ = ["StandinUnavailableError", "SOURCE", "active", "build", "environment", "run",
            "standin_dir"]
 
 #: The C source of the stand-in library.
-SOURCE = Path(__file__).with_name("_standin.c")
+SOURCE = Path(__file__).with_name("_libcuda.c")
 #: Environment variable naming the stand-in's folder in processes that run over it.
 MARK = "GPUARRAY_STANDIN"
 _CFLAGS = ("-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wl,-soname,libcuda.so.1")
@@ -66,7 +66,7 @@ def _compiler() -> str:
             return cc
     raise StandinUnavailableError(
         "no C compiler found (tried $CC, cc, gcc, clang): the stand-in driver is built "
-        "from gpuarray/_driver/_standin.c on first use; install one (e.g. gcc)")
+        "from gpuarray/_driver/standin/_libcuda.c on first use; install one (e.g. gcc)")
 
 
 def _check_trusted(d: Path) -> None:

@@ -5,8 +5,8 @@ One concern: the state of the stand-in's serving side -- the one
 ``GPUARRAY_SIM_*`` environment as the ``sim`` backend is -- and the helpers
 that read the C side's arguments (unsigned 64-bit integers; ``int``
 arguments sign-extended) and write outputs through their pointers with the
-sizes of ``cuda.h``.  The handlers are in ``_standin_calls.py``, the entry
-point in ``_standin_serve.py``.
+sizes of ``cuda.h``.  The handlers are in ``_calls.py``, the entry
+point in ``_serve.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CudaError
-from .sim import SimBackend
+from ...errors import CudaError
+from ..sim import SimBackend
 
 __all__ = ["backend", "STANDIN_DEVICE_MARK"]
 
