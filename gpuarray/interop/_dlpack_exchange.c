@@ -1,4 +1,4 @@
-/* The DLPack C exchange table (dlpack.h 1.3, DLPackExchangeAPI), both ways.
+/* The DLPack C exchange table (dlpack.h 1.3, DLPackExchangeAPI): the producer.
  * Part of the extension gpuarray.interop._dlpack_core (see _dlpack_core.c
  * and _dlpack_abi.h); Limited API of Python 3.10.
  *
@@ -29,10 +29,8 @@
  * it -- so a failure that SetError does not take is written to
  * sys.unraisablehook instead of being lost; -1 is returned all the same.
  *
- * Consumer: exchange_import(api, obj) calls a producer's
- * managed_tensor_from_py_object_no_sync and consumes the tensor as consume()
- * does a capsule; exchange_stream(api, device_type, device_id) its
- * current_work_stream.
+ * The consumer side (exchange_import, exchange_stream: another producer's
+ * table used) is with the other imports, in _dlpack_consume.c.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
@@ -551,95 +549,6 @@ exchange_prepare(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return cap;
 }
 
-/* The table in a "dlpack_exchange_api" capsule: major version 1, or the first
- * of its prev_api chain that is. */
-static const DLPackExchangeAPI *
-table_of(PyObject *api)
-{
-    const DLPackExchangeAPIHeader *h;
-
-    if (!PyCapsule_IsValid(api, GA_NAME_API)) {
-        PyErr_Format(PyExc_TypeError, "expected a \"%s\" capsule, got %R", GA_NAME_API,
-                     (PyObject *)Py_TYPE(api));
-        return NULL;
-    }
-    h = (const DLPackExchangeAPIHeader *)PyCapsule_GetPointer(api, GA_NAME_API);
-    while (h != NULL && h->version.major != 1) {
-        h = h->prev_api;
-    }
-    if (h == NULL) {
-        PyErr_SetString(PyExc_BufferError, "the DLPack exchange table has no major version 1");
-        return NULL;
-    }
-    return (const DLPackExchangeAPI *)h;
-}
-
-/* exchange_import(api, obj) -> consume()'s tuple for obj's managed tensor. */
-static PyObject *
-exchange_import(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    const DLPackExchangeAPI *api;
-    DLManagedTensorVersioned *m = NULL;
-
-    (void)module;
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "exchange_import() takes 2 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    api = table_of(args[0]);
-    if (api == NULL) {
-        return NULL;
-    }
-    if (api->managed_tensor_from_py_object_no_sync == NULL) {
-        PyErr_SetString(PyExc_BufferError, "the DLPack exchange table has no "
-                        "managed_tensor_from_py_object_no_sync");
-        return NULL;
-    }
-    if (api->managed_tensor_from_py_object_no_sync(args[1], &m) != 0 || m == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_BufferError, "%R's DLPack exchange table failed without "
-                         "saying why", (PyObject *)Py_TYPE(args[1]));
-        }
-        return NULL;
-    }
-    return ga_consume_tensor(m, 1);
-}
-
-/* exchange_stream(api, device_type, device_id) -> int (0: NULL) or None when
- * the table has no current_work_stream. */
-static PyObject *
-exchange_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    const DLPackExchangeAPI *api;
-    void *stream = NULL;
-    int dev_type, dev_id;
-
-    (void)module;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "exchange_stream() takes 3 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    api = table_of(args[0]);
-    if (api == NULL) {
-        return NULL;
-    }
-    dev_type = (int)PyLong_AsLong(args[1]);
-    dev_id = (int)PyLong_AsLong(args[2]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (api->current_work_stream == NULL) {
-        Py_RETURN_NONE;
-    }
-    if (api->current_work_stream(dev_type, dev_id, &stream) != 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "current_work_stream failed without saying why");
-        }
-        return NULL;
-    }
-    return PyLong_FromVoidPtr(stream);
-}
-
 static PyMethodDef exchange_methods[] = {
     {"exchange_install", (PyCFunction)(void (*)(void))exchange_install, METH_FASTCALL,
      "exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor, key_holder, "
@@ -647,10 +556,6 @@ static PyMethodDef exchange_methods[] = {
     {"exchange_prepare", (PyCFunction)(void (*)(void))exchange_prepare, METH_FASTCALL,
      "exchange_prepare(data, shape, byte_strides, itemsize, code, bits, lanes, device_type, "
      "device_id, readonly) -> an array's prepared DLTensor"},
-    {"exchange_import", (PyCFunction)(void (*)(void))exchange_import, METH_FASTCALL,
-     "exchange_import(api, obj) -> consume()'s tuple, through a producer's exchange table"},
-    {"exchange_stream", (PyCFunction)(void (*)(void))exchange_stream, METH_FASTCALL,
-     "exchange_stream(api, device_type, device_id) -> the producer's current work stream"},
     {NULL, NULL, 0, NULL},
 };
 
