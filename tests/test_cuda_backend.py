@@ -1,4 +1,4 @@
-"""Tests of the real driver backend (``gpuarray/_driver/cuda.py``).
+"""Tests of the real driver backend (``gpuarray/_driver/cuda/``).
 
 Three groups:
 
@@ -241,8 +241,8 @@ def test_device_attribute_bad_name_without_driver():
 
 def test_every_device_attribute_name_maps_to_the_enum(restore_module_state):
     cudamod._bind(drv)
-    assert set(cudamod._DEV_ATTRS) == set(_base.DEVICE_ATTRIBUTES)
-    for name, member in cudamod._DEV_ATTRS.items():
+    assert set(cudamod._state._DEV_ATTRS) == set(_base.DEVICE_ATTRIBUTES)
+    for name, member in cudamod._state._DEV_ATTRS.items():
         assert isinstance(member, drv.CUdevice_attribute), name
         assert member.name == "CU_DEVICE_ATTRIBUTE_" + name.upper()
 

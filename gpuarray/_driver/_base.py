@@ -2,7 +2,7 @@
 
 Everything gpuarray asks of CUDA goes through one :class:`Backend` object.  Two
 implementations exist: ``cuda`` (cuda.bindings driver API + NVRTC, in
-``gpuarray/_driver/cuda.py``) and ``sim`` (a CPU simulator in
+``gpuarray/_driver/cuda/``) and ``sim`` (a CPU simulator in
 ``gpuarray/_driver/sim/``).  Upper layers never import cuda.bindings.
 
 Conventions shared by both implementations
