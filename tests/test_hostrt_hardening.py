@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
