@@ -59,6 +59,7 @@ from .errors import (
     CudaOutOfMemoryError,
     CudaUnavailableError,
     NvrtcError,
+    StreamCaptureError,
     StreamOrderError,
 )
 from .interop import _dlpack_table  # noqa: F401  (publishes DeviceNDArray.__dlpack_c_exchange_api__)
@@ -100,5 +101,6 @@ __all__ = [
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "set_memory_manager", "defer_cleanup", "get_memory_info",
     "CudaError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",
+    "StreamCaptureError",
     "errors", "__version__",
 ]

@@ -85,6 +85,10 @@ def reset(backend: SimCore, ctx: SimContext) -> None:
         s.destroyed = True
         sched.host_observes(s.vc)
     sched.streams_by_ctx[id(ctx)] = []
+    for cid, cap in list(backend._captures.items()):  # captures of the context end with it
+        if cap.ctx is ctx:
+            del backend._captures[cid]
+            sched.capturing -= 1
     ctx.per_thread.clear()
     ctx.peers.clear()
     ctx.profiling = False
