@@ -174,6 +174,12 @@ class SimGraphCalls(SimCore):
             return "none", 0
         return cap.status, cap.id if cap.status == "active" else 0
 
+    @_locked
+    def capture_graph(self, stream: int) -> int:
+        """Simulator only: the handle of the graph ``stream``'s active capture builds (0: none)."""
+        s = self._stream(stream, "cuStreamGetCaptureInfo")
+        return 0 if s.capture is None else s.capture.graph.handle
+
     @_api
     def exchange_capture_mode(self, mode: str) -> str:
         if mode not in _capture.MODES:
