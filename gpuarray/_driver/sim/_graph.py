@@ -43,6 +43,8 @@ class SimGraph:
         self.nodes: list[Node] = []
         self.execs = 0  # live executable graphs made from it
         self.destroyed = False
+        #: Bases of its allocations that a launch made (in stream order) and nothing freed yet.
+        self.unfreed: set[int] = set()
 
     @property
     def allocations(self) -> list[Allocation]:
@@ -84,17 +86,30 @@ def unmap_graph_memory(b: SimCore, a: Allocation, why: str) -> None:
 
 
 def release_if_unused(b: SimCore, a: Allocation) -> None:
-    """Give back the address of graph memory that no graph can map again."""
+    """Give back the address of graph memory that no graph can map again.
+
+    (Nothing left allocated by a launch, no queued launch touching it; an
+    address kept for a launch still queued is bookkeeping only: unmapped
+    memory is not charged.)
+    """
     g = a.graph
-    if a.unmapped and a.alive and (g is None or (g.destroyed and not g.execs)):
+    if (a.alive and (g is None or (g.destroyed and not g.execs and a.base not in g.unfreed))
+            and not b.sched.pending_touching(a.base, a.base + a.size)):
         a.alive = False
         a.freed_by = "cuGraphDestroy (graph memory of a destroyed graph)"
 
 
+def claim_graph_free(a: Allocation, call: str) -> None:
+    """``cuMemFree``/``cuMemFreeAsync`` of graph memory: only of what a launch left allocated."""
+    if a.graph is None or a.base not in a.graph.unfreed:
+        raise CudaError(INVALID_VALUE, call, f"{a.describe()} is not allocated now (no launch "
+                                             "left it allocated, or it was freed)")
+    a.graph.unfreed.discard(a.base)
+
+
 def free_graph_memory(b: SimCore, a: Allocation, call: str) -> None:
-    """``cuMemFree``/``cuMemFreeAsync`` of graph memory a launch left mapped."""
-    if a.unmapped:
-        raise CudaError(INVALID_VALUE, call, f"{a.describe()} is not mapped: {a.unmapped}")
+    """``cuMemFree`` of graph memory a launch left allocated (its work has run: synchronous)."""
+    claim_graph_free(a, call)
     unmap_graph_memory(b, a, f"freed by {call}")
 
 
@@ -238,12 +253,13 @@ class SimGraphCalls(SimCore):
         call = "cuGraphLaunch"
         ex = self._exec(graph_exec, call)
         s = self._launch_stream(ex, stream, call)
-        if not ex.auto_free:
-            left = [a for a in ex.graph.allocations if not a.unmapped]
-            if left:
-                raise CudaError(INVALID_VALUE, call, f"{left[0].describe()} of a previous launch "
-                                                     "is unfreed and the graph was not instantiated "
-                                                     "with auto-free-on-launch")
+        g = ex.graph
+        if g.unfreed and not ex.auto_free:
+            raise CudaError(INVALID_VALUE, call, f"allocation 0x{min(g.unfreed):x} of a previous "
+                                                 "launch is unfreed and the graph was not "
+                                                 "instantiated with auto-free-on-launch")
+        freed = {n.alloc.base for n in ex.nodes if n.kind == "free"}
+        g.unfreed = {a.base for a in g.allocations if a.base not in freed}
         ex.launches += 1
         tag = f"(launch {ex.launches} of graph 0x{ex.graph.handle:x})"
         sched = self.sched

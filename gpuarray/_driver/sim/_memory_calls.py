@@ -17,7 +17,7 @@ from ...errors import CudaError
 from .._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
 from . import _capture, _sticky
 from ._core import INVALID_VALUE, SimCore, _api, _locked
-from ._graph import free_graph_memory, unmap_graph_memory
+from ._graph import claim_graph_free, free_graph_memory, unmap_graph_memory
 from ._memory import read_host, write_host
 from ._sched import SimStream
 
@@ -70,8 +70,7 @@ class SimMemoryCalls(SimCore):
             self._capture_free(s, a, int(ptr), "cuMemFreeAsync")
             return
         if a is not None and a.kind == "graph" and a.base == ptr and a.alive:
-            if a.unmapped:
-                raise CudaError(INVALID_VALUE, "cuMemFreeAsync", f"{a.describe()} is not mapped: {a.unmapped}")
+            claim_graph_free(a, "cuMemFreeAsync")
             self.sched.enqueue(s, lambda: unmap_graph_memory(self, a, "freed by cuMemFreeAsync"),
                                f"cuMemFreeAsync of 0x{a.base:x} (graph memory)", [(a.base, a.size, True)])
             return
