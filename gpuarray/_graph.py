@@ -37,8 +37,19 @@ __all__ = ["Graph"]
 
 #: Events last recorded on a capturing stream (the host cannot wait on them).
 _captured_events: weakref.WeakSet = weakref.WeakSet()
-#: Owned streams created non-blocking (a capture on them leaves the legacy stream usable).
-non_blocking_streams: weakref.WeakSet = weakref.WeakSet()
+#: Owned streams created non-blocking (a capture on them leaves the legacy stream usable),
+#: by identity (streams compare by handle, and a handle is reused once destroyed).
+_non_blocking: dict[int, weakref.ref] = {}
+
+
+def note_non_blocking(stream: Stream) -> None:
+    key = id(stream)
+    _non_blocking[key] = weakref.ref(stream, lambda _r, key=key: _non_blocking.pop(key, None))
+
+
+def _is_non_blocking(stream: Stream) -> bool:
+    ref = _non_blocking.get(id(stream))
+    return ref is not None and ref() is stream
 #: Graph memory not mapped yet (no launch so far): base -> (size, graph memory record).
 _unlaunched: dict[int, Any] = {}
 #: Releases of graph memory waiting for the end of the captures in progress.
@@ -53,7 +64,7 @@ class Capture:
         self.mode = mode
         self.thread = threading.get_ident()
         self.blocking = stream.kind == "per_thread" or (
-            stream.kind != "legacy" and stream not in non_blocking_streams)
+            stream.kind != "legacy" and not _is_non_blocking(stream))
         self.memory: list[_GraphMemory] = []
         self.open = True
 
@@ -108,6 +119,18 @@ def _release_held() -> None:
 
 
 _capture.on_idle(_release_held)
+
+
+def watching() -> bool:
+    """Whether array operations must be checked now: a capture runs, or graph memory awaits a launch."""
+    return bool(_capture._captures or _unlaunched)
+
+
+def _reset_for_tests() -> None:
+    _capture._captures.clear()
+    _unlaunched.clear()
+    _held.clear()
+    _captured_events.clear()
 
 
 def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
@@ -165,7 +188,7 @@ def check_use(stream: Stream, op: str, *ptrs: int) -> None:
     if _unlaunched and _capture.capture_of(stream.device.id, stream.handle) is None:
         for p in ptrs:
             for base, (size, rec) in list(_unlaunched.items()):
-                if base <= p < base + size:
+                if base <= p < base + size and rec.backend is get_backend():
                     raise StreamCaptureError(
                         f"{op} uses an array allocated during the capture on "
                         f"{_where(rec.capture.stream)} before its graph was launched: its memory "

@@ -26,7 +26,7 @@ from ._device import Device, get_device
 from ._driver import get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
 from ._driver._finalize import call_now, run_finalizer
-from ._graph import CaptureMethods, check_event, non_blocking_streams, note_record
+from ._graph import CaptureMethods, check_event, note_non_blocking, note_record
 from ._graph import _captured_events as _capture_events
 from ._graph import refuse_if_capturing as _refuse
 from ._stream_host import HostCallbacks
@@ -429,7 +429,7 @@ def stream(non_blocking: bool = False, priority: int = 0, device: Device | None 
         h = get_backend().stream_create(non_blocking=bool(non_blocking), priority=int(priority))
     s = Stream._make(h, dev, "owned")
     if non_blocking:
-        non_blocking_streams.add(s)
+        note_non_blocking(s)
     return s
 
 
@@ -559,6 +559,7 @@ def _order_in_capture(waiter: Stream, producer: Stream) -> bool:
 
 def _reset_for_tests() -> None:
     global _last_default
+    _graph._reset_for_tests()
     _defaults.clear()
     _last_default = (None, None, None)
     _scratch.__dict__.clear()

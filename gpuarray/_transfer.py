@@ -64,7 +64,7 @@ def device_copy(device: Device, s: Stream, dst_ptr: int, dst_strides, dst_dtype,
     if 0 in shape:
         return
     dst_dtype, src_dtype = np.dtype(dst_dtype), np.dtype(src_dtype)
-    if _capture._captures:
+    if _graph.watching():
         _graph.check_funnel(s, ())
         _graph.check_use(s, "a device copy", dst_ptr, src_ptr)
     with device.activate():
@@ -85,7 +85,7 @@ def device_fill(device: Device, s: Stream, dst_ptr: int, dst_strides, dtype, sha
     if 0 in tuple(shape):
         return
     dtype = np.dtype(dtype)
-    if _capture._captures:
+    if _graph.watching():
         _graph.check_funnel(s, ())
         _graph.check_use(s, "a fill", dst_ptr)
     with device.activate():
@@ -155,7 +155,7 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     c = _layout.is_c_contiguous(shape, src_strides, src_dtype.itemsize)
     f = not c and _layout.is_f_contiguous(shape, src_strides, src_dtype.itemsize)
     simple = out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous))
-    if _capture._captures:
+    if _graph.watching():
         _check_download(device, s, out, src_ptr, simple and not sync)
     if simple:
         addr = _cap.host_address(out)
