@@ -44,7 +44,11 @@ _non_blocking: dict[int, weakref.ref] = {}
 
 def note_non_blocking(stream: Stream) -> None:
     key = id(stream)
-    _non_blocking[key] = weakref.ref(stream, lambda _r, key=key: _non_blocking.pop(key, None))
+
+    def forget(_ref: weakref.ref) -> None:
+        _non_blocking.pop(key, None)
+
+    _non_blocking[key] = weakref.ref(stream, forget)
 
 
 def _is_non_blocking(stream: Stream) -> bool:

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _driver
-from .._device import Device
 from .._capture import call_relaxed
+from .._device import Device
 from .._driver import get_backend
 from ..errors import CudaOutOfMemoryError
 from ._deallocs import _PendingDeallocs

@@ -94,6 +94,9 @@ class SimCore(Backend):
 
     #: Queue host function ``fn`` on a stream (``_stream_calls.py``; graph replays use it).
     _queue_host_fn: Any
+    #: Graph memory nodes of a capture (``_graph.py``; the memory calls use them).
+    _capture_alloc: Any
+    _capture_free: Any
 
     def __init__(self, devices: int = 1, memory: int = 4 << 30,
                  compute_capability: Sequence[tuple[int, int]] = ((9, 0),),

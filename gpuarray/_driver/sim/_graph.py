@@ -20,7 +20,9 @@ left mapped stays valid after the graph is destroyed, until it is freed.
 
 from __future__ import annotations
 
+import functools
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +62,7 @@ class SimGraphExec:
         self.ctx = graph.ctx
         self.nodes = list(graph.nodes)
         self.auto_free = auto_free
-        self.last_op = None
+        self.last_op: Any = None
         self.launches = 0
 
 
@@ -263,16 +265,16 @@ class SimGraphCalls(SimCore):
         ex.launches += 1
         tag = f"(launch {ex.launches} of graph 0x{ex.graph.handle:x})"
         sched = self.sched
-        prev = [ex.last_op] if ex.last_op is not None and not ex.last_op.done else []
+        prev: list[Any] = [ex.last_op] if ex.last_op is not None and not ex.last_op.done else []
         sched.enqueue(s, None, f"{call} {tag}", extra_deps=prev)
         for n in ex.nodes:
             desc = f"{n.desc} {tag}"
             if n.kind == "alloc":
-                sched.enqueue(s, lambda a=n.alloc: map_graph_memory(self, a), desc,
+                sched.enqueue(s, functools.partial(map_graph_memory, self, n.alloc), desc,
                               [(n.alloc.base, n.alloc.size, True)])
             elif n.kind == "free":
-                sched.enqueue(s, lambda a=n.alloc: unmap_graph_memory(self, a, "freed by its graph's "
-                                                                      "free node"),
+                sched.enqueue(s, functools.partial(unmap_graph_memory, self, n.alloc,
+                                                   "freed by its graph's free node"),
                               desc, [(n.alloc.base, n.alloc.size, True)])
             elif n.kind == "host":
                 self._queue_host_fn(s, n.fn, desc)
@@ -301,7 +303,7 @@ class SimGraphCalls(SimCore):
     # ------------------------------------------------------- graph memory
     def _capture_alloc(self, s: SimStream, nbytes: int, call: str) -> int:
         """``cuMemAllocAsync`` on a capturing stream: an allocation node, its address reserved."""
-        cap = s.capture
+        cap: SimCapture = s.capture
         if cap.status != "active":
             _capture.raise_invalidated(cap, call)
         a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="graph", call=call)
@@ -315,7 +317,7 @@ class SimGraphCalls(SimCore):
 
     def _capture_free(self, s: SimStream, a: Allocation | None, ptr: int, call: str) -> None:
         """``cuMemFreeAsync`` on a capturing stream: a free node for graph memory."""
-        cap = s.capture
+        cap: SimCapture = s.capture
         if cap.status != "active":
             _capture.raise_invalidated(cap, call)
         if a is None or a.kind != "graph" or a.base != ptr or not a.alive:

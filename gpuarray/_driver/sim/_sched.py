@@ -31,7 +31,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...errors import StreamOrderError
 from ._memory import AddressSpace, Allocation
@@ -82,7 +82,7 @@ class SimStream:
         self.destroyed = False
         #: The capture sequence the stream is in (``_capture.SimCapture``), and the
         #: graph nodes its next captured work depends on.
-        self.capture = None
+        self.capture: Any = None
         self.cap_deps: list = []
 
     @property
@@ -106,7 +106,7 @@ class SimEvent:
         self.vc: dict[int, int] = {}
         self.destroyed = False
         #: Recorded in a capture: that capture (``_capture.SimCapture``) and its nodes.
-        self.capture = None
+        self.capture: Any = None
         self.cap_deps: list = []
 
 
@@ -166,7 +166,7 @@ class Scheduler:
         #: on a capturing stream, is refused on the legacy stream next to a
         #: capturing blocking stream, and is queued as usual otherwise.
         self.capturing = 0
-        self.capture_hook: Callable[..., Op | None] | None = None
+        self.capture_hook: Callable[..., Any] | None = None
 
     # ------------------------------------------------------------- streams
     def new_stream(self, handle: int, ctx: SimContext, kind: str) -> SimStream:

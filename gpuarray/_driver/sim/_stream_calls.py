@@ -87,6 +87,8 @@ class SimStreamCalls(SimCore):
             raise CudaError(_capture.CAPTURED_EVENT, call, f"event 0x{ev.handle:x} was last "
                                                            "recorded in a capture that has ended")
         if cap is None:  # a fork: the stream joins the capture of the event
+            if ecap is None:
+                return
             _capture.check_legacy(self, s, call)
             if s.kind == "legacy":
                 _capture.refuse(self, _capture.IMPLICIT, call, [ecap], "joins the legacy stream to a capture")

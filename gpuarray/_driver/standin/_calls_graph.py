@@ -16,7 +16,17 @@ from __future__ import annotations
 
 from ...errors import CudaError
 from .._base import CAPTURE_MODES, CAPTURE_STATUSES
-from ._support import _I32, _INVALID_VALUE, _SIZE, _U64, _out, _output_first, _signed, _stream, backend
+from ._support import (
+    _I32,
+    _INVALID_VALUE,
+    _SIZE,
+    _U64,
+    _out,
+    _output_first,
+    _signed,
+    _stream,
+    backend,
+)
 
 #: ``CUDA_GRAPH_INSTANTIATE_FLAG_*`` of cuda.h: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 #: USE_NODE_PRIORITY.
