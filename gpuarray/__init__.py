@@ -9,7 +9,10 @@ simulator).  Importing gpuarray never initialises CUDA.
 # This module only re-exports the public API; the logic lives in the layers
 # described in the design document.
 
-from . import errors
+from . import (
+    _wire,  # noqa: F401  (installs DeviceNDArray's pickling: _array._REDUCE)
+    errors,
+)
 from ._array import DeviceNDArray, is_device_array
 from ._context import Context, close, current_context, detect, gpus, list_devices, open_ipc_array
 from ._creation import (

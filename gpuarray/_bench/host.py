@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._bench import _CAIOnly, _DLPackOnly  # the same foreign producers as the GPU rows
+from ._producers import CAIOnly, DLPackOnly  # the same foreign producers as the GPU rows
 
 __all__ = ["BackendMeter", "PeerRow", "compare", "peer_cases", "format_peer_table", "load_torch"]
 
@@ -56,7 +56,7 @@ class BackendMeter:
     """
 
     def __init__(self) -> None:
-        from ._driver import get_backend
+        from .._driver import get_backend
 
         self.backend = get_backend()
         self.calls = 0
@@ -146,7 +146,7 @@ class NullBackend:
     """
 
     def __init__(self) -> None:
-        from ._driver import get_backend
+        from .._driver import get_backend
 
         self.backend = get_backend()
         self.other_calls = 0
@@ -176,7 +176,7 @@ class NullBackend:
         return call
 
     def __exit__(self, *exc: Any) -> None:
-        from .memory._manager import _managers
+        from ..memory._manager import _managers
 
         try:
             gc.collect()  # every fake allocation is released...
@@ -274,14 +274,14 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
     """
     import gpuarray
 
-    from ._driver import get_backend
+    from .._driver import get_backend
 
     stream = gpuarray.legacy_default_stream()
     a = gpuarray.zeros(SHAPE, np.float32, stream=stream)
     nd = np.zeros(SHAPE, np.float32)
     t = torch.zeros(SHAPE) if torch is not None else None
-    pa, pn = _DLPackOnly(a), _DLPackOnly(nd)
-    ca, na = _CAIOnly(a), _ArrayInterfaceOnly(nd)
+    pa, pn = DLPackOnly(a), DLPackOnly(nd)
+    ca, na = CAIOnly(a), _ArrayInterfaceOnly(nd)
 
     def three(g: Callable[[], Any], n: Callable[[], Any],
               p: Callable[[], Any] | None) -> dict[str, Callable[[], Any]]:
@@ -290,7 +290,7 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
             ops["torch"] = p
         return ops
 
-    pt = _DLPackOnly(t) if t is not None else None
+    pt = DLPackOnly(t) if t is not None else None
     cases: list[Case] = [
         ("__dlpack__(max_version=(1, 0))", "each library's own array", 0.5, "torch",
          three(lambda: a.__dlpack__(max_version=(1, 0)), lambda: nd.__dlpack__(max_version=(1, 0)),
