@@ -21,17 +21,25 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 from . import _capture
+from ._device import Device
 from ._driver import get_backend
 from ._driver._base import CAPTURE_MODES
 from ._driver._finalize import run_finalizer
 from .errors import CudaError, StreamCaptureError
 
-if TYPE_CHECKING:
-    from ._device import Device
-    from ._stream import Event, Stream
+# ``_stream.py`` imports this module (Stream's capture methods): its classes are
+# typed as Any here, and it hands over the helpers a launch needs (_use_stream_helpers).
+Stream: TypeAlias = Any
+Event: TypeAlias = Any
+_helpers: dict[str, Any] = {}
+
+
+def use_stream_helpers(**helpers: Any) -> None:
+    """``_stream.py`` at import: ``as_stream`` and ``order_after`` for :meth:`Graph.launch`."""
+    _helpers.update(helpers)
 
 __all__ = ["Graph"]
 
@@ -139,11 +147,10 @@ def _reset_for_tests() -> None:
 
 def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
     """Graph memory for an allocation on a capturing stream, else None (an ordinary allocation)."""
-    from ._stream import Stream  # noqa: PLC0415  (_stream imports this module)
     from .memory._pointer import MemoryPointer  # noqa: PLC0415  (memory sits above streams)
 
-    if not isinstance(stream, Stream) or stream.device.id != device.id:
-        return None
+    if getattr(getattr(stream, "device", None), "id", None) != device.id:
+        return None  # None or a stream of another device: not a capture of this allocation
     cap = _capture.capture_of(device.id, stream.handle)
     if cap is None:
         return None
@@ -298,9 +305,7 @@ class Graph:
             raise ValueError(f"Graph.{op}: the graph is closed")
         if stream is None:
             return self.stream
-        from ._stream import as_stream  # noqa: PLC0415
-
-        return as_stream(stream, self.device)
+        return _helpers["as_stream"](stream, self.device)
 
     def launch(self, stream: Any = None) -> None:
         """Replay the captured work on ``stream`` (default: the stream it was captured on).
@@ -324,8 +329,7 @@ class Graph:
             with s.device.activate():
                 b.graph_launch(self._handles[1], s.handle)
         else:
-            from ._stream import order_after  # noqa: PLC0415
-
+            order_after = _helpers["order_after"]
             order_after(s, self.stream)
             with s.device.activate():
                 b.graph_launch(self._handles[1], s.handle)

@@ -557,6 +557,10 @@ def _order_in_capture(waiter: Stream, producer: Stream) -> bool:
     return waiter.kind == "external" and waiter.is_capturing()
 
 
+_graph.use_stream_helpers(as_stream=lambda obj, device: as_stream(obj, device),
+                          order_after=order_after)
+
+
 def _reset_for_tests() -> None:
     global _last_default
     _graph._reset_for_tests()

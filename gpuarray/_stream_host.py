@@ -9,16 +9,16 @@ One concern: :meth:`Stream.add_callback <gpuarray.Stream.add_callback>`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ._device import Device
 from ._driver import get_backend
 from ._driver._finalize import hand_to_reaper, host_callback
 
 if TYPE_CHECKING:  # asyncio is imported on first use of async_done (import time)
     import asyncio
 
-    from ._device import Device
-    from ._stream import Stream
+Stream: TypeAlias = Any  # the class this mixin is part of (``_stream.py`` imports this module)
 
 
 class HostCallbacks:

@@ -46,13 +46,15 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 from ...errors import CudaError
 
-if TYPE_CHECKING:  # the backend imports this module
-    from ._core import SimContext, SimCore
-    from ._sched import SimStream
+# The simulator's classes are imported by nothing here (they import this module):
+# the backend (``SimCore``), its contexts and streams are typed as Any.
+SimCore: TypeAlias = Any
+SimContext: TypeAlias = Any
+SimStream: TypeAlias = Any
 
 UNSUPPORTED = 900
 INVALIDATED = 901
