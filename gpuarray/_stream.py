@@ -536,7 +536,10 @@ def order_after(waiter: Stream, producer: Stream) -> None:
     with producer.device.activate():
         b.event_record(ev.handle, producer.handle)
     with waiter.device.activate():
-        b.stream_wait_event(waiter.handle, ev.handle, external)
+        if external:
+            b.stream_wait_event(waiter.handle, ev.handle, True)
+        else:
+            b.stream_wait_event(waiter.handle, ev.handle)
 
 
 def _order_in_capture(waiter: Stream, producer: Stream) -> bool:
