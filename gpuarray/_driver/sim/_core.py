@@ -26,7 +26,7 @@ from . import _hostfn, _sticky
 from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault
-from ._sched import Op, Scheduler, SimEvent, SimStream, _Blocked
+from ._sched import Op, Scheduler, SimContext, SimEvent, SimStream, _Blocked
 from ._visible import visible_list
 
 INVALID_VALUE = 1
@@ -37,18 +37,6 @@ NOT_READY = 600
 ILLEGAL_ADDRESS = 700
 
 
-class SimContext:
-    def __init__(self, handle: int, device: int) -> None:
-        self.handle = handle
-        self.device = device
-        self.refs = 0
-        self.legacy: SimStream = None  # type: ignore[assignment]
-        self.per_thread: dict[int, SimStream] = {}
-        self.peers: set[int] = set()
-        #: Whether ``cuProfilerStart`` enabled profile collection (no profiler runs).
-        self.profiling = False
-        #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
-        self.sticky: tuple[int, str] | None = None
 
 
 def _driver_call(method, locked: bool):
@@ -215,7 +203,7 @@ class SimCore(Backend):
         op = self.sched.failed_op
         if code not in _sticky.STICKY_CODES or op is None:
             return False
-        _sticky.poison(self, op.stream.ctx, code, detail)
+        _sticky.poison(self.sched, op.stream.ctx, code, detail)
         return True
 
     def _fault_while_draining(self, op: Op, e: BaseException) -> bool:

@@ -31,13 +31,9 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from ...errors import StreamOrderError
 from ._memory import AddressSpace, Allocation
-
-if TYPE_CHECKING:  # the backend imports this module
-    from ._core import SimContext
 
 
 class Op:
@@ -63,6 +59,22 @@ class Op:
         self.writes: list[tuple[int, int]] = []  # byte ranges [lo, hi) it writes
         #: A host function: its driver thread runs it (``claim``/``finish``), never ``complete``.
         self.host_fn = False
+
+
+class SimContext:
+    """A simulated context: its legacy and per-thread streams, peers, profiling and sticky fault."""
+
+    def __init__(self, handle: int, device: int) -> None:
+        self.handle = handle
+        self.device = device
+        self.refs = 0
+        self.legacy: SimStream = None  # type: ignore[assignment]
+        self.per_thread: dict[int, SimStream] = {}
+        self.peers: set[int] = set()
+        #: Whether ``cuProfilerStart`` enabled profile collection (no profiler runs).
+        self.profiling = False
+        #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
+        self.sticky: tuple[int, str] | None = None
 
 
 class SimStream:

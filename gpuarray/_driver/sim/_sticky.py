@@ -25,12 +25,22 @@ CUDA, where argument checks fail without touching the context.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ...errors import CudaError
+from ._memory import AddressSpace
+from ._sched import Scheduler, SimContext
 
-if TYPE_CHECKING:  # the backend imports this module
-    from ._core import SimContext, SimCore
+
+class _Resources(Protocol):
+    """What a reset destroys: the simulator's memory, scheduler and handle tables."""
+
+    memory: AddressSpace
+    sched: Scheduler
+    _streams: dict[int, Any]
+    _events: dict[int, Any]
+    _modules: dict[int, tuple[SimContext, bytes]]
+    _functions: dict[int, tuple[SimContext, str, Any]]
 
 #: CUresult codes CUDA documents as sticky (the context cannot be used after them).
 STICKY_CODES = frozenset({
@@ -45,11 +55,11 @@ STICKY_CODES = frozenset({
 })
 
 
-def poison(backend: SimCore, ctx: SimContext, code: int, detail: str) -> None:
+def poison(sched: Scheduler, ctx: SimContext, code: int, detail: str) -> None:
     """Make ``ctx`` unusable after a sticky fault; drop its queued work."""
     if ctx.sticky is None:
         ctx.sticky = (code, detail)
-    backend.sched.discard(ctx)
+    sched.discard(ctx)
 
 
 def check(ctx: SimContext | None, call: str) -> None:
@@ -61,7 +71,7 @@ def check(ctx: SimContext | None, call: str) -> None:
                                     "or reset the primary context: cuDevicePrimaryCtxReset)")
 
 
-def reset(backend: SimCore, ctx: SimContext) -> None:
+def reset(backend: _Resources, ctx: SimContext) -> None:
     """``cuDevicePrimaryCtxReset``: destroy every resource of ``ctx`` and clear its error."""
     sched = backend.sched
     sched.discard(ctx)

@@ -21,6 +21,10 @@ Conventions
   becomes ``CUDA_ERROR_UNKNOWN`` and its traceback is printed to stderr.
   The exception of the last failed call of each thread is kept
   (:func:`last_error`), so a test can see the simulator's own message.
+  A ``KeyboardInterrupt`` (Ctrl-C while the simulator serves a call on the
+  main thread) is :data:`INTERRUPTED`: the C side fails the call with
+  ``CUDA_ERROR_UNKNOWN`` and raises SIGINT again (``PyErr_SetInterrupt``)
+  once it has returned, so the caller gets the interrupt: never lost.
 - The C wrapper runs on the caller's thread, so the simulator's per-thread
   current context is the caller's, as with a real driver.
 """
@@ -36,10 +40,13 @@ from ...errors import CudaError, CudaUnavailableError
 from . import _calls
 from ._support import STANDIN_DEVICE_MARK, backend
 
-__all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK"]
+__all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
 
 _NO_DEVICE = 100
 _UNKNOWN = 999
+#: What :func:`serve` returns for a call interrupted by Ctrl-C (not a CUresult;
+#: ``_libcuda.c`` returns ``CUDA_ERROR_UNKNOWN`` and re-delivers the SIGINT).
+INTERRUPTED = -2
 
 _tls = threading.local()
 
@@ -87,8 +94,10 @@ def serve(name: str, args: tuple[int, ...]) -> int:
         _keep(e)
         return _NO_DEVICE
     except BaseException as e:  # never lost: printed, kept, and a CUDA error code
+        _keep(e)
+        if isinstance(e, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            return INTERRUPTED  # Ctrl-C while the simulator served the call
         print(f"gpuarray stand-in driver: {name} failed (CUDA_ERROR_UNKNOWN):",
               file=sys.stderr)
         traceback.print_exception(e, file=sys.stderr)
-        _keep(e)
         return _UNKNOWN
