@@ -337,7 +337,7 @@ def steps_sections(steps: list[dict], log: dict[str, str], junit: dict[str, dict
             for e in steps if e["name"] != "report"]
     out = ["### Steps", ""] + table(["step", "status", "seconds", "limit s", "pytest summary"],
                                     rows) + [""]
-    tests = [n for n in ("suite", "serial") if n in junit]
+    tests = [n for n in ("suite", "suite1", "serial") if n in junit]
     total: dict[str, int] = defaultdict(int)
     for n in tests:
         for k, v in junit[n]["counts"].items():

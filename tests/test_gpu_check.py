@@ -192,6 +192,21 @@ def test_the_plan_over_the_stand_in_skips_the_sanitizers_saying_why():
     assert steps["bench"].env["GPUARRAY_BENCH_MODE"] == "quick"
     suite = " ".join(steps["suite"].argv)
     assert "--junitxml=" in suite and suite.endswith(" tests")
+    # pytest --strict-markers refuses `-m serial` while no such marker is registered
+    if run_py.serial_marker():
+        assert "not serial" in suite and "-m serial" in " ".join(steps["serial"].argv)
+    else:
+        assert "serial" not in suite and "marker" in steps["serial"].skip
+
+
+def test_the_suite_runs_again_in_one_process_when_xdist_workers_disagree():
+    run = run_py.Run(sys.executable, Path("/tmp/w"), Path("/tmp/o"), "gpu-check-x", {}, 8, 1.0)
+    suite = run_py.Step("suite", "suite", 300, 60, argv=["pytest"], junit=Path("/tmp/w/suite.xml"))
+    out = "ERROR gw2 - Different tests were collected between gw0 and gw2. The differenc..."
+    fallback = run_py.suite_fallback(run, suite, out)
+    assert fallback is not None and "no:xdist" in fallback.argv
+    assert fallback.junit != suite.junit
+    assert run_py.suite_fallback(run, suite, "1 failed, 3 passed in 1.0s") is None
 
 
 def test_pytest_summary_and_wheel_tags():

@@ -86,6 +86,26 @@ def standin_active(env: dict[str, str]) -> bool:
     return bool(env.get("GPUARRAY_STANDIN", "").strip())
 
 
+def serial_marker() -> bool:
+    """Whether the suite registers the ``serial`` marker (tests that cannot share a process).
+
+    pytest's ``--strict-markers`` refuses ``-m serial`` until it is registered.
+    """
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    text += (ROOT / "tests" / "conftest.py").read_text(encoding="utf-8")
+    return re.search(r"""["']serial\s*:""", text) is not None
+
+
+def suite_fallback(run: Run, step: Step, output: str) -> Step | None:
+    """The suite again in one process when xdist's workers collected different tests."""
+    if step.name != "suite" or "Different tests were collected between" not in output:
+        return None
+    return Step("suite1", "the suite in one process (the xdist workers collected different "
+                "tests)", 390 * run.scale, 60 * run.scale, junit=run.work / "suite1.xml",
+                argv=_pytest(run, "-p", "no:xdist", f"--junitxml={run.work / 'suite1.xml'}",
+                             "tests"))
+
+
 def find_sanitizer() -> str | None:
     """compute-sanitizer on PATH, else in the CUDA toolkit's usual folders."""
     found = shutil.which("compute-sanitizer")
@@ -221,21 +241,30 @@ def plan(run: Run) -> list[Step]:
     ]
     xdist = importlib.util.find_spec("xdist") is not None and run.workers > 1
     suite_junit, serial_junit = w / "suite.xml", w / "serial.xml"
+    serial = serial_marker()
     if xdist:
+        # worksteal: idle workers take queued tests from busy ones (as make test)
+        select = ["-m", "not serial"] if serial else []
         steps.append(Step("suite", f"the suite on {run.workers} workers (pytest-xdist)",
                           300 * s, 60 * s, junit=suite_junit,
-                          argv=_pytest(run, "-p", "xdist", "-n", str(run.workers),
-                                       "-m", "not serial", f"--junitxml={suite_junit}", "tests")))
+                          argv=_pytest(run, "-p", "xdist", "-n", str(run.workers), "--dist",
+                                       "worksteal", *select, f"--junitxml={suite_junit}",
+                                       "tests")))
         steps.append(Step("serial", "the tests marked serial, in one process", 120 * s, 20 * s,
                           junit=serial_junit, ok_codes=(0, 5),
-                          argv=_pytest(run, "-m", "serial", f"--junitxml={serial_junit}",
-                                       "tests")))
+                          skip=None if serial else
+                          "no `serial` marker is registered (pyproject.toml): every test ran "
+                          "in the suite step",
+                          argv=_pytest(run, "-p", "no:xdist", "-m", "serial",
+                                       f"--junitxml={serial_junit}", "tests")
+                          if serial else None))
     else:
         why = ("pytest-xdist is not installed" if run.workers > 1
                else f"--workers {run.workers}")
         steps.append(Step("suite", f"the suite in one process ({why})", 390 * s, 60 * s,
                           junit=suite_junit,
-                          argv=_pytest(run, f"--junitxml={suite_junit}", "tests")))
+                          argv=_pytest(run, "-p", "no:xdist", f"--junitxml={suite_junit}",
+                                       "tests")))
     steps.append(Step("readme", "the README example on the GPU", 60 * s, 10 * s,
                       argv=[py, str(Path(__file__)), "readme"]))
     bench_json = run.path(".bench.json")
@@ -343,7 +372,10 @@ def main_run(args: argparse.Namespace) -> int:
     print(f"gpu-check: {len(steps)} steps, budget {budget:.0f} s, outputs {out}/{base}.*"
           + (" (not a GPU: simulator or stand-in)" if not_gpu else ""), flush=True)
     with open(log_path, "w", encoding="utf-8") as log:
-        for i, step in enumerate(steps):
+        i = -1
+        while i + 1 < len(steps):
+            i += 1
+            step = steps[i]
             left = budget - (time.monotonic() - started)
             reserve = sum(s.floor for s in steps[i + 1:] if s.argv is not None)
             timeout = min(step.cap, left - reserve)
@@ -382,6 +414,9 @@ def main_run(args: argparse.Namespace) -> int:
             log.flush()
             print(line, flush=True)
             results.append(entry)
+            fallback = None if entry["ok"] else suite_fallback(run, step, r["output"])
+            if fallback is not None:
+                steps.insert(i + 1, fallback)
         _write_steps(run, results)
     shutil.rmtree(work, ignore_errors=True)
     failed = [e["name"] for e in results if not e["ok"]]
