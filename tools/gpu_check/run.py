@@ -86,6 +86,19 @@ def standin_active(env: dict[str, str]) -> bool:
     return bool(env.get("GPUARRAY_STANDIN", "").strip())
 
 
+def imports_this_tree() -> bool:
+    """Whether this interpreter imports gpuarray from this tree already (an editable install).
+
+    Then PYTHONPATH stays as it is: with the tree on it, pip would take the
+    editable install's metadata in the tree for an installed gpuarray
+    (tests/test_packaging.py resolves the extras; seen in the rehearsal).  On
+    the GPU machine nothing is installed and the tree goes on PYTHONPATH.
+    """
+    spec = importlib.util.find_spec("gpuarray")
+    origin = spec.origin if spec is not None else None
+    return origin is not None and Path(origin).resolve().is_relative_to(ROOT)
+
+
 def serial_marker() -> bool:
     """Whether the suite registers the ``serial`` marker (tests that cannot share a process).
 
@@ -357,7 +370,8 @@ def main_run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     env["GPUARRAY_KERNEL_CACHE_DIR"] = str(work / "kernel-cache")
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(work / "site")] + [p for p in [env.get("PYTHONPATH")] if p])
+        ([] if imports_this_tree() else [str(ROOT)]) + [str(work / "site")]
+        + [p for p in [env.get("PYTHONPATH")] if p])
     run = Run(args.python, work, out, base, env, args.workers, scale)
     steps = plan(run)
     if args.only:
