@@ -30,6 +30,7 @@ from ._creation import (
     zeros_like,
 )
 from ._device import Device, device_count, get_device, select_device
+from ._graph import Graph
 from ._hostdev import (
     ManagedNDArray,
     MappedNDArray,
@@ -62,6 +63,7 @@ from .errors import (
     CudaOutOfMemoryError,
     CudaUnavailableError,
     NvrtcError,
+    StreamCaptureError,
     StreamOrderError,
 )
 from .interop import _dlpack_table  # noqa: F401  (publishes DeviceNDArray.__dlpack_c_exchange_api__)
@@ -94,7 +96,7 @@ __all__ = [
     "managed_array", "mapped", "mapped_array_like", "pinned_array_like",
     "MappedNDArray", "ManagedNDArray",
     "as_cuda_array", "from_cuda_array_interface", "is_cuda_array", "from_dlpack",
-    "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
+    "Stream", "Event", "Graph", "stream", "default_stream", "legacy_default_stream",
     "per_thread_default_stream", "external_stream", "event", "synchronize",
     "Device", "get_device", "select_device", "device_count",
     "Context", "current_context", "gpus", "list_devices", "detect", "close", "open_ipc_array",
@@ -103,5 +105,6 @@ __all__ = [
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "set_memory_manager", "defer_cleanup", "get_memory_info",
     "CudaError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",
+    "StreamCaptureError",
     "errors", "__version__",
 ]

@@ -86,7 +86,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if gpu_data is None:
             if lo < 0:
                 raise ValueError(f"negative strides {strides} need gpu_data to point into memory")
-            gpu_data = allocate(hi, _device_for(stream))  # the stream's device, if one is given
+            gpu_data = allocate(hi, _device_for(stream), stream)  # the stream's device, if one is given
         device = gpu_data.context if isinstance(gpu_data.context, Device) else get_device()
         made = DeviceNDArray._make(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
                                    as_stream(stream, device), False, device)
@@ -378,7 +378,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if not copy and dt == self.dtype and (self.is_f_contiguous() if fortran else self.is_c_contiguous()):
             return self
         strides = (_layout.f_strides if fortran else _layout.c_strides)(self.shape, dt.itemsize)
-        mem = allocate(self.size * dt.itemsize, self.device)
+        mem = allocate(self.size * dt.itemsize, self.device, self._stream(stream))
         out = DeviceNDArray._make(self.shape, strides, dt, mem.device_pointer, mem, self.stream,
                                   False, self.device)
         s = self._stream(stream)

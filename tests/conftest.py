@@ -78,11 +78,18 @@ def fresh_sim(**kwargs):
 
 @pytest.fixture(autouse=True)
 def _fresh_state():
+    process_backend = _driver._backend
     if backend_is_sim():
         fresh_sim()
     else:
         _reset_library_state()
     yield
+    if not backend_is_sim() and _driver._backend is not process_backend:
+        # A simulator test over the stand-in (fresh_sim, make_sim) replaced the
+        # process's cuda backend: the next test in this process (pytest-xdist
+        # runs files in any order) gets it back, with its devices.
+        _driver.set_backend(process_backend)
+        _device._reset_for_tests()
     # The simulator's host-callback threads may still hold the test's streams:
     # let them finish, so their releases run against this test's backend and
     # are judged here, not raised by the next test.

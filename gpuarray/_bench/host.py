@@ -136,7 +136,8 @@ class NullBackend:
     them (a stub backend that burns ~4 us of Python a call raises the metered
     library time of ``to_device`` by ~0.4 us with no library change).  While
     this is active, the backend calls of the raw rows (``mem_alloc``,
-    ``memcpy_htod_async``, ``mem_free``) and the context queries do nothing
+    ``memcpy_htod_async``, ``mem_free``), the context queries and the capture
+    mode exchange around allocations do nothing
     but return what the library needs: a fresh fake address from
     ``mem_alloc`` (never dereferenced: the copies and frees are stubs too) and
     the context current on entry.  Any other backend call goes to the real
@@ -160,6 +161,9 @@ class NullBackend:
             "mem_alloc": lambda nbytes: next(fake),
             "memcpy_htod_async": lambda dst, src, nbytes, stream: None,
             "mem_free": lambda ptr: None,
+            # gpuarray's allocations and frees run in relaxed capture mode (_capture.py):
+            # a trivial call on each side of the allocation, stubbed like the context queries.
+            "exchange_capture_mode": lambda mode: "global",
             "ctx_get_current": lambda: ctx,
             "ctx_set_current": lambda handle: None,
         }

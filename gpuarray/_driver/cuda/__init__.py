@@ -6,7 +6,7 @@ codes into gpuarray exceptions.  It is split as the simulator is, one module
 per concern, each a mixin of :class:`CudaBackend`: ``_device`` (devices,
 contexts, profiler), ``_memory`` (device/pinned/managed/IPC memory, copies and
 sets), ``_streams`` (streams, events, host callbacks), ``_modules`` (modules
-and launches); ``_state`` holds what :func:`_bind` caches from the driver
+and launches), ``_graphs`` (stream capture and graphs); ``_state`` holds what :func:`_bind` caches from the driver
 module and the checkpoint :func:`_check`.
 
 Conventions
@@ -42,6 +42,7 @@ from typing import Any
 from ...errors import CudaUnavailableError
 from . import _state as S
 from ._device import DeviceCalls
+from ._graphs import GraphCalls
 from ._memory import MemoryCalls
 from ._modules import ModuleCalls
 from ._state import _UNAVAILABLE_CODES, _bind, _check, _error, _load_driver
@@ -50,7 +51,7 @@ from ._streams import StreamCalls, _host_fns  # noqa: F401  (tests read it)
 __all__ = ["CudaBackend"]
 
 
-class CudaBackend(DeviceCalls, MemoryCalls, StreamCalls, ModuleCalls):
+class CudaBackend(DeviceCalls, MemoryCalls, StreamCalls, ModuleCalls, GraphCalls):
     """The driver interface on a real GPU, through ``cuda.bindings.driver``.
 
     Construction is free: no import of cuda.bindings, no ``cuInit``.  The

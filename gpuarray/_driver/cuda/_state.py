@@ -59,6 +59,10 @@ _HOSTALLOC_WRITECOMBINED = 4
 _HOSTREGISTER_PORTABLE = 1
 _HOSTREGISTER_DEVICEMAP = 2
 _IPC_LAZY_PEER = 1
+_CAPTURE_MODES: list[Any] = []  # CUstreamCaptureMode members, in _base.CAPTURE_MODES order
+_GRAPH_AUTO_FREE_ON_LAUNCH = 1
+_EVENT_WAIT_EXTERNAL = 1
+_cuGraphInstantiate: Any = None
 
 _VOID_P = ctypes.c_void_p
 _PARAM_ARRAYS: dict[int, Any] = {}  # n -> ctypes.c_void_p * n
@@ -85,6 +89,7 @@ def _bind(drv: Any) -> None:
       The ``_v2`` name is preferred when present.
     - ``CUipcMemHandle.reserved`` exists in 12.8 only; the handle's bytes are
       read and written through ``getPtr()`` and ctypes in every version.
+    - ``cuGraphInstantiateWithFlags`` is bound as ``cuGraphInstantiate(hGraph, flags)``.
     - Enums are ``enum.IntEnum`` in 12.x and cuda.bindings ``FastEnum`` in
       13.x; both are ``int`` subclasses, so flags are stored as plain ints where
       the signature is ``unsigned int`` and as members where the binding calls
@@ -96,6 +101,7 @@ def _bind(drv: Any) -> None:
     global _STREAM_NON_BLOCKING, _EVENT_DISABLE_TIMING, _EVENT_INTERPROCESS
     global _HOSTALLOC_PORTABLE, _HOSTALLOC_DEVICEMAP, _HOSTALLOC_WRITECOMBINED
     global _HOSTREGISTER_PORTABLE, _HOSTREGISTER_DEVICEMAP, _IPC_LAZY_PEER
+    global _CAPTURE_MODES, _GRAPH_AUTO_FREE_ON_LAUNCH, _EVENT_WAIT_EXTERNAL, _cuGraphInstantiate
 
     pa = drv.CUpointer_attribute
     _PTR_ATTRS = [
@@ -124,6 +130,14 @@ def _bind(drv: Any) -> None:
     _HOSTREGISTER_PORTABLE = int(drv.CU_MEMHOSTREGISTER_PORTABLE)
     _HOSTREGISTER_DEVICEMAP = int(drv.CU_MEMHOSTREGISTER_DEVICEMAP)
     _IPC_LAZY_PEER = int(drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    cm = drv.CUstreamCaptureMode
+    _CAPTURE_MODES = [cm.CU_STREAM_CAPTURE_MODE_GLOBAL, cm.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                      cm.CU_STREAM_CAPTURE_MODE_RELAXED]
+    _GRAPH_AUTO_FREE_ON_LAUNCH = int(
+        drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+    _EVENT_WAIT_EXTERNAL = int(drv.CUevent_wait_flags.CU_EVENT_WAIT_EXTERNAL)
+    # cuGraphInstantiateWithFlags is bound as cuGraphInstantiate(hGraph, flags) in 12.x and 13.x.
+    _cuGraphInstantiate = getattr(drv, "cuGraphInstantiateWithFlags", None) or drv.cuGraphInstantiate
     _d = drv
 
 

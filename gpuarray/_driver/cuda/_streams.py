@@ -42,10 +42,11 @@ class StreamCalls(CallsBase):
             self.init()
         _check(S._d.cuStreamSynchronize(stream or 1), "cuStreamSynchronize")
 
-    def stream_wait_event(self, stream: int, event: int) -> None:
+    def stream_wait_event(self, stream: int, event: int, external: bool = False) -> None:
         if not self._ready:
             self.init()
-        _check(S._d.cuStreamWaitEvent(stream or 1, event, 0), "cuStreamWaitEvent")
+        flags = S._EVENT_WAIT_EXTERNAL if external else 0
+        _check(S._d.cuStreamWaitEvent(stream or 1, event, flags), "cuStreamWaitEvent")
 
     def stream_get_ctx(self, stream: int) -> int:
         if not self._ready:

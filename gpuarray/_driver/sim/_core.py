@@ -22,7 +22,7 @@ import numpy as np
 
 from ...errors import CudaError, CudaOutOfMemoryError
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
-from . import _hostfn, _sticky
+from . import _capture, _hostfn, _sticky
 from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault
@@ -44,7 +44,15 @@ def _driver_call(method, locked: bool):
     call = CALL_NAMES.get(method.__name__, method.__name__)
     state = _hostfn._state
 
-    if locked:
+    if method.__name__ in _capture.UNSAFE_CALLS:  # see _capture.py
+        def wrapper(self, *args, **kwargs):
+            if state.active:
+                _hostfn.refuse(call)
+            with self._lock:
+                if self.sched.capturing:
+                    _capture.check_unsafe(self, call)
+                return method(self, *args, **kwargs)
+    elif locked:
         def wrapper(self, *args, **kwargs):
             if state.active:
                 _hostfn.refuse(call)
@@ -71,6 +79,12 @@ def _api(method):
 
 class SimCore(Backend):
     """The simulator's state and the checks its calls share (parameters: ``SimBackend``)."""
+
+    #: Queue host function ``fn`` on a stream (``_stream_calls.py``; graph replays use it).
+    _queue_host_fn: Any
+    #: Graph memory nodes of a capture (``_graph.py``; the memory calls use them).
+    _capture_alloc: Any
+    _capture_free: Any
 
     def __init__(self, devices: int = 1, memory: int = 4 << 30,
                  compute_capability: Sequence[tuple[int, int]] = ((9, 0),),
@@ -102,6 +116,11 @@ class SimCore(Backend):
         #: The host-function driver thread of each context (``_hostfn.Worker``), by ``id(ctx)``.
         self._host_fn_workers: dict[int, _hostfn.Worker] = {}
         self.sched.on_fault = self._fault_while_draining
+        #: Capture sequences in progress, graphs and executable graphs (``_capture.py``, ``_graph.py``).
+        self._captures: dict[int, Any] = {}
+        self._graphs: dict[int, Any] = {}
+        self._execs: dict[int, Any] = {}
+        self.sched.capture_hook = functools.partial(_capture.captured, self)
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
             ctx.legacy = self.sched.new_stream(STREAM_LEGACY, ctx, "legacy")
@@ -233,7 +252,7 @@ class SimCore(Backend):
     def _check_range(self, address: int, nbytes: int, call: str, role: str) -> Allocation:
         """A device (or page-locked) range, checked now; returns its allocation."""
         try:
-            a, _ = self.memory.resolve(address, nbytes, f"{call} {role}")
+            a, _ = self.memory.resolve(address, nbytes, f"{call} {role}", reserved=True)
         except DeviceFault as f:
             raise CudaError(f.code, call, f.detail) from None
         return a

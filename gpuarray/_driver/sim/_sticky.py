@@ -41,6 +41,7 @@ class _Resources(Protocol):
     _events: dict[int, Any]
     _modules: dict[int, tuple[SimContext, bytes]]
     _functions: dict[int, tuple[SimContext, str, Any]]
+    _captures: dict[int, Any]
 
 #: CUresult codes CUDA documents as sticky (the context cannot be used after them).
 STICKY_CODES = frozenset({
@@ -95,6 +96,10 @@ def reset(backend: _Resources, ctx: SimContext) -> None:
         s.destroyed = True
         sched.host_observes(s.vc)
     sched.streams_by_ctx[id(ctx)] = []
+    for cid, cap in list(backend._captures.items()):  # captures of the context end with it
+        if cap.ctx is ctx:
+            del backend._captures[cid]
+            sched.capturing -= 1
     ctx.per_thread.clear()
     ctx.peers.clear()
     ctx.profiling = False

@@ -288,6 +288,27 @@ F3(cuModuleGetFunction, H *, P, H, P, const char *, P)
 F2(cuIpcGetMemHandle, CUipcMemHandle *, P, CUdeviceptr, U)
 F1(cuIpcCloseMemHandle, CUdeviceptr, U)
 
+/* Stream capture and graphs (issue 28): served by _calls_graph.py. */
+S2(cuStreamBeginCapture_v2, H, P, int, U)
+S2(cuStreamEndCapture, H, P, H *, P)
+S2(cuStreamIsCapturing, H, P, int *, P)
+F1(cuThreadExchangeStreamCaptureMode, int *, P)
+F3(cuGraphInstantiateWithFlags, H *, P, H, P, unsigned long long, U)
+S2(cuGraphLaunch, H, P, H, P)
+S2(cuGraphUpload, H, P, H, P)
+F1(cuGraphExecDestroy, H, P)
+F1(cuGraphDestroy, H, P)
+#define CAPTURE_INFO(fn, n, ...) \
+    static CUresult w_##fn(H s, int *st, cuuint64_t *id, H *g, H *deps, __VA_ARGS__) \
+    { unsigned long long a[] = {P(s), P(st), P(id), P(g), P(deps), CAPTURE_INFO_TAIL_##n}; \
+      return call(#fn, n, a); }
+#define CAPTURE_INFO_TAIL_6 P(count)
+#define CAPTURE_INFO_TAIL_7 P(edges), P(count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v2, 6, size_t *count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v2_ptsz, 6, size_t *count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v3, 7, H *edges, size_t *count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v3_ptsz, 7, H *edges, size_t *count)
+
 /* The handle is passed by value (64 bytes): its address is this frame's copy,
  * read by the serving function during the call. */
 static CUresult w_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
@@ -398,6 +419,18 @@ static const Entry table[] = {
     E("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
     E("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
     E("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
+    /* Stream capture and graphs (issue 28). */
+    ES("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    ES("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    ES("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    ES("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2),
+    ES("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3),
+    E("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+    E("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    ES("cuGraphLaunch", 10000, cuGraphLaunch),
+    ES("cuGraphUpload", 11010, cuGraphUpload),
+    E("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    E("cuGraphDestroy", 10000, cuGraphDestroy),
 };
 
 static int tracing = -1; /* GPUARRAY_STANDIN_TRACE=1: log every request to stderr */

@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Callable
 
 from ...errors import CudaError, CudaUnavailableError
-from . import _calls
+from . import _calls, _calls_graph
 from ._support import STANDIN_DEVICE_MARK, backend
 
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
@@ -52,7 +52,7 @@ _tls = threading.local()
 
 #: The handler of each driver form, by name (``_calls.py``).
 _HANDLERS: dict[str, Callable[..., None]] = {
-    k: v for k, v in vars(_calls).items() if k.startswith("cu") and callable(v)
+    k: v for m in (_calls, _calls_graph) for k, v in vars(m).items() if k.startswith("cu") and callable(v)
 }
 
 
