@@ -34,15 +34,23 @@ import pytest
 import gpuarray
 from gpuarray import _bench, _driver
 from gpuarray._bench import EventClock, GiB, KiB, MiB, Stats, fmt_bytes  # noqa: F401 (re-exported)
+from gpuarray._driver import standin as _standin
 
 MODE = _bench.bench_mode()
 BACKEND = _driver.backend_name()
 SIM = BACKEND == "sim"
+# The stand-in driver (``python -m gpuarray standin -- ...``): the cuda backend
+# over the simulator, so neither GPU sizes nor the peers' own CUDA make sense.
+STANDIN = BACKEND == "cuda" and _standin.active()
+GPU = not SIM and not STANDIN
 FULL = MODE == "full"
 
 # ------------------------------------------------------------------- sizes
 # PERF.md's sizes in full mode; tiny ones in quick mode (the simulator copies
-# on the CPU and the suite must stay well under a minute there).
+# on the CPU and the suite must stay well under a minute there), except on a
+# GPU, where quick mode (make gpu-check) measures each bandwidth case once at
+# its PERF.md target size (>= 4x the L2 cache), so its ratios are the ones
+# PERF.md's targets speak of, in about a minute.
 _SIZES: dict[str, dict[str, Any]] = {
     "quick": {
         "transfer": [8, 4 * KiB, 64 * KiB],
@@ -56,6 +64,19 @@ _SIZES: dict[str, dict[str, Any]] = {
         "alloc_copy": (64, 96),
         "small_h2d": [8, 512, 4 * KiB],
         "alloc": 64 * KiB,
+    },
+    "quick-gpu": {
+        "transfer": [8, 256 * MiB],
+        "copy": [1 * GiB],
+        "fill_big": 1 * GiB,
+        "fill_sweep": [1 * GiB],
+        "strided": (16384, 8192),             # 512 MiB f32
+        "transpose": {"f32": (8192, 8192), "f16": (16384, 8192), "u8": (32768, 8192)},
+        "permute": (32, 256, 56, 56),
+        "astype": 64 * 1024 * 1024,           # 256 MiB of f32, 512 MiB of f64
+        "alloc_copy": (8192, 8192),
+        "small_h2d": [8, 4 * KiB],
+        "alloc": 1 * MiB,
     },
     "full": {
         "transfer": [8, 4 * KiB, 256 * KiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB],
@@ -71,7 +92,7 @@ _SIZES: dict[str, dict[str, Any]] = {
         "alloc": 1 * MiB,
     },
 }
-SIZES = _SIZES[MODE]
+SIZES = _SIZES["quick-gpu" if MODE == "quick" and GPU else MODE]
 
 IMPLS = ("raw", "gpuarray", "cupy", "torch", "numba")
 PEERS = ("cupy", "torch", "numba")
@@ -171,6 +192,9 @@ def _load_peer(name: str) -> tuple[Any, str]:
     if SIM:
         return None, (f"GPUARRAY_BACKEND=sim: {name} needs a real GPU (the simulator's memory "
                       "is not CUDA memory)")
+    if STANDIN:
+        return None, (f"the stand-in driver is in place (GPUARRAY_STANDIN): {name} needs a real "
+                      "GPU (the stand-in's memory is the simulator's, not CUDA memory)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -439,14 +463,14 @@ def host(benchmark: Any, *, suite: str, case: str, impl: str, op: Callable[[], A
 
 def results_path(name: str, suffix: str) -> Any:
     """``bench/results/<name>-<backend>-<UTC stamp><suffix>``; ``tmp-`` first on the simulator
-    (git-ignored, as ``make bench``'s simulator JSON)."""
+    and over the stand-in driver (git-ignored, as ``make bench``'s simulator JSON)."""
     import pathlib
     import time
 
     folder = pathlib.Path(__file__).resolve().parent / "results"
     folder.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return folder / f"{'tmp-' if SIM else ''}{name}-{BACKEND}-{stamp}{suffix}"
+    return folder / f"{'' if GPU else 'tmp-'}{name}-{BACKEND}-{stamp}{suffix}"
 
 
 def ids(values: list[int]) -> list[str]:

@@ -27,7 +27,9 @@ def pytest_report_header(config):
     h = _harness
     return (f"gpuarray benchmarks: backend={h.BACKEND} mode={h.MODE}"
             + (" (simulator -- numbers are simulator host overheads, not GPU performance)"
-               if h.SIM else ""))
+               if h.SIM else "")
+            + (" (stand-in driver over the simulator -- numbers are simulator host overheads, "
+               "not GPU performance)" if h.STANDIN else ""))
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
@@ -35,6 +37,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     info = dict(c.info)
     info["peers"] = _harness.peer_status()
     info["simulator"] = _harness.SIM
+    info["standin"] = _harness.STANDIN
     machine_info["gpuarray"] = info
 
 

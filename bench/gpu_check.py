@@ -1,26 +1,38 @@
 #!/usr/bin/env python3
 """Write the Markdown report of a ``make gpu-check`` run, for docs/validation.md.
 
-Usage (the Makefile's call)::
+Usage: ``tools/gpu_check/run.py`` (what ``make gpu-check`` runs) calls ::
+
+    bench/gpu_check.py --steps F.steps.json --log F.log --env F.env.txt
+                       --junit F.junit.xml --bench-json F.bench.json --out F.md --summary
+
+and the older form, one test log and its exit status, still works::
 
     bench/gpu_check.py --env F --tests-log F --tests-status N
                        --bench-status N|skipped [--bench-json F] --out F.md
 
 Everything in the report is copied or computed from those files: the date,
-host, GPU and versions from the environment file; the pytest counts from the
-summary line of the test log (quoted verbatim) and its FAILED/ERROR lines;
-the benchmark ratios and host times from the pytest-benchmark JSON.  A value
-that is not in the files is shown as "--", never guessed.  Standard library
-only (it runs with the system python3 of the GPU machine); when matplotlib is
-installed it also writes the PNGs of ``bench/plot.py`` next to the JSON.
+host, GPU and versions from the environment file; each step's status, limit
+and time from the steps file; the pytest counts, failures and skip reasons
+from the JUnit XML (and pytest's summary lines, quoted verbatim, from the
+log); the sanitizer findings from the sanitizer steps' part of the log; the
+benchmark ratios and host times from the pytest-benchmark JSON.  A value
+that is not in the files is shown as "--", never guessed.  ``--summary``
+prints the counts, failures, sanitizer summaries and ratios last, for the
+end of the device tool's output.  Standard library only (it runs with the
+system python3 of the GPU machine); when matplotlib is installed and
+``--plots`` is given it also writes the PNGs of ``bench/plot.py`` next to
+the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
+import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 PEERS = ["raw", "gpuarray", "cupy", "torch", "numba"]
@@ -29,7 +41,13 @@ MISSING = "--"
 _SUMMARY = re.compile(
     r"^=*\s*((?:\d+ (?:passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?)"
     r"(?:, )?)+)(?: in [\d.]+s.*?)?\s*=*$")
+_STEP = re.compile(r"^===== gpu-check step (\w+)")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?)")
+
+
+_ENV_KEYS = {"commit": "commit", "stand-in": "standin", "CUDA driver": "cuda_driver",
+             "NVRTC": "nvrtc", "gpuarray device": "gpuarray_device",
+             "compute-sanitizer": "sanitizer"}
 
 
 # -------------------------------------------------------------------- inputs
@@ -45,6 +63,9 @@ def parse_env(text: str) -> dict:
             env["python"] = ln.split(None, 1)[1]
         elif ln.startswith("nvidia-smi:"):
             env["nvidia_smi"] = ln
+        elif ln.split(":", 1)[0] in _ENV_KEYS:
+            key, value = ln.split(":", 1)
+            env[_ENV_KEYS[key]] = value.strip()
         elif ln.endswith(": not installed"):
             env["packages"][ln[: -len(": not installed")]] = "not installed"
         elif ln.count(",") == 3:
@@ -185,7 +206,6 @@ def plots(bench_json: str | None) -> list[str]:
     if not bench_json:
         return []
     import importlib.util
-    import os
 
     if importlib.util.find_spec("matplotlib") is None:
         return ["Plots: not made (matplotlib is not installed; run `bench/plot.py` elsewhere).", ""]
@@ -199,26 +219,92 @@ def plots(bench_json: str | None) -> list[str]:
     return ["Plots: " + ", ".join(f"`{w}`" for w in written) + ".", ""] if written else []
 
 
-# -------------------------------------------------------------------- report
-def report(args: argparse.Namespace) -> str:
-    with open(args.env) as f:
-        env = parse_env(f.read())
-    with open(args.tests_log, errors="replace") as f:
-        tests = parse_tests_log(f.read())
-    data, rows = load_bench(args.bench_json)
-    ga = data.get("machine_info", {}).get("gpuarray", {})
-    sim = bool(ga.get("simulator")) or any(r.get("simulator") for r in rows)
+# ------------------------------------------------------- steps, JUnit, log
+def load_steps(path: str | None) -> list[dict]:
+    if not path:
+        return []
+    with open(path) as f:
+        return json.load(f).get("steps", [])
 
+
+def split_log(text: str) -> dict[str, str]:
+    """The combined log of tools/gpu_check/run.py, cut at its ``===== gpu-check step`` lines."""
+    parts: dict[str, list[str]] = defaultdict(list)
+    current = ""
+    for ln in text.splitlines():
+        m = _STEP.match(ln)
+        if m:
+            current = m.group(1)
+        parts[current].append(ln)
+    return {k: "\n".join(v) for k, v in parts.items()}
+
+
+def parse_junit(path: str | None) -> dict[str, dict]:
+    """Per step (testsuite name): counts, failures (id and message) and skip reasons."""
+    out: dict[str, dict] = {}
+    if not path:
+        return out
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return out
+    for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+        step = out.setdefault(suite.get("name", "pytest"), {
+            "counts": defaultdict(int), "failures": [], "skips": defaultdict(int),
+            "files": defaultdict(lambda: defaultdict(int))})
+        for case in suite.iter("testcase"):
+            cls, name = case.get("classname", ""), case.get("name", "")
+            test_id = f"{cls.replace('.', '/')}.py::{name}" if cls.startswith("tests.") else (
+                f"{cls}::{name}" if cls else name)
+            tag = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+            kind = {"failure": "failed", "error": "errors", "skipped": "skipped"}.get(
+                tag.tag if tag is not None else "", "passed")
+            if kind == "skipped" and (tag.get("type") or "").endswith("xfail"):
+                kind = "xfailed"
+            step["counts"][kind] += 1
+            step["files"][cls.rsplit(".", 1)[0] if "." in cls else cls][kind] += 1
+            if kind in ("failed", "errors"):
+                msg = (tag.get("message") or tag.text or "").strip().splitlines()
+                step["failures"].append((kind, test_id, msg[0][:300] if msg else ""))
+            elif kind == "skipped":
+                step["skips"][(tag.get("message") or "").strip()[:300]] += 1
+    return out
+
+
+def sanitizer_findings(text: str) -> tuple[list[str], list[str]]:
+    """compute-sanitizer's summary lines, and its first distinct findings (reports)."""
+    summaries = [ln.strip() for ln in text.splitlines()
+                 if re.match(r"^=+ (ERROR|RACECHECK|LEAK)[A-Z ]*SUMMARY", ln.strip())]
+    seen: list[str] = []
+    for ln in text.splitlines():
+        ln = ln.strip()
+        if re.match(r"^=+ (Invalid|Error|Warning|Race|Program hit|Uninitialized|Malloc|"
+                    r"Address|Leaked|Barrier|Misaligned|Out of range)", ln) and ln not in seen:
+            seen.append(ln)
+    return summaries, seen[:40]
+
+
+# -------------------------------------------------------------------- report
+def _header(env: dict, ga: dict, sim: bool, standin: bool) -> list[str]:
     out = [f"## GPU check, {env['date']}", ""]
-    if sim:
-        out += ["> **The benchmarks of this report ran on the simulator: their numbers are "
-                "simulator host overheads, not GPU performance.**", ""]
+    if sim or standin:
+        where = ("over the stand-in driver (the simulator behind the real cuda backend)"
+                 if standin else "on the simulator")
+        out += [f"> **This run ran {where}: it is a rehearsal, not a GPU validation; its "
+                "benchmark numbers are simulator host overheads, not GPU performance.**", ""]
+    out.append(f"- Commit: {env.get('commit') or MISSING}")
     if env["gpus"]:
         for i, g in enumerate(env["gpus"]):
             out.append(f"- GPU {i}: {g['name']}, compute capability {g['cc']}, {g['memory']}, "
                        f"driver {g['driver']} (nvidia-smi)")
     else:
         out.append(f"- GPU: {env['nvidia_smi'] or MISSING}")
+    if env.get("gpuarray_device"):
+        out.append(f"- gpuarray device: {env['gpuarray_device']}")
+    if env.get("standin"):
+        out.append(f"- Stand-in driver: {env['standin']}")
+    out.append(f"- CUDA driver API: {env.get('cuda_driver') or MISSING}; "
+               f"NVRTC: {env.get('nvrtc') or MISSING}")
     out.append(f"- Host: {env['uname']}, Python {env['python']}")
     out.append(f"- DLPack core: {env['dlpack_core'] or MISSING}")
     if env["packages"]:
@@ -228,29 +314,132 @@ def report(args: argparse.Namespace) -> str:
                    f"driver API {ga.get('driver', MISSING)}, L2 {fmt_bytes(ga.get('l2_cache_size'))}), "
                    f"benchmark mode {ga.get('mode', MISSING)}")
     out.append("")
+    return out
 
-    c = tests["counts"]
-    counts = ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "errors", "skipped", "xfailed",
-                                                 "xpassed", "deselected", "warnings") if k in c)
-    out += ["### Tests",
-            "",
-            f"`GPUARRAY_BACKEND=cuda python3 -m pytest -m \"not slow\"`: exit status "
-            f"{args.tests_status}; {counts or 'no counts found in the log'}.",
-            ""]
-    if tests["summary"]:
-        out += [f"Summary line: `{tests['summary']}`", ""]
-    if tests["failures"]:
-        out += ["Failures:", ""] + [f"- `{ln}`" for ln in tests["failures"][:50]]
-        if len(tests["failures"]) > 50:
-            out.append(f"- ... and {len(tests['failures']) - 50} more (see the log)")
-        out.append("")
+
+def _counts(c: dict) -> str:
+    return ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "errors", "skipped", "xfailed",
+                                             "xpassed", "deselected", "warnings") if c.get(k))
+
+
+def _status(e: dict) -> str:
+    if e.get("skipped"):
+        return f"skipped: {e['skipped']}"
+    if e.get("timed_out"):
+        return f"TIMED OUT at {e.get('limit_s', MISSING)} s"
+    return "ok" if e.get("ok") else f"FAILED (exit {e.get('rc')})"
+
+
+def steps_sections(steps: list[dict], log: dict[str, str], junit: dict[str, dict]) -> list[str]:
+    """The steps table, the tests (JUnit), the README example and the sanitizers."""
+    rows = [[e["name"], _status(e), num(e.get("seconds") or None, ".0f"),
+             num(e.get("limit_s") or None, ".0f"), e.get("summary") or ""]
+            for e in steps if e["name"] != "report"]
+    out = ["### Steps", ""] + table(["step", "status", "seconds", "limit s", "pytest summary"],
+                                    rows) + [""]
+    tests = [n for n in ("suite", "suite1", "serial") if n in junit]
+    total: dict[str, int] = defaultdict(int)
+    for n in tests:
+        for k, v in junit[n]["counts"].items():
+            total[k] += v
+    out += ["### Tests (cuda backend)", "",
+            f"All pytest steps of the suite ({', '.join(tests) or 'none ran'}): "
+            f"{_counts(total) or 'no results'} (from the JUnit XML).", ""]
+    for n in tests:
+        summary = next((e.get("summary") for e in steps if e["name"] == n), None)
+        if summary:
+            out.append(f"- `{n}`: `{summary}`")
+    out.append("")
+    fails = [f for n in junit for f in junit[n]["failures"]]
+    if fails:
+        out += ["Failures (every one needs a fix or a reason in docs/validation.md):", ""]
+        out += [f"- [{junit_step}] {kind}: `{tid}`: {msg}" for junit_step in junit
+                for kind, tid, msg in junit[junit_step]["failures"]] + [""]
+    skips: dict[str, int] = defaultdict(int)
+    for n in tests:
+        for reason, k in junit[n]["skips"].items():
+            skips[reason] += k
+    if skips:
+        out += ["Skips by reason:", ""]
+        out += table(["count", "reason"], [[str(k), r or MISSING] for r, k in
+                                           sorted(skips.items(), key=lambda t: -t[1])]) + [""]
+    files: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for n in tests:
+        for f, c in junit[n]["files"].items():
+            for k, v in c.items():
+                files[f][k] += v
+    if files:
+        out += ["Per test file (peer interop: test_interop_peers, test_dlpack_exchange_peers, "
+                "test_numba_*, test_dask; doctests: test_docs):", ""]
+        out += table(["file", "passed", "failed", "errors", "skipped"],
+                     [[f, *(str(c.get(k, 0)) for k in ("passed", "failed", "errors", "skipped"))]
+                      for f, c in sorted(files.items())]) + [""]
+    readme = next((e for e in steps if e["name"] == "readme"), None)
+    if readme is not None:
+        last = [ln for ln in log.get("readme", "").splitlines() if ln.startswith("README example")]
+        out += ["### README example", "", f"{_status(readme)}"
+                + (f": {last[-1]}" if last else "") + ".", ""]
+    out += ["### compute-sanitizer", ""]
+    for tool in ("memcheck", "racecheck"):
+        e = next((x for x in steps if x["name"] == tool), None)
+        if e is None:
+            continue
+        summaries, found = sanitizer_findings(log.get(tool, ""))
+        c = junit.get(tool, {}).get("counts", {})
+        out.append(f"- {tool}: {_status(e)}" + (f"; tests {_counts(c)}" if c else "")
+                   + (f"; `{'`, `'.join(summaries)}`" if summaries else ""))
+        out += [f"  - `{ln}`" for ln in found]
+    out.append("")
+    return out
+
+
+def report(args: argparse.Namespace) -> str:
+    try:
+        with open(args.env) as f:
+            env = parse_env(f.read())
+    except OSError:
+        env = parse_env("")
+    data, rows = load_bench(args.bench_json)
+    ga = data.get("machine_info", {}).get("gpuarray", {})
+    sim = bool(ga.get("simulator")) or any(r.get("simulator") for r in rows)
+    standin = bool(env.get("standin")) or bool(ga.get("standin"))
+    out = _header(env, ga, sim, standin)
+
+    if args.steps:
+        steps = load_steps(args.steps)
+        try:
+            with open(args.log, errors="replace") as f:
+                log = split_log(f.read())
+        except (OSError, TypeError):
+            log = {}
+        out += steps_sections(steps, log, parse_junit(args.junit))
+        bench = next((e for e in steps if e["name"] == "bench"), {})
+        bench_status = ("skipped" if bench.get("skipped") or not bench
+                        else "timed out" if bench.get("timed_out") else str(bench.get("rc")))
+    else:
+        with open(args.tests_log, errors="replace") as f:
+            tests = parse_tests_log(f.read())
+        c = tests["counts"]
+        out += ["### Tests",
+                "",
+                f"`GPUARRAY_BACKEND=cuda python3 -m pytest -m \"not slow\"`: exit status "
+                f"{args.tests_status}; {_counts(c) or 'no counts found in the log'}.",
+                ""]
+        if tests["summary"]:
+            out += [f"Summary line: `{tests['summary']}`", ""]
+        if tests["failures"]:
+            out += ["Failures:", ""] + [f"- `{ln}`" for ln in tests["failures"][:50]]
+            if len(tests["failures"]) > 50:
+                out.append(f"- ... and {len(tests['failures']) - 50} more (see the log)")
+            out.append("")
+        bench_status = args.bench_status
 
     out += ["### Benchmarks", ""]
-    if args.bench_status == "skipped":
-        out += ["Not run (no benchmark files).", ""]
+    if bench_status == "skipped":
+        out += ["Not run.", ""]
     else:
-        out.append(f"`python3 -m pytest bench --benchmark-only`: exit status {args.bench_status}"
-                   + (f"; JSON `{args.bench_json}`" if args.bench_json else "; no JSON written")
+        out.append(f"`python3 -m pytest bench --benchmark-only`: exit status {bench_status}"
+                   + (f"; JSON `{os.path.basename(args.bench_json)}`" if data else "; no JSON written")
                    + ".")
         out.append("")
         peers = ga.get("peers", {})
@@ -259,7 +448,8 @@ def report(args: argparse.Namespace) -> str:
                 out.append(f"- {name} not measured: {status}")
         if peers:
             out.append("")
-        out += plots(args.bench_json)
+        if args.plots or not args.steps:
+            out += plots(args.bench_json if data else None)
         bt, ht = bandwidth_tables(rows), host_table(rows)
         if not (bt or ht):
             out += ["No benchmark results in the JSON.", ""]
@@ -267,19 +457,72 @@ def report(args: argparse.Namespace) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def summary(args: argparse.Namespace) -> list[str]:
+    """The few lines printed last: steps, counts, failures, sanitizers, ratios."""
+    steps = load_steps(args.steps)
+    junit = parse_junit(args.junit)
+    try:
+        with open(args.log, errors="replace") as f:
+            log = split_log(f.read())
+    except (OSError, TypeError):
+        log = {}
+    out = ["gpu-check summary:"]
+    for e in steps:
+        if e["name"] != "report":
+            out.append(f"  {e['name']:<9} {_status(e)}"
+                       + (f" in {e['seconds']:.0f} s" if e.get("rc") is not None else "")
+                       + (f": {e['summary']}" if e.get("summary") else ""))
+    fails = [(s, k, t, m) for s in junit for k, t, m in junit[s]["failures"]]
+    for s, k, t, m in fails[:25]:
+        out.append(f"  {s} {k}: {t}: {m[:160]}")
+    if len(fails) > 25:
+        out.append(f"  ... {len(fails) - 25} more failures in the report")
+    for tool in ("memcheck", "racecheck"):
+        summaries, found = sanitizer_findings(log.get(tool, ""))
+        out += [f"  {tool}: {s}" for s in summaries] + [f"  {tool}: {ln}" for ln in found[:5]]
+    _, rows = load_bench(args.bench_json)
+    bw = [r for r in rows if r.get("ratio") is not None]
+    if bw:
+        largest: dict[tuple, int] = {}
+        for r in bw:
+            k = (r["suite"], r["case"])
+            largest[k] = max(largest.get(k, 0), r.get("size", 0))
+        out.append("  ratio to the raw call (gpuarray / cupy / torch), largest size of each case:")
+        by: dict[tuple, dict] = defaultdict(dict)
+        for r in bw:
+            if r.get("size", 0) == largest[(r["suite"], r["case"])]:
+                by[(r["suite"], r["case"], r.get("size", 0))][r["impl"]] = r["ratio"]
+        for (suite, case, size), g in by.items():
+            out.append(f"    {suite:<9} {case:<16} {fmt_bytes(size):>9}  "
+                       + " / ".join(num(g.get(i), ".2f") for i in ("gpuarray", "cupy", "torch")))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", required=True)
-    p.add_argument("--tests-log", required=True)
-    p.add_argument("--tests-status", required=True)
-    p.add_argument("--bench-status", required=True)
+    p.add_argument("--steps", help="the steps file of tools/gpu_check/run.py")
+    p.add_argument("--log", help="its combined log")
+    p.add_argument("--junit", help="its merged JUnit XML")
+    p.add_argument("--tests-log", help="(without --steps) the test run's output")
+    p.add_argument("--tests-status", help="(without --steps) its exit status")
+    p.add_argument("--bench-status", help="(without --steps) N or skipped")
     p.add_argument("--bench-json")
     p.add_argument("--out", required=True)
+    p.add_argument("--plots", action="store_true",
+                   help="write the PNGs next to the JSON (always without --steps)")
+    p.add_argument("--summary", action="store_true", help="print the summary lines last")
     args = p.parse_args(argv)
+    if not args.steps and not (args.tests_log and args.tests_status and args.bench_status):
+        p.error("give --steps, or --tests-log, --tests-status and --bench-status")
+    if args.bench_json and not os.path.isfile(args.bench_json):
+        args.bench_json = None
     text = report(args)
     with open(args.out, "w") as f:
         f.write(text)
     print(f"gpu-check: report written to {args.out}")
+    if args.summary and args.steps:
+        print("\n".join(summary(args)))
     return 0
 
 
