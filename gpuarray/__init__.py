@@ -56,6 +56,7 @@ from ._support import (
 )
 from .errors import (
     CudaError,
+    CudaForkError,
     CudaOutOfMemoryError,
     CudaUnavailableError,
     NvrtcError,
@@ -99,6 +100,6 @@ __all__ = [
     "MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo", "IpcHandle",
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "set_memory_manager", "defer_cleanup", "get_memory_info",
-    "CudaError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",
+    "CudaError", "CudaForkError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",
     "errors", "__version__",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "CudaError",
+    "CudaForkError",
     "CudaOutOfMemoryError",
     "CudaUnavailableError",
     "NvrtcError",
@@ -145,6 +146,54 @@ class CudaOutOfMemoryError(CudaError, MemoryError):
     >>> isinstance(CudaOutOfMemoryError(2, "cuMemAlloc"), MemoryError)
     True
     """
+
+
+class CudaForkError(CudaError):
+    """CUDA was used in a process forked after its parent had initialised CUDA.
+
+    A CUDA driver cannot serve a child that ``os.fork()`` (or
+    ``multiprocessing``'s ``fork`` start method, the default on Linux before
+    Python 3.14) made after the parent initialised CUDA: every driver call
+    there fails with ``CUDA_ERROR_NOT_INITIALIZED``.  gpuarray raises this
+    subclass of :class:`CudaError` (``code`` 3) instead, on every backend.
+    Start workers with the ``spawn`` or ``forkserver`` start method
+    (``multiprocessing.get_context("spawn")``, or
+    ``ProcessPoolExecutor(mp_context=...)``) and share device arrays with
+    them through IPC handles (:meth:`DeviceNDArray.get_ipc_handle`) or by
+    pickling them.  A child of a parent that never used CUDA is not affected.
+
+    Parameters
+    ----------
+    call : str
+        The driver call that failed in the child, e.g. ``"cuMemAlloc"``.
+    parent_pid : int
+        The pid of the parent that had initialised CUDA.
+    detail : str, optional
+        What gpuarray was doing.
+
+    Attributes
+    ----------
+    parent_pid : int
+
+    Examples
+    --------
+    >>> err = CudaForkError("cuMemAlloc", 1234)
+    >>> err.code, "spawn" in str(err)
+    (3, True)
+    """
+
+    def __init__(self, call: str, parent_pid: int, detail: str = "") -> None:
+        self.parent_pid = int(parent_pid)
+        why = (f"(this process was forked from process {self.parent_pid} after that process had "
+               "initialised CUDA, and CUDA cannot be used in such a child: start worker processes "
+               "with the 'spawn' or 'forkserver' start method, e.g. "
+               "multiprocessing.get_context('spawn'), and pass device arrays to them as IPC "
+               "handles (DeviceNDArray.get_ipc_handle()) or by pickling them)")
+        super().__init__(3, call, f"{detail} {why}".strip(), name="CUDA_ERROR_NOT_INITIALIZED")
+        self.detail = detail
+
+    def __reduce__(self):
+        return (type(self), (self.call, self.parent_pid, self.detail))
 
 
 class CudaUnavailableError(RuntimeError):

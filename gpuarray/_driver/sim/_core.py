@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import CudaError, CudaOutOfMemoryError
+from .. import _fork
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
 from . import _hostfn, _sticky
 from ._hostfn import CALL_NAMES
@@ -56,14 +57,21 @@ def _driver_call(method, locked: bool):
     call = CALL_NAMES.get(method.__name__, method.__name__)
     state = _hostfn._state
 
+    # In a child forked after init (``.._fork``) every call fails with
+    # CUDA_ERROR_NOT_INITIALIZED, as a driver's do: checked before the lock,
+    # which another thread of the parent may have held at the fork.
     if locked:
         def wrapper(self, *args, **kwargs):
+            if self._forked_from is not None:
+                raise _fork.error(call)
             if state.active:
                 _hostfn.refuse(call)
             with self._lock:
                 return method(self, *args, **kwargs)
     else:
         def wrapper(self, *args, **kwargs):
+            if self._forked_from is not None:
+                raise _fork.error(call)
             if state.active:
                 _hostfn.refuse(call)
             return method(self, *args, **kwargs)
@@ -113,6 +121,9 @@ class SimCore(Backend):
         self._next_handle = 0x5100_0000
         #: The host-function driver thread of each context (``_hostfn.Worker``), by ``id(ctx)``.
         self._host_fn_workers: dict[int, _hostfn.Worker] = {}
+        #: The pid of the parent, in a process forked after ``init`` (``.._fork.track``).
+        self._forked_from: int | None = None
+        self._init_pid: int | None = None
         self.sched.on_fault = self._fault_while_draining
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
