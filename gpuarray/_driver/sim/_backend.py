@@ -59,6 +59,7 @@ from .. import _fork
 from .._base import DEVICE_ATTRIBUTES
 from . import _profile, _sticky
 from ._core import INVALID_CONTEXT, INVALID_VALUE, _api, _locked
+from ._context_calls import SimContextCalls
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
 from ._stream_calls import SimStreamCalls
@@ -102,7 +103,7 @@ def _env_int(name: str, default: int | None, minimum: int) -> int | None:
     return value
 
 
-class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
+class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimContextCalls):
     """CPU simulator of the driver interface.
 
     Parameters
@@ -261,7 +262,8 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls):
 
     @_api
     def ctx_set_current(self, ctx: int) -> None:
-        self._tls.ctx = None if not ctx else self._ctx_by_handle(ctx, "cuCtxSetCurrent")
+        # CUDA: replaces the top of the thread's context stack; NULL pops it.
+        self._set_top(None if not ctx else self._ctx_by_handle(ctx, "cuCtxSetCurrent"))
 
     @_api
     def ctx_get_current(self) -> int:

@@ -50,6 +50,10 @@ class SimContext:
         self.profiling = False
         #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
         self.sticky: tuple[int, str] | None = None
+        #: False for a context of ``cuCtxCreate`` (``_context_calls.py``).
+        self.primary = True
+        #: Set by ``cuCtxDestroy``: every later use is CUDA_ERROR_INVALID_CONTEXT.
+        self.destroyed = False
 
 
 def _driver_call(method, locked: bool):
@@ -110,11 +114,13 @@ class SimCore(Backend):
         self.sched = Scheduler(self.memory, racecheck=racecheck, seed=seed, max_queue=max_queue)
         self._lock = self.sched.lock
         self._tls = threading.local()
-        self._contexts: list[SimContext] = []
+        self._contexts: list[SimContext] = []  # the primary context of each device
+        #: Contexts of ``cuCtxCreate``, by handle (``_context_calls.py``).
+        self._created: dict[int, SimContext] = {}
         self._streams: dict[int, SimStream] = {}
         self._events: dict[int, SimEvent] = {}
         self._modules: dict[int, tuple[SimContext, bytes]] = {}
-        self._functions: dict[int, tuple[SimContext, str, Any]] = {}
+        self._functions: dict[int, tuple[SimContext, str, Any, int]] = {}  # ctx, name, impl, module
         self._release_threshold = [0] * devices
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
@@ -158,6 +164,8 @@ class SimCore(Backend):
         ctx = getattr(self._tls, "ctx", None)
         if ctx is None:
             raise CudaError(INVALID_CONTEXT, call, "(no context is current on this thread)")
+        if ctx.destroyed:
+            raise CudaError(INVALID_CONTEXT, call, "(the current context was destroyed)")
         if work and ctx.sticky is not None:
             _sticky.check(ctx, call)
         return ctx
@@ -170,7 +178,10 @@ class SimCore(Backend):
         for ctx in self._contexts:
             if ctx.handle == handle:
                 return ctx
-        raise CudaError(INVALID_CONTEXT, call, f"0x{handle:x} is not a context")
+        ctx = self._created.get(handle)
+        if ctx is not None:
+            return ctx
+        raise CudaError(INVALID_CONTEXT, call, f"0x{handle:x} is not a context (destroyed?)")
 
     # ------------------------------------------------------------- helpers
     def _sync(self, call: str, fn) -> None:
@@ -254,11 +265,17 @@ class SimCore(Backend):
         return s
 
     def _check_range(self, address: int, nbytes: int, call: str, role: str) -> Allocation:
-        """A device (or page-locked) range, checked now; returns its allocation."""
+        """A device (or page-locked) range, checked now; returns its allocation.
+
+        A range outside any live allocation is the call's argument error,
+        ``CUDA_ERROR_INVALID_VALUE``: the code cuda.h documents for copies and
+        memsets (never the sticky ``CUDA_ERROR_ILLEGAL_ADDRESS`` of device
+        work, which would make the context unusable on a GPU).
+        """
         try:
             a, _ = self.memory.resolve(address, nbytes, f"{call} {role}")
         except DeviceFault as f:
-            raise CudaError(f.code, call, f.detail) from None
+            raise CudaError(INVALID_VALUE, call, f.detail) from None
         return a
 
     def _check_host(self, address: int, call: str, role: str) -> None:

@@ -1,9 +1,10 @@
 """The simulator's module, launch and IPC calls.
 
 One concern: code and sharing -- ``cuModuleLoadData`` /
-``cuModuleGetFunction`` resolve a kernel name to its implementation
-(``gpuarray._driver.sim_kernels``: the host build of ``kernels/`` run by
-``_hostrt``, or a reference), ``cuLaunchKernel`` checks the launch and
+``cuModuleGetFunction`` check the image as a driver would and resolve a
+kernel name to its implementation (``gpuarray._driver.sim_kernels``: the
+host build of ``kernels/`` run by ``_hostrt``, or a reference; any other
+kernel of the image fails at launch: ``_images.py``), ``cuLaunchKernel`` checks the launch and
 queues the kernel, which reaches device memory only through
 :class:`_KernelMemory` (bounds, use after free, peer access); the
 ``cuIpc*`` calls delegate to ``_ipc.py``.
@@ -18,7 +19,7 @@ import numpy as np
 
 from ...errors import CudaError
 from .. import sim_kernels
-from . import _sticky
+from . import _images, _sticky
 from ._core import (
     ILLEGAL_ADDRESS,
     INVALID_HANDLE,
@@ -74,36 +75,50 @@ class SimModuleCalls(SimCore):
 
     # --------------------------------------------------- modules, launches
     @_locked
-    def module_load_data(self, image: bytes) -> int:
-        ctx = self._current("cuModuleLoadData")
-        self._fault("module", "cuModuleLoadData")
-        if not image:
-            raise CudaError(200, "cuModuleLoadData", "empty image")
+    def module_load_data(self, image: bytes, call: str = "cuModuleLoadData",
+                         placeholder_ok: bool = True) -> int:
+        """``cuModuleLoadData``: load ``image`` (checked as a driver would: ``_images.py``).
+
+        ``call`` names the driver call for errors (the stand-in's
+        ``cuLibraryLoadData`` and ``cuLinkAddData`` use it too);
+        ``placeholder_ok``: whether gpuarray's simulator placeholder is accepted
+        (the ``sim`` backend's loader; never behind the stand-in driver).
+        """
+        ctx = self._current(call)
+        self._fault("module", call)
+        image = bytes(image)
+        try:
+            _images.validate(image, placeholder_ok)
+        except _images.ImageError as e:
+            raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
         h = self._handle()
-        self._modules[h] = (ctx, bytes(image))
+        self._modules[h] = (ctx, image)
         return h
 
     @_locked
     def module_unload(self, module: int) -> None:
         entry = self._modules.get(module)
         if entry is None:
-            raise CudaError(INVALID_HANDLE, "cuModuleUnload", f"module 0x{int(module):x}")
+            raise CudaError(INVALID_VALUE, "cuModuleUnload", f"module 0x{int(module):x} is not loaded")
         _sticky.check(entry[0], "cuModuleUnload")
         del self._modules[module]
+        for h in [h for h, f in self._functions.items() if f[3] == module]:
+            del self._functions[h]
 
     @_locked
     def module_get_function(self, module: int, name: str) -> int:
+        call = "cuModuleGetFunction"
         entry = self._modules.get(module)
         if entry is None:
-            raise CudaError(INVALID_HANDLE, "cuModuleGetFunction", f"module 0x{int(module):x}")
-        _sticky.check(entry[0], "cuModuleGetFunction")
+            raise CudaError(INVALID_VALUE, call, f"module 0x{int(module):x} is not loaded")
+        _sticky.check(entry[0], call)
+        if not _images.contains(entry[1], name):
+            raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r}")
         impl = sim_kernels.lookup(name)
-        if impl is None:
-            raise CudaError(NOT_FOUND, "cuModuleGetFunction",
-                            f"{name!r} is not a kernel the simulator can run (not registered "
-                            "in gpuarray._driver.sim_kernels, nor a gpuarray kernel symbol)")
+        if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
+            impl = _images.ForeignKernel(name)
         h = self._handle()
-        self._functions[h] = (entry[0], name, impl)
+        self._functions[h] = (entry[0], name, impl, module)
         return h
 
     @_locked
@@ -122,8 +137,10 @@ class SimModuleCalls(SimCore):
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_HANDLE, call, f"function 0x{int(func):x}")
-        ctx, name, impl = entry
+        ctx, name, impl, _module = entry
         s = self._stream(stream, call)
+        if getattr(impl, "foreign", False):
+            raise impl.error(call)
         self._fault("launch", call)
         if s.ctx is not ctx:
             raise CudaError(INVALID_HANDLE, call, f"{name}: stream of device {s.ctx.device}, "

@@ -78,7 +78,7 @@ def reset(backend: SimCore, ctx: SimContext) -> None:
     for h, (mctx, _image) in list(backend._modules.items()):
         if mctx is ctx:
             del backend._modules[h]
-    for h, (fctx, _name, _impl) in list(backend._functions.items()):
+    for h, (fctx, *_rest) in list(backend._functions.items()):
         if fctx is ctx:
             del backend._functions[h]
     for s in sched.streams_by_ctx.get(id(ctx), ()):
