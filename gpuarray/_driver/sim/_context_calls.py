@@ -111,3 +111,13 @@ class SimContextCalls(SimCore):
     def ctx_stream_priority_range(self) -> tuple[int, int]:
         """``cuCtxGetStreamPriorityRange``: (least, greatest) stream priority."""
         return STREAM_PRIORITY_RANGE
+
+    @_api
+    def primary_ctx_refs(self, ordinal: int) -> int:
+        """Simulator only: the retain count of device ``ordinal``'s primary context."""
+        return self._contexts[self._dev(ordinal, "cuDevicePrimaryCtxGetState")].refs
+
+    @_api
+    def primary_ctx_handle(self, ordinal: int) -> int:
+        """Simulator only: the handle of device ``ordinal``'s primary context (retained or not)."""
+        return self._contexts[self._dev(ordinal, "cuPointerGetAttribute")].handle

@@ -121,6 +121,8 @@ class SimCore(Backend):
         self._events: dict[int, SimEvent] = {}
         self._modules: dict[int, tuple[SimContext, bytes]] = {}
         self._functions: dict[int, tuple[SimContext, str, Any, int]] = {}  # ctx, name, impl, module
+        #: Device variables of loaded images: (module, name) -> (address, size).
+        self._globals: dict[tuple[int, str], tuple[int, int]] = {}
         self._release_threshold = [0] * devices
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]

@@ -43,7 +43,7 @@ from typing import Any
 from ...errors import CudaError
 
 __all__ = ["PLACEHOLDER", "ImageError", "validate", "contains", "code_for", "ForeignKernel",
-           "INVALID_IMAGE"]
+           "INVALID_IMAGE", "static_sizes", "global_variable"]
 
 #: The start of the image gpuarray's loader gives the ``sim`` backend.
 PLACEHOLDER = b"gpuarray-sim-placeholder\0"
@@ -121,6 +121,72 @@ def contains(image: bytes, name: str) -> bool:
     """Whether kernel ``name`` appears in ``image`` as a whole identifier."""
     pat = rb"(?<![A-Za-z0-9_$.])" + re.escape(name.encode()) + rb"(?![A-Za-z0-9_$])"
     return re.search(pat, image) is not None
+
+
+_DECL = re.compile(
+    rb"\.(shared|const|local)\s+(?:\.align\s+\d+\s+)?\.[bsuf](8|16|32|64)\s+[\w$%]+(?:\[(\d*)\])?")
+
+
+_GLOBAL = re.compile(
+    rb"\.global\s+(?:\.align\s+\d+\s+)?\.[bsuf](8|16|32|64)\s+([\w$]+)(?:\[(\d+)\])?"
+    rb"(?:\s*=\s*(?:\{([^}]*)\}|(-?\w+)))?\s*;")
+
+
+def global_variable(image: bytes, name: str) -> tuple[int, bytes] | None:
+    """``(size, initial bytes)`` of the PTX ``.global`` variable ``name`` of ``image`` (None: none).
+
+    Integer initialisers (``= 42``, ``= {1, 2}``) are honoured; others and
+    uninitialised variables start as zeros, as CUDA's loader leaves them.
+    """
+    for m in _GLOBAL.finditer(image):
+        if m.group(2).decode() != name:
+            continue
+        width = int(m.group(1)) // 8
+        count = int(m.group(3)) if m.group(3) else 1
+        init = bytearray(width * count)
+        values = (m.group(4) or m.group(5) or b"").replace(b",", b" ").split()
+        for i, v in enumerate(values[:count]):
+            try:
+                init[i * width:(i + 1) * width] = (int(v, 0) % (1 << (8 * width))).to_bytes(
+                    width, "little")
+            except ValueError:
+                break
+        return width * count, bytes(init)
+    return None
+
+
+def static_sizes(image: bytes, name: str) -> dict[str, int]:
+    """Bytes of static ``shared``, ``const`` and ``local`` (per thread) memory of kernel ``name``.
+
+    Read from the PTX declarations of the image: those at module scope and
+    those in the kernel's own ``.entry`` body (dynamic ``.extern`` arrays
+    count 0).  An image without PTX for the kernel answers zeros.
+    """
+    sizes = {"shared": 0, "const": 0, "local": 0}
+    m = re.search(rb"\.entry\s+" + re.escape(name.encode()) + rb"\s*\(", image)
+    body = b""
+    if m is not None:
+        start = image.find(b"{", m.end())
+        depth, i = 0, start
+        while 0 <= i < len(image):
+            c = image[i:i + 1]
+            depth += c == b"{"
+            depth -= c == b"}"
+            if depth == 0:
+                break
+            i += 1
+        body = image[start:i]
+    # module scope: lines outside every brace
+    scope, depth = [], 0
+    for line in image.split(b"\n"):
+        if depth == 0:
+            scope.append(line)
+        depth += line.count(b"{") - line.count(b"}")
+    for text in (b"\n".join(scope), body):
+        for d in _DECL.finditer(text):
+            count = int(d.group(3)) if d.group(3) else (0 if d.group(3) == b"" else 1)
+            sizes[d.group(1).decode()] += int(d.group(2)) // 8 * count
+    return sizes
 
 
 class ForeignKernel:

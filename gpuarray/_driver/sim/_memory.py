@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -58,6 +59,8 @@ class Allocation:
     alive: bool = True
     freed_by: str = ""
     races: list = dataclasses.field(default_factory=list)  # race-detector records
+    #: Unique in the process (``CU_POINTER_ATTRIBUTE_BUFFER_ID``).
+    serial: int = dataclasses.field(default_factory=itertools.count(1).__next__)
 
     @property
     def is_host(self) -> bool:

@@ -122,6 +122,30 @@ class SimModuleCalls(SimCore):
         return h
 
     @_locked
+    def module_get_global(self, module: int, name: str) -> tuple[int, int]:
+        """``cuModuleGetGlobal``: ``(address, size)`` of the image's ``.global`` variable ``name``.
+
+        Allocated in the module's device on first use, with the PTX
+        initialiser (or zeros); freed with the module's context.
+        """
+        call = "cuModuleGetGlobal"
+        entry = self._modules.get(module)
+        if entry is None:
+            raise CudaError(INVALID_VALUE, call, f"module 0x{int(module):x} is not loaded")
+        _sticky.check(entry[0], call)
+        key = (module, name)
+        hit = self._globals.get(key)
+        if hit is not None:
+            return hit
+        var = _images.global_variable(entry[1], name)
+        if var is None:
+            raise CudaError(NOT_FOUND, call, f"the module has no device variable {name!r}")
+        a = self.memory.alloc_device(entry[0].device, max(var[0], 1), call=call)
+        self.memory.write(a, 0, var[1])
+        self._globals[key] = (a.base, var[0])
+        return self._globals[key]
+
+    @_locked
     def function_kernel(self, func: int) -> Any:
         """Simulator only: the ``SimKernel`` behind function handle ``func`` (the stand-in
         driver reads its ``param_types`` to decode ``cuLaunchKernel``'s parameters)."""
@@ -129,6 +153,20 @@ class SimModuleCalls(SimCore):
         if entry is None:
             raise CudaError(INVALID_HANDLE, "cuLaunchKernel", f"function 0x{int(func):x}")
         return entry[2]
+
+    @_locked
+    def function_info(self, func: int) -> tuple[str, int, int, dict[str, int]]:
+        """Simulator only: ``(name, module, device, static sizes)`` of function handle ``func``.
+
+        The static sizes are the kernel's shared, const and local memory read
+        from its image (``_images.static_sizes``).
+        """
+        entry = self._functions.get(func)
+        if entry is None:
+            raise CudaError(INVALID_HANDLE, "cuFuncGetAttribute", f"function 0x{int(func):x}")
+        module = self._modules.get(entry[3])
+        sizes = _images.static_sizes(module[1] if module else b"", entry[1])
+        return entry[1], entry[3], entry[0].device, sizes
 
     @_locked
     def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
@@ -139,8 +177,6 @@ class SimModuleCalls(SimCore):
             raise CudaError(INVALID_HANDLE, call, f"function 0x{int(func):x}")
         ctx, name, impl, _module = entry
         s = self._stream(stream, call)
-        if getattr(impl, "foreign", False):
-            raise impl.error(call)
         self._fault("launch", call)
         if s.ctx is not ctx:
             raise CudaError(INVALID_HANDLE, call, f"{name}: stream of device {s.ctx.device}, "
@@ -152,6 +188,8 @@ class SimModuleCalls(SimCore):
             raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
         if shared_mem > 48 << 10:
             raise CudaError(INVALID_VALUE, call, f"{name}: {shared_mem} bytes of shared memory")
+        if getattr(impl, "foreign", False):  # after the checks a driver makes of any launch
+            raise impl.error(call)
         try:
             snap = [type(p).from_buffer_copy(p) for p in params]  # CUDA copies parameters at launch
         except TypeError:

@@ -78,6 +78,8 @@ def reset(backend: SimCore, ctx: SimContext) -> None:
     for h, (mctx, _image) in list(backend._modules.items()):
         if mctx is ctx:
             del backend._modules[h]
+    for key in [k for k in backend._globals if k[0] not in backend._modules]:
+        del backend._globals[key]  # their memory went with the context's allocations
     for h, (fctx, *_rest) in list(backend._functions.items()):
         if fctx is ctx:
             del backend._functions[h]
