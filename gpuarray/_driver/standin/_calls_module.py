@@ -164,7 +164,6 @@ _next_link = [0x6C00_0000]
 _INPUT_KINDS = {0: "cubin", 1: "ptx", 2: "fatbin", 3: "object", 4: "library"}
 
 
-@_output_first
 def cuLinkCreate_v2(n: int, options: int, values: int, p: int) -> None:
     if p == 0:
         raise CudaError(_INVALID_VALUE, "cuLinkCreate", "(NULL state)")
