@@ -14,8 +14,7 @@ import ctypes
 
 import pytest
 
-from gpuarray._driver.sim import SimBackend
-from gpuarray._driver.sim import _images, _profile
+from gpuarray._driver.sim import SimBackend, _images, _profile
 from gpuarray.errors import CudaError
 
 LEGACY = 1

@@ -58,8 +58,8 @@ from ...errors import CudaError, CudaUnavailableError
 from .. import _fork
 from .._base import DEVICE_ATTRIBUTES
 from . import _profile, _sticky
-from ._core import INVALID_CONTEXT, INVALID_VALUE, _api, _locked
 from ._context_calls import SimContextCalls
+from ._core import INVALID_CONTEXT, INVALID_VALUE, _api, _locked
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
 from ._stream_calls import SimStreamCalls

@@ -180,9 +180,9 @@ class SimCore(Backend):
         for ctx in self._contexts:
             if ctx.handle == handle:
                 return ctx
-        ctx = self._created.get(handle)
-        if ctx is not None:
-            return ctx
+        created = self._created.get(handle)
+        if created is not None:
+            return created
         raise CudaError(INVALID_CONTEXT, call, f"0x{handle:x} is not a context (destroyed?)")
 
     # ------------------------------------------------------------- helpers
