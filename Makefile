@@ -20,6 +20,10 @@ PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The suite runs on every core (pytest-xdist, the test extra); XDIST= runs it
+# in one process. worksteal: idle workers take queued tests from busy ones,
+# so a few slow files do not leave a core idle at the end.
+XDIST ?= -n auto --dist worksteal
 CUDA_EXTRA ?= cu13
 ifeq ($(filter $(CUDA_EXTRA),cu12 cu13),)
 $(error CUDA_EXTRA=$(CUDA_EXTRA) is not an extra of gpuarray: use cu12 or cu13)
@@ -66,12 +70,12 @@ demo: $(VENV)/.stamp-$(CUDA_EXTRA)
 
 # pytest's own exit status is make's: 1 for failures, 5 when no test ran.
 test: $(VENV)/.stamp-test,$(CUDA_EXTRA)
-	GPUARRAY_BACKEND=sim $(VPY) -m pytest $(PYTEST_ARGS)
+	GPUARRAY_BACKEND=sim $(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The suite on the cuda backend over the stand-in driver (the real bindings and
 # backend, the simulator behind a stand-in libcuda.so.1 built on first use).
 test-standin: $(VENV)/.stamp-test,$(CUDA_EXTRA)
-	$(VPY) -m gpuarray standin -- $(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m gpuarray standin -- $(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # numba-cuda's own driver tests (numba.cuda.tests.cudadrv and
 # cudapy/test_multiprocessing, 0.30.4, unmodified) over the stand-in driver, and

@@ -22,7 +22,8 @@ setup(
     ext_modules=[
         Extension(
             "gpuarray.interop._dlpack_core",
-            sources=["gpuarray/interop/_dlpack_core.c", "gpuarray/interop/_dlpack_exchange.c",
+            sources=["gpuarray/interop/_dlpack_module.c", "gpuarray/interop/_dlpack_core.c",
+                     "gpuarray/interop/_dlpack_consume.c", "gpuarray/interop/_dlpack_exchange.c",
                      "gpuarray/interop/_cai_fields.c"],
             depends=["gpuarray/interop/_dlpack_abi.h"],
             define_macros=[("Py_LIMITED_API", "0x030A0000")],

@@ -17,8 +17,8 @@ import pytest
 from _harness import BACKEND, FULL, SIM, SIZES, TARGETS, ctx, host, ids, peer, results_path
 
 import gpuarray
-from gpuarray import _bench_host
-from gpuarray._bench_exchange import exchange_cases, missing
+from gpuarray._bench import host as _bench_host
+from gpuarray._bench.exchange import exchange_cases, missing
 
 SHAPE = (64, 64)
 PEER_IMPLS = ["gpuarray", "cupy", "torch", "numba"]
@@ -250,7 +250,7 @@ def test_alloc_pool(benchmark):
 def test_host_overheads_vs_peers(benchmark, capsys):
     """The issue's table: gpuarray next to PyTorch CPU and NumPy doing the same host work.
 
-    One process, interleaved rounds, medians and ratios (``gpuarray._bench_host``);
+    One process, interleaved rounds, medians and ratios (``gpuarray._bench.host``);
     gpuarray's backend calls are counted and timed separately. The table is
     printed and written next to the JSON results; every row is also in
     ``extra_info``. pytest-benchmark's own columns time ``__dlpack__``.

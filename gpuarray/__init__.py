@@ -9,7 +9,10 @@ simulator).  Importing gpuarray never initialises CUDA.
 # This module only re-exports the public API; the logic lives in the layers
 # described in the design document.
 
-from . import errors
+from . import (
+    _wire,  # noqa: F401  (installs DeviceNDArray's pickling: _array._REDUCE)
+    errors,
+)
 from ._array import DeviceNDArray, is_device_array
 from ._context import Context, close, current_context, detect, gpus, list_devices, open_ipc_array
 from ._creation import (
@@ -27,6 +30,7 @@ from ._creation import (
     zeros_like,
 )
 from ._device import Device, device_count, get_device, select_device
+from ._graph import Graph
 from ._hostdev import (
     ManagedNDArray,
     MappedNDArray,
@@ -60,6 +64,7 @@ from .errors import (
     CudaOutOfMemoryError,
     CudaUnavailableError,
     NvrtcError,
+    StreamCaptureError,
     StreamOrderError,
 )
 from .interop import _dlpack_table  # noqa: F401  (publishes DeviceNDArray.__dlpack_c_exchange_api__)
@@ -92,7 +97,7 @@ __all__ = [
     "managed_array", "mapped", "mapped_array_like", "pinned_array_like",
     "MappedNDArray", "ManagedNDArray",
     "as_cuda_array", "from_cuda_array_interface", "is_cuda_array", "from_dlpack",
-    "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
+    "Stream", "Event", "Graph", "stream", "default_stream", "legacy_default_stream",
     "per_thread_default_stream", "external_stream", "event", "synchronize",
     "Device", "get_device", "select_device", "device_count",
     "Context", "current_context", "gpus", "list_devices", "detect", "close", "open_ipc_array",
@@ -100,6 +105,7 @@ __all__ = [
     "MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo", "IpcHandle",
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "set_memory_manager", "defer_cleanup", "get_memory_info",
-    "CudaError", "CudaForkError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",
+    "CudaError", "CudaForkError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError",
+    "StreamOrderError", "StreamCaptureError",
     "errors", "__version__",
 ]

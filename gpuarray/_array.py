@@ -86,7 +86,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if gpu_data is None:
             if lo < 0:
                 raise ValueError(f"negative strides {strides} need gpu_data to point into memory")
-            gpu_data = allocate(hi, _device_for(stream))  # the stream's device, if one is given
+            gpu_data = allocate(hi, _device_for(stream), stream)  # the stream's device, if one is given
         device = gpu_data.context if isinstance(gpu_data.context, Device) else get_device()
         made = DeviceNDArray._make(shape, strides, dtype, gpu_data.device_pointer, gpu_data,
                                    as_stream(stream, device), False, device)
@@ -378,7 +378,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if not copy and dt == self.dtype and (self.is_f_contiguous() if fortran else self.is_c_contiguous()):
             return self
         strides = (_layout.f_strides if fortran else _layout.c_strides)(self.shape, dt.itemsize)
-        mem = allocate(self.size * dt.itemsize, self.device)
+        mem = allocate(self.size * dt.itemsize, self.device, self._stream(stream))
         out = DeviceNDArray._make(self.shape, strides, dt, mem.device_pointer, mem, self.stream,
                                   False, self.device)
         s = self._stream(stream)
@@ -451,9 +451,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
     def __reduce_ex__(self, protocol):
         # Through the host, in gpuarray._wire's format: one device-to-host
         # copy whose memory pickle protocol 5 passes out of band.
-        from ._wire import reduce_array
-
-        return reduce_array(self, protocol)
+        return _REDUCE[0](self, protocol)
 
     # -------------------------------------------------------------- IPC
     def get_ipc_handle(self):
@@ -534,9 +532,13 @@ def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
     return arr
 
 
-# Set by gpuarray._coerce (above this module) when it is imported, which the
-# package's __init__ does: turns foreign arrays into DeviceNDArrays or host data.
+# The array class's one registry of what lives above it: each hook is set by
+# the module that defines it when the package's __init__ imports that module,
+# so no module here imports one above it (DESIGN.md, layers).
+#: gpuarray._coerce: turns foreign arrays into DeviceNDArrays or host data.
 _AS_SOURCE: list[Any] = [lambda value, device: value]
+#: gpuarray._wire: pickles an array through the host (``__reduce_ex__``).
+_REDUCE: list[Any] = [None]
 
 
 def is_device_array(obj: Any) -> bool:

@@ -7,8 +7,15 @@ One concern: every way to get another array over the same memory --
 (``__setitem__``, ``setitem``).  :class:`ArrayViewsMixin` holds it;
 ``DeviceNDArray`` inherits it and provides the layout, ``_view`` (a view at a
 byte offset, sharing the memory pointer and the stream), ``_assign`` and
-``copy``.  Layout arithmetic is ``_layout``'s, structured fields
-``_record``'s; a scalar result is copied to the host and complete on return.
+``copy``.  Layout arithmetic is ``_layout``'s; a scalar result is copied to
+the host and complete on return.  Structured arrays: ``arr[name]`` is NumPy's
+field view (same shape and strides, the field's dtype, the field's byte
+offset; a subarray field adds its dimensions).  An element of a structured
+array, ``arr[i]``, is a 0-d view (a *record*, as Numba's ``DeviceRecord``)
+whose fields can be read and assigned: ``arr[i]["a"] = 5`` writes the device
+memory.  Reading a field of a record that is a plain scalar returns a host
+scalar (complete on return), as Numba and NumPy do; nested records and
+subarray fields stay device views.
 ``_check_dtype`` (which dtypes device memory holds) lives here because
 ``view`` needs it; ``_array`` re-exports it.
 """
@@ -21,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _layout, _record, _transfer
-from ._stream import as_stream
+from . import _layout, _transfer
+from ._stream import as_stream, order_after
 from .memory import record_stream
 
-if TYPE_CHECKING:  # DeviceNDArray inherits this mixin
-    from ._array import DeviceNDArray
+if TYPE_CHECKING:  # DeviceNDArray inherits this mixin: its methods return Self
+    from typing_extensions import Self
+
     from ._device import Device
     from ._stream import Stream
     from .memory import MemoryPointer
@@ -46,7 +54,8 @@ def _check_dtype(dtype: Any) -> np.dtype:
 class ArrayViewsMixin:
     """Views of the array (reshaping, indexing) and assignment to an indexed selection."""
 
-    __slots__ = ()
+    if not TYPE_CHECKING:  # to mypy, the attributes below are the mixin's own (Self is typed as it)
+        __slots__ = ()
 
     # Provided by DeviceNDArray.
     shape: tuple[int, ...]
@@ -55,6 +64,7 @@ class ArrayViewsMixin:
     stream: Stream
     device: Device
     _mem: MemoryPointer
+    _ptr: int
 
     if TYPE_CHECKING:
         @property
@@ -63,7 +73,7 @@ class ArrayViewsMixin:
         @property
         def ndim(self) -> int: ...
 
-        def _view(self, shape, strides, offset: int = 0, dtype=None) -> DeviceNDArray: ...
+        def _view(self, shape, strides, offset: int = 0, dtype=None) -> Self: ...
 
         def _contiguity(self) -> tuple[bool, bool]: ...
 
@@ -75,10 +85,14 @@ class ArrayViewsMixin:
 
         def _stream(self, stream: Any) -> Stream: ...
 
-        def copy(self, order: str = "C", stream: Any = None) -> DeviceNDArray: ...
+        def copy(self, order: str = "C", stream: Any = None) -> Self: ...
+
+        def copy_to_host(self, ary: Any = None, stream: Any = None) -> Any: ...
+
+        def _assign(self, value: Any, s: Stream) -> None: ...
 
     # --------------------------------------------------------------- views
-    def transpose(self, *axes: Any) -> DeviceNDArray:
+    def transpose(self, *axes: Any) -> Self:
         """Permute the axes (a view).
 
         Parameters
@@ -98,7 +112,7 @@ class ArrayViewsMixin:
         shape, strides = _layout.transpose(self.shape, self.strides, perm)
         return self._view(shape, strides)
 
-    def reshape(self, *newshape: Any, order: str = "C", copy: bool | None = None) -> DeviceNDArray:
+    def reshape(self, *newshape: Any, order: str = "C", copy: bool | None = None) -> Self:
         """Give the array a new shape: a view when possible, else a copy (as NumPy).
 
         Parameters
@@ -144,7 +158,7 @@ class ArrayViewsMixin:
                              "without copying (copy=False)")
         return self.copy(order=order).reshape(shape, order=order)
 
-    def ravel(self, order: str = "C") -> DeviceNDArray:
+    def ravel(self, order: str = "C") -> Self:
         """A 1-D array of the elements (a view when possible, else a copy).
 
         Parameters
@@ -158,7 +172,7 @@ class ArrayViewsMixin:
         """
         return self.reshape(-1, order=order)
 
-    def view(self, dtype: Any) -> DeviceNDArray:
+    def view(self, dtype: Any) -> Self:
         """The same memory read as ``dtype`` (NumPy's ``ndarray.view`` rules).
 
         Parameters
@@ -173,7 +187,7 @@ class ArrayViewsMixin:
         shape, strides = _layout.view_as_dtype(self.shape, self.strides, self.dtype.itemsize, dt.itemsize)
         return self._view(shape, strides, dtype=dt)
 
-    def squeeze(self, axis: Any = None) -> DeviceNDArray:
+    def squeeze(self, axis: Any = None) -> Self:
         """Remove axes of length one (a view).
 
         Parameters
@@ -194,7 +208,7 @@ class ArrayViewsMixin:
         shape, strides = _layout.squeeze(self.shape, self.strides, axis)
         return self._view(shape, strides)
 
-    def bind(self, stream: Any = None) -> DeviceNDArray:
+    def bind(self, stream: Any = None) -> Self:
         """The same array with another default stream (a view).
 
         Parameters
@@ -210,7 +224,7 @@ class ArrayViewsMixin:
         record_stream(v._mem, v.stream)
         return v
 
-    def split(self, section: int, stream: Any = None) -> list[DeviceNDArray]:
+    def split(self, section: int, stream: Any = None) -> list[Self]:
         """Split a 1-D array into views of ``section`` elements (the last may be shorter).
 
         Parameters
@@ -249,7 +263,7 @@ class ArrayViewsMixin:
         ``d[i]["a"] = 5`` writes the device memory.
         """
         if isinstance(key, str):
-            return _record.get_field(self, key)  # type: ignore[arg-type]  # self is a DeviceNDArray
+            return self._get_field(key)
         shape = self.shape
         if type(key) is slice and key.step is None and shape:
             # a[i:j], the most common key: no general index planner
@@ -299,7 +313,7 @@ class ArrayViewsMixin:
             return self[item]
         s = as_stream(stream, self.device)
         if isinstance(item, str):
-            v = _record.field_view(self, item)  # type: ignore[arg-type]  # self is a DeviceNDArray
+            v = self._field_view(item)
         else:
             r = _layout.index(self.shape, self.strides, item)
             v = self._view(r.shape, r.strides, r.offset)
@@ -308,8 +322,6 @@ class ArrayViewsMixin:
                 host = np.empty((), dtype=v.dtype)
                 _transfer.dtoh(self.device, s, host, v._ptr, v.strides, v.dtype, sync=True)
             return host[()]
-        from ._stream import order_after
-
         order_after(s, self.stream)
         v.stream = s
         record_stream(v._mem, s)
@@ -342,7 +354,7 @@ class ArrayViewsMixin:
         self._check_writeable("assignment")
         s = self._stream(stream)
         if isinstance(key, str):
-            v = _record.field_view(self, key)  # type: ignore[arg-type]  # self is a DeviceNDArray
+            v = self._field_view(key)
         else:
             if self.dtype.names is not None and isinstance(value, (tuple, list)):
                 # records given as tuples (or a list of them), as NumPy takes them
@@ -359,3 +371,41 @@ class ArrayViewsMixin:
         sources give NumPy's result.  Runs on the array's stream.
         """
         self.setitem(key, value)
+
+    # ------------------------------------------------- structured fields
+    def _field_view(self, name: str) -> Self:
+        """The view of field ``name`` of this structured array.
+
+        Raises
+        ------
+        IndexError
+            If ``arr`` has no fields (NumPy's error for a string index).
+        ValueError
+            If ``arr``'s dtype has no field ``name`` (NumPy's error).
+        """
+        fields = self.dtype.fields
+        if fields is None:
+            raise IndexError(f"only integers, slices, Ellipsis and None are valid indices of an array "
+                             f"of dtype {self.dtype}, got the field name {name!r}")
+        entry = fields.get(name)
+        if entry is None:
+            raise ValueError(f"no field of name {name!r} in dtype {self.dtype} "
+                             f"(fields: {', '.join(map(repr, self.dtype.names or ()))})")
+        fdt: np.dtype = entry[0]
+        offset: int = entry[1]
+        shape, strides = self.shape, self.strides
+        sub = fdt.subdtype
+        if sub is not None:
+            base, subshape = sub
+            shape = shape + subshape
+            strides = strides + _layout.c_strides(subshape, base.itemsize)
+            fdt = base
+        return self._view(shape, strides, offset, dtype=fdt)
+
+
+    def _get_field(self, name: str) -> Any:
+        """``arr[name]``: a view, or a host scalar for a plain field of a record."""
+        v = self._field_view(name)
+        if not v.shape and v.dtype.names is None:
+            return v.copy_to_host()[()]
+        return v

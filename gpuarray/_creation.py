@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _layout, _transfer
+from . import _capture, _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
 from ._device import _current_primary
@@ -44,9 +44,9 @@ def _new(shape, dtype, strides=None, order: str = "C", stream: Any = None) -> De
             raise ValueError(f"strides {strides} must be non-negative for a new array")
     dev = _device_for(stream)
     _, hi = _layout.extent(shape, strides, dtype.itemsize)
-    mem = allocate(hi, dev)
-    return DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem,
-                               as_stream(stream, dev), False, dev)
+    s = as_stream(stream, dev)
+    mem = allocate(hi, dev, s)
+    return DeviceNDArray._make(shape, strides, dtype, mem.device_pointer, mem, s, False, dev)
 
 
 def device_array(shape, dtype=np.float64, strides=None, order: str = "C", stream: Any = None) -> DeviceNDArray:
@@ -339,7 +339,7 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
             # upload pays for this Python (issue 13: at most 3 us over the
             # raw allocation and copy).
             s = stream if type(stream) is Stream else as_stream(stream, dev)
-            if s.device is dev:  # else the general path allocates on the stream's device
+            if s.device is dev and not _capture._captures:  # else the general path
                 shape = host.shape
                 mem = _allocate_current(nbytes, dev)
                 itemsize = host.itemsize

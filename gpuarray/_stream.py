@@ -18,17 +18,18 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
-from . import _config
+from . import _capture, _config, _graph
 from ._device import Device, get_device
 from ._driver import get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
-from ._driver._finalize import call_now, hand_to_reaper, host_callback, run_finalizer
-
-if TYPE_CHECKING:  # asyncio is imported on first use of async_done (import time)
-    import asyncio
+from ._driver._finalize import call_now, run_finalizer
+from ._graph import CaptureMethods, check_event, note_non_blocking, note_record
+from ._graph import _captured_events as _capture_events
+from ._graph import refuse_if_capturing as _refuse
+from ._stream_host import HostCallbacks
 
 __all__ = [
     "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
@@ -50,7 +51,7 @@ def _destroy_stream(device: Device, backend, handle: int) -> None:
         backend.stream_destroy(handle)
 
 
-class Stream:
+class Stream(CaptureMethods, HostCallbacks):
     """A CUDA stream on one device.
 
     Make streams with :func:`stream`, :func:`default_stream`,
@@ -112,11 +113,15 @@ class Stream:
 
     def synchronize(self) -> None:
         """Block the host until all work queued on this stream has completed."""
+        if _capture._captures:
+            _refuse(self, "synchronize()", "Synchronise after end_capture() and a launch.")
         with self.device.activate():
             get_backend().stream_synchronize(self.handle)
 
     def query(self) -> bool:
         """Return True when all work queued on this stream has completed."""
+        if _capture._captures:
+            _refuse(self, "query()", "Query after end_capture().")
         with self.device.activate():
             return get_backend().stream_query(self.handle)
 
@@ -181,115 +186,10 @@ class Stream:
         """Whether the stream was created elsewhere (:func:`external_stream`), as Numba's flag."""
         return self.kind == "external"
 
-    def add_callback(self, callback: Callable[[Stream, int, Any], Any], arg: Any = None) -> None:
-        """Call ``callback(stream, status, arg)`` once the work queued so far has completed.
-
-        As Numba's ``Stream.add_callback`` (``cuStreamAddCallback``): the
-        callback runs on a driver thread, not the caller's; ``status`` is 0,
-        or the CUDA error code when earlier work failed.  It blocks later work
-        on the stream while it runs, so keep it short, and it must not call
-        CUDA (no gpuarray operations).  An exception it raises is reported as
-        unraisable (``sys.unraisablehook``).  The stream is kept alive until
-        the callback has run.  gpuarray objects that a garbage collection
-        frees while the callback runs (on that thread) are released on a
-        thread of gpuarray's instead, since CUDA refuses calls there.
-
-        Parameters
-        ----------
-        callback : callable
-            ``callback(stream, status, arg)``.
-        arg : object, optional
-            Passed to the callback as is.
-
-        Raises
-        ------
-        TypeError
-            If ``callback`` is not callable.
-
-        Examples
-        --------
-        >>> import threading
-        >>> s = gpuarray.stream(); done = threading.Event()
-        >>> s.add_callback(lambda stream, status, arg: done.set())
-        >>> done.wait(10)
-        True
-        """
-        if not callable(callback):
-            raise TypeError(f"add_callback needs a callable, got {type(callback).__name__} {callback!r}")
-
-        held = [self, callback, arg]  # the stream (and arg) outlive the callback
-
-        def host_fn(status: int) -> None:
-            stream, fn, value = held
-            try:
-                with host_callback():  # releases collected meanwhile go to the reaper
-                    fn(stream, status, value)
-            finally:
-                # The last references may be these: dropped here, their
-                # releases (cuStreamDestroy, cuMemFree) would run on the
-                # driver's callback thread, where CUDA refuses every call.
-                del stream, fn, value
-                hand_to_reaper(held)
-
-        with self.device.activate():
-            get_backend().stream_add_callback(self.handle, host_fn)
-
-    def async_done(self) -> asyncio.Future:
-        """An asyncio future completed when the work queued so far on this stream is done.
-
-        Call it from a coroutine (it needs the running event loop); ``await
-        s.async_done()`` returns the stream.  A host callback
-        (:meth:`add_callback`) completes the future on the loop's thread.
-
-        Returns
-        -------
-        asyncio.Future
-            Its result is this stream; its exception a :class:`~gpuarray.CudaError`
-            when earlier work on the stream failed.
-
-        Raises
-        ------
-        RuntimeError
-            Without a running event loop.
-
-        Examples
-        --------
-        >>> import asyncio
-        >>> async def pipeline():
-        ...     s = gpuarray.stream()
-        ...     d = gpuarray.to_device(np.arange(3), stream=s)
-        ...     return await s.async_done() is s
-        >>> asyncio.run(pipeline())
-        True
-        """
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def resolve(status: int) -> None:
-            if future.done():
-                return
-            if status == 0:
-                future.set_result(self)
-            else:
-                from .errors import CudaError
-
-                future.set_exception(CudaError(
-                    status, "cuStreamAddCallback",
-                    f"work queued on {self!r} before async_done() failed"))
-
-        def callback(stream: Stream, status: int, arg: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(resolve, status)
-            except RuntimeError:  # the loop was closed: nobody awaits the future any more
-                pass
-
-        self.add_callback(callback)
-        return future
-
     def close(self) -> None:
         """Destroy an owned stream now (queued work still completes)."""
+        if _capture._captures:
+            _refuse(self, "close()", "End the capture first (end_capture()).")
         if self._finalizer is not None:
             call_now(self._finalizer)
 
@@ -362,17 +262,25 @@ class Event:
             ``self``.
         """
         s = stream if stream is not None else default_stream(self.device)
+        if _capture._captures or self in _capture_events:
+            if s.kind == "legacy":
+                _refuse(s, "Event.record()", "")
+            note_record(self, s)
         with s.device.activate():
             get_backend().event_record(self.handle, s.handle)
         return self
 
     def synchronize(self) -> None:
         """Block the host until the recorded work has completed."""
+        if _capture_events:
+            check_event(self, "synchronize()")
         with self.device.activate():
             get_backend().event_synchronize(self.handle)
 
     def query(self) -> bool:
         """Return True when the recorded work has completed."""
+        if _capture_events:
+            check_event(self, "query()")
         with self.device.activate():
             return get_backend().event_query(self.handle)
 
@@ -519,7 +427,10 @@ def stream(non_blocking: bool = False, priority: int = 0, device: Device | None 
     dev = device if device is not None else get_device()
     with dev.activate():
         h = get_backend().stream_create(non_blocking=bool(non_blocking), priority=int(priority))
-    return Stream._make(h, dev, "owned")
+    s = Stream._make(h, dev, "owned")
+    if non_blocking:
+        note_non_blocking(s)
+    return s
 
 
 def external_stream(handle: int, device: Device | None = None, owner: Any = None) -> Stream:
@@ -617,16 +528,45 @@ def order_after(waiter: Stream, producer: Stream) -> None:
     """
     if waiter == producer:
         return
+    external = False
+    if _capture._captures or waiter.kind == "external":
+        external = _order_in_capture(waiter, producer)
     ev = _scratch_event(producer.device)
     b = get_backend()
     with producer.device.activate():
         b.event_record(ev.handle, producer.handle)
     with waiter.device.activate():
-        b.stream_wait_event(waiter.handle, ev.handle)
+        if external:
+            b.stream_wait_event(waiter.handle, ev.handle, True)
+        else:
+            b.stream_wait_event(waiter.handle, ev.handle)
+
+
+def _order_in_capture(waiter: Stream, producer: Stream) -> bool:
+    """``order_after`` while something captures: whether the wait must be external.
+
+    A capturing waiter may not wait on uncaptured work (CUDA invalidates the
+    capture): it waits with ``CU_EVENT_WAIT_EXTERNAL``, which a launch
+    honours at its time.  A waiter outside the capture of ``producer`` would
+    be forked into it: refused, as is the legacy stream beside a capture.
+    """
+    refuse = _graph.check_funnel
+    if _capture.capture_of(producer.device.id, producer.handle) is not None:
+        refuse(waiter, (producer,))  # raises: the waiter is not in that capture
+    if producer.kind == "legacy":
+        _graph.check_use(producer, "ordering after the legacy default stream")
+    if _capture.capture_of(waiter.device.id, waiter.handle) is not None:
+        return True
+    return waiter.kind == "external" and waiter.is_capturing()
+
+
+_graph.use_stream_helpers(as_stream=lambda obj, device: as_stream(obj, device),
+                          order_after=order_after)
 
 
 def _reset_for_tests() -> None:
     global _last_default
+    _graph._reset_for_tests()
     _defaults.clear()
     _last_default = (None, None, None)
     _scratch.__dict__.clear()

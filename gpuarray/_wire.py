@@ -30,7 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from . import _array, _layout
 from ._array import DeviceNDArray
+from ._coerce import _DEVICE_KINDS, _dlpack_kind  # the one test of a DLPack device
+from ._creation import to_device
+from .interop._cai import as_cuda_array
+from .interop._dlpack import from_dlpack
 
 __all__ = ["to_host_frame", "from_host_frame", "to_device_frame", "from_device_frame",
            "reduce_array", "rebuild", "encode_dtype", "decode_dtype"]
@@ -77,7 +82,6 @@ def _finish(dev: DeviceNDArray, shape: tuple[int, ...], readonly: bool) -> Devic
 
 
 def _strides(core: tuple[int, ...], order: str, itemsize: int) -> tuple[int, ...]:
-    from . import _layout
 
     return (_layout.c_strides if order == "C" else _layout.f_strides)(core, itemsize)
 
@@ -97,7 +101,6 @@ def from_host_frame(header: dict[str, Any], frame: Any) -> DeviceNDArray:
     ``frame`` is any object exporting a contiguous buffer (bytes, bytearray,
     memoryview, NumPy array, ``pickle.PickleBuffer``).
     """
-    from ._creation import to_device
 
     shape, core, order, dtype = _check_header(header)
     data = np.frombuffer(memoryview(frame).cast("B"), dtype=_U8)
@@ -125,7 +128,6 @@ def to_device_frame(arr: DeviceNDArray) -> tuple[dict[str, Any], DeviceNDArray]:
 
 def from_device_frame(header: dict[str, Any], frame: Any) -> DeviceNDArray:
     """Rebuild an array over a device frame (any CAI or DLPack exporter), without copying."""
-    from .interop import as_cuda_array, from_dlpack
 
     shape, core, order, dtype = _check_header(header)
     if isinstance(frame, DeviceNDArray) or hasattr(frame, "__cuda_array_interface__"):
@@ -147,7 +149,6 @@ def from_device_frame(header: dict[str, Any], frame: Any) -> DeviceNDArray:
 
 
 def _dlpack_on_device(frame: Any) -> bool:
-    from ._coerce import _DEVICE_KINDS, _dlpack_kind  # the one test of a DLPack device
 
     return _dlpack_kind(frame) in _DEVICE_KINDS
 
@@ -216,3 +217,6 @@ def decode_dtype(value: Any) -> np.dtype:
     except (TypeError, ValueError, ImportError) as e:
         raise ValueError(f"the frame header's dtype {value!r} is not a dtype: {e}") from None
     raise ValueError(f"the frame header's dtype {value!r} is not a dtype")
+
+
+_array._REDUCE[0] = reduce_array

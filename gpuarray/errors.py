@@ -16,6 +16,7 @@ __all__ = [
     "NvrtcError",
     "NvrtcVersionError",
     "StreamOrderError",
+    "StreamCaptureError",
     "CUDA_ERROR_NAMES",
 ]
 
@@ -57,6 +58,15 @@ CUDA_ERROR_NAMES: dict[int, str] = {
     719: "CUDA_ERROR_LAUNCH_FAILED",
     800: "CUDA_ERROR_NOT_PERMITTED",
     801: "CUDA_ERROR_NOT_SUPPORTED",
+    900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+    901: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+    902: "CUDA_ERROR_STREAM_CAPTURE_MERGE",
+    903: "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+    904: "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
+    905: "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+    906: "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+    907: "CUDA_ERROR_CAPTURED_EVENT",
+    908: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
     999: "CUDA_ERROR_UNKNOWN",
 }
 
@@ -89,6 +99,15 @@ _DESCRIPTIONS: dict[str, str] = {
     "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED": "pointer does not correspond to a registered memory region",
     "CUDA_ERROR_NOT_PERMITTED": "operation not permitted",
     "CUDA_ERROR_NOT_SUPPORTED": "operation not supported",
+    "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED": "operation not permitted when stream is capturing",
+    "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED": "operation failed due to a previous error during capture",
+    "CUDA_ERROR_STREAM_CAPTURE_MERGE": "operation would result in a merge of separate capture sequences",
+    "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED": "capture was not ended in the same stream as it began",
+    "CUDA_ERROR_STREAM_CAPTURE_UNJOINED": "capturing stream has unjoined work",
+    "CUDA_ERROR_STREAM_CAPTURE_ISOLATION": "dependency created on uncaptured work in another stream",
+    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT": "operation would make the legacy stream depend on a capturing blocking stream",
+    "CUDA_ERROR_CAPTURED_EVENT": "operation not permitted on an event last recorded in a capturing stream",
+    "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD": "attempt to terminate a thread-local capture sequence from another thread",
 }
 
 
@@ -347,6 +366,36 @@ class StreamOrderError(RuntimeError):
     Examples
     --------
     >>> issubclass(StreamOrderError, RuntimeError)
+    True
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message,))
+
+
+class StreamCaptureError(RuntimeError):
+    """An operation that a stream capture forbids, refused before the driver saw it.
+
+    While a stream captures a CUDA graph (:meth:`gpuarray.Stream.begin_capture`),
+    CUDA refuses host synchronisation, pageable transfers and the legacy
+    stream next to a capturing blocking stream, and a refused call
+    *invalidates* the capture.  gpuarray checks first and raises this error
+    instead, so the capture stays valid: it can still end and its graph
+    launch.  The message names the operation, the capturing stream and what
+    to do instead.
+
+    Parameters
+    ----------
+    message : str
+        Names the operation, the stream and the alternative.
+
+    Examples
+    --------
+    >>> issubclass(StreamCaptureError, RuntimeError)
     True
     """
 

@@ -73,11 +73,25 @@ struct alignas(16) ga_v16 { unsigned long long lo, hi; };
 // ga_host.cuh) translates the simulated device address through the extents
 // the simulator granted the launch, checking bounds, permission and
 // alignment; any other access is the simulator's illegal-address fault.
+//
+// Shared memory likewise: every access to a __shared__ array goes through
+// ga_sld / ga_sst (element [i][j] of a 2-D array) or ga_sload / ga_sstore
+// (the T at a byte offset of the array).  On the GPU they are the plain
+// accesses below; the host build checks the access lies inside the array
+// and is aligned, as a GPU traps an out-of-range shared address.
 #ifdef GA_HOST_BUILD
 #include "ga_host.cuh"
 #else
 template <class T> GA_DEV const T* ga_gread(const char* p) { return reinterpret_cast<const T*>(p); }
 template <class T> GA_DEV T* ga_gwrite(char* p) { return reinterpret_cast<T*>(p); }
+template <class T, int R, int C> GA_DEV T ga_sld(const T (&a)[R][C], int i, int j) { return a[i][j]; }
+template <class T, int R, int C> GA_DEV void ga_sst(T (&a)[R][C], int i, int j, T v) { a[i][j] = v; }
+template <class T, class A> GA_DEV T ga_sload(const A& a, int off) {
+    return *reinterpret_cast<const T*>(reinterpret_cast<const unsigned char*>(&a) + off);
+}
+template <class T, class A> GA_DEV void ga_sstore(A& a, int off, T v) {
+    *reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(&a) + off) = v;
+}
 #endif
 
 // ------------------------------------------------------------------ float16

@@ -12,7 +12,12 @@
 //     cooperative fibers and resumes them once all have arrived;
 //   * __shared__ is a thread_local static: one copy per OS thread, which all
 //     fibers of the block running there share, reused (not cleared) by the
-//     next block, like shared memory on a GPU;
+//     next block, like shared memory on a GPU.  Kernels reach it through
+//     ga_sld / ga_sst / ga_sload / ga_sstore (ga_common.cuh), which check
+//     here that the access lies inside the array and is aligned: otherwise
+//     the launch faults (700 / 716, naming the offset and the array's size),
+//     as a GPU traps an out-of-range shared address -- the host build never
+//     writes past a __shared__ array into the library's other thread_locals;
 //   * __global__, __device__, __forceinline__, __launch_bounds__ have no host
 //     meaning; `#pragma unroll` is ignored (-Wno-unknown-pragmas);
 //   * the inline PTX of ga_common.cuh (f16 conversions, umulhi, prmt) has
@@ -25,8 +30,11 @@
 //     of an access of that type.  Otherwise the runtime records the fault
 //     (CUDA_ERROR_MISALIGNED_ADDRESS 716 or CUDA_ERROR_ILLEGAL_ADDRESS 700,
 //     with the address and size) and ends the launch, as a GPU does; the
-//     simulator reports it at the next synchronisation.  Shared-memory and
-//     register accesses are plain host accesses.
+//     simulator reports it at the next synchronisation.  Register (local)
+//     accesses are plain host accesses.  Address arithmetic on simulated
+//     addresses is done on integers here, and the build's
+//     -fno-strict-overflow makes the kernels' own pointer arithmetic wrap
+//     (a simulated address is no host object's).
 //
 // The runtime calls the entry of a kernel once per CUDA thread:
 //   extern "C" void ga_host__<symbol>(ga_host_rt* rt, const void* params)
@@ -55,7 +63,7 @@ struct ga_host_grant {
 // The launch record: filled by the runtime, read by the built-ins.  The
 // layout is mirrored by the runtime (_hostrt.cpp) and changes with
 // GA_HOST_ABI.
-#define GA_HOST_ABI 1
+#define GA_HOST_ABI 2
 struct ga_host_rt {
     ga_uint3 thread_idx, block_idx, block_dim, grid_dim;
     const ga_host_grant* grants;
@@ -64,6 +72,10 @@ struct ga_host_rt {
     // Records a fault and ends the launch (never returns to the kernel).
     void (*fault)(ga_host_rt*, int code, unsigned long long addr, unsigned long long size,
                   int write);
+    // The same for a __shared__ array: byte offset `off` of an array of
+    // `extent` bytes.
+    void (*shared_fault)(ga_host_rt*, int code, long long off, unsigned long long size,
+                         int write, unsigned long long extent);
     alignas(16) char scratch[64];
 };
 
@@ -98,6 +110,34 @@ template <class T> inline const T* ga_gread(const char* p) {
 }
 template <class T> inline T* ga_gwrite(char* p) {
     return reinterpret_cast<T*>(ga_host_translate(p, sizeof(T), alignof(T), 1));
+}
+
+// The T at byte offset `off` of __shared__ array `a`, checked.
+template <class T, class A> inline T* ga_host_shared(const A& a, long long off, int write) {
+    static_assert(sizeof(A) >= sizeof(T), "an access wider than the __shared__ array");
+    ga_host_rt* rt = ga_rt;
+    if (off < 0 || (unsigned long long)off > sizeof(A) - sizeof(T)) {
+        rt->shared_fault(rt, 700, off, sizeof(T), write, sizeof(A));
+        return reinterpret_cast<T*>(rt->scratch);  // not reached
+    }
+    const unsigned long long addr = (unsigned long long)&a + (unsigned long long)off;
+    if (addr % alignof(T)) {
+        rt->shared_fault(rt, 716, off, sizeof(T), write, sizeof(A));
+        return reinterpret_cast<T*>(rt->scratch);
+    }
+    return reinterpret_cast<T*>(const_cast<char*>(reinterpret_cast<const char*>(&a)) + off);
+}
+template <class T, class A> inline T ga_sload(const A& a, long long off) {
+    return *ga_host_shared<T>(a, off, 0);
+}
+template <class T, class A> inline void ga_sstore(A& a, long long off, T v) {
+    *ga_host_shared<T>(a, off, 1) = v;
+}
+template <class T, int R, int C> inline T ga_sld(const T (&a)[R][C], int i, int j) {
+    return ga_sload<T>(a, ((long long)i * C + j) * (long long)sizeof(T));
+}
+template <class T, int R, int C> inline void ga_sst(T (&a)[R][C], int i, int j, T v) {
+    ga_sstore<T>(a, ((long long)i * C + j) * (long long)sizeof(T), v);
 }
 
 // The per-thread entry the runtime calls: the kernel's parameter block is

@@ -126,7 +126,7 @@ GA_DEV void ga_transpose(const ga_tr_args<I>& a) {
             for (int j = ty; j < GA_TILE; j += GA_TILE_ROWS) {
                 const I c = c0 + j;
                 if (r < a.rows && c < a.cols)
-                    tile[j][tx] = ga_load<S, true>(src + r * (I)sizeof(S) + c * a.src_pitch);
+                    ga_sst(tile, j, tx, ga_load<S, true>(src + r * (I)sizeof(S) + c * a.src_pitch));
             }
         }
         __syncthreads();
@@ -137,7 +137,7 @@ GA_DEV void ga_transpose(const ga_tr_args<I>& a) {
                 const I r = r0 + j;
                 if (r < a.rows && c < a.cols)
                     ga_store<D, true>(dst + r * a.dst_pitch + c * (I)sizeof(D),
-                                      ga_cvt<D, S>(tile[tx][j]));
+                                      ga_cvt<D, S>(ga_sld(tile, tx, j)));
             }
         }
         __syncthreads();
@@ -194,8 +194,8 @@ template <class T, class Wd> struct ga_tw_cvt<T, T, Wd> {
 };
 
 // Full tiles: global words -> registers -> P x P transposes -> shared tile.
-template <class S, class I, int W>
-GA_DEV void ga_tw_load(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_args<I>& a,
+template <class S, class I, int W, int R>
+GA_DEV void ga_tw_load(typename ga_word<W>::type (&tile)[R][GA_TILE], const ga_tr_args<I>& a,
                        const char* src, I r0, I c0) {
     typedef typename ga_word<W>::type Wd;
     constexpr int E = (int)sizeof(S);
@@ -218,14 +218,14 @@ GA_DEV void ga_tw_load(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_a
         ga_tw_perm<E, W>::f(w[k], o);
         const int g = ty + GA_TILE_ROWS * k;
 #pragma unroll
-        for (int i = 0; i < P; ++i) tile[P * tx + i][g ^ tx] = o[i];
+        for (int i = 0; i < P; ++i) ga_sst(tile, P * tx + i, g ^ tx, o[i]);
     }
 }
 
 // Full tiles: shared tile rows -> (conversion) -> global words.
-template <class D, class S, class I, int W>
-GA_DEV void ga_tw_store(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_args<I>& a,
-                        char* dst, I r0, I c0) {
+template <class D, class S, class I, int W, int R>
+GA_DEV void ga_tw_store(const typename ga_word<W>::type (&tile)[R][GA_TILE],
+                        const ga_tr_args<I>& a, char* dst, I r0, I c0) {
     typedef typename ga_word<W>::type Wd;
     constexpr int E = (int)sizeof(S);
     constexpr int P = W / E;
@@ -236,7 +236,7 @@ GA_DEV void ga_tw_store(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_
 #pragma unroll
     for (int m = 0; m < M; ++m) {
         const int rr = ty + GA_TILE_ROWS * m;
-        v[m] = tile[rr][tx ^ (rr / P)];
+        v[m] = ga_sld(tile, rr, tx ^ (rr / P));
     }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -256,12 +256,11 @@ template <int E, int W> GA_DEV int ga_tw_offset(int rr, int cc) {
 // the same shared tile, as ga_transpose does; only elements inside the
 // matrix are read or written.  Loops, not unrolled: small code for a path
 // that only edge tiles take.
-template <class S, class I, int W>
-GA_DEV void ga_tw_edge_load(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_args<I>& a,
+template <class S, class I, int W, int R>
+GA_DEV void ga_tw_edge_load(typename ga_word<W>::type (&tile)[R][GA_TILE], const ga_tr_args<I>& a,
                             const char* src, I r0, I c0) {
     constexpr int E = (int)sizeof(S);
     constexpr int T = GA_TILE * (W / E);
-    unsigned char* t = reinterpret_cast<unsigned char*>(&tile[0][0]);
     const I nr = a.rows - r0 < (I)T ? a.rows - r0 : (I)T;
     const I nc = a.cols - c0 < (I)T ? a.cols - c0 : (I)T;
 #pragma unroll 1
@@ -269,17 +268,16 @@ GA_DEV void ga_tw_edge_load(typename ga_word<W>::type (*tile)[GA_TILE], const ga
          i += GA_TILE * GA_TILE_ROWS) {
         const int rr = i % T, cc = i / T;  // consecutive threads: consecutive source rows
         if (rr < nr && cc < nc)
-            *reinterpret_cast<S*>(t + ga_tw_offset<E, W>(rr, cc)) = ga_load<S, true>(
-                src + (r0 + (I)rr) * (I)E + (c0 + (I)cc) * a.src_pitch);
+            ga_sstore<S>(tile, ga_tw_offset<E, W>(rr, cc), ga_load<S, true>(
+                src + (r0 + (I)rr) * (I)E + (c0 + (I)cc) * a.src_pitch));
     }
 }
 
-template <class D, class S, class I, int W>
-GA_DEV void ga_tw_edge_store(typename ga_word<W>::type (*tile)[GA_TILE], const ga_tr_args<I>& a,
-                             char* dst, I r0, I c0) {
+template <class D, class S, class I, int W, int R>
+GA_DEV void ga_tw_edge_store(const typename ga_word<W>::type (&tile)[R][GA_TILE],
+                             const ga_tr_args<I>& a, char* dst, I r0, I c0) {
     constexpr int E = (int)sizeof(S);
     constexpr int T = GA_TILE * (W / E);
-    const unsigned char* t = reinterpret_cast<const unsigned char*>(&tile[0][0]);
     const I nr = a.rows - r0 < (I)T ? a.rows - r0 : (I)T;
     const I nc = a.cols - c0 < (I)T ? a.cols - c0 : (I)T;
 #pragma unroll 1
@@ -288,7 +286,7 @@ GA_DEV void ga_tw_edge_store(typename ga_word<W>::type (*tile)[GA_TILE], const g
         const int cc = i % T, rr = i / T;  // consecutive threads: consecutive destination cols
         if (rr < nr && cc < nc)
             ga_store<D, true>(dst + (r0 + (I)rr) * a.dst_pitch + (c0 + (I)cc) * (I)E,
-                              ga_cvt<D, S>(*reinterpret_cast<const S*>(t + ga_tw_offset<E, W>(rr, cc))));
+                              ga_cvt<D, S>(ga_sload<S>(tile, ga_tw_offset<E, W>(rr, cc))));
     }
 }
 

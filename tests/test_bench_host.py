@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuarray._bench_host import PeerRow, format_peer_table
+from gpuarray._bench.host import PeerRow, format_peer_table
 
 
 def _raw_row(ours: float, backend: float, raw: float = 20.0, raw_backend: float = 19.0) -> PeerRow:
@@ -48,7 +48,7 @@ def test_null_backend_runs_to_device_without_the_backend_and_leaves_nothing_behi
     import numpy as np
 
     import gpuarray
-    from gpuarray._bench_host import NullBackend
+    from gpuarray._bench.host import NullBackend
     from gpuarray._driver import get_backend
     from gpuarray.memory import get_memory_manager
 
@@ -73,7 +73,7 @@ def test_null_backend_runs_to_device_without_the_backend_and_leaves_nothing_behi
 
 
 def test_compare_measures_paired_and_null_library_times_for_raw_rows():
-    from gpuarray._bench_host import compare, peer_cases
+    from gpuarray._bench.host import compare, peer_cases
 
     cases = [c for c in peer_cases(None, sizes=(8,)) if c[0].startswith(("to_device", "a[1:]"))]
     rows = {r.case: r for r in compare(cases, rounds=1, number=20, meter_rounds=1, null_rounds=1)}

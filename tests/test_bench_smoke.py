@@ -28,7 +28,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    # A pytest-xdist worker's identity is not the child's: pytest-benchmark
+    # would take the child for a worker and disable itself.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.update(GPUARRAY_BACKEND="sim", GPUARRAY_BENCH_MODE="quick")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env

@@ -128,7 +128,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("changes, exc, key", BAD, ids=[str(b[0])[:40] for b in BAD])
+@pytest.mark.parametrize("changes, exc, key", BAD, ids=[str(b[0])[:40] if "object at" not in str(b[0]) else f"{next(iter(b[0]))}-object" for b in BAD])
 def test_invalid_values_name_the_key(changes, exc, key):
     with pytest.raises(exc, match=re.escape(repr(key))) as info:
         parse_cai(good(**changes))

@@ -1,4 +1,4 @@
-"""Tests of the real driver backend (``gpuarray/_driver/cuda.py``).
+"""Tests of the real driver backend (``gpuarray/_driver/cuda/``).
 
 Three groups:
 
@@ -241,8 +241,8 @@ def test_device_attribute_bad_name_without_driver():
 
 def test_every_device_attribute_name_maps_to_the_enum(restore_module_state):
     cudamod._bind(drv)
-    assert set(cudamod._DEV_ATTRS) == set(_base.DEVICE_ATTRIBUTES)
-    for name, member in cudamod._DEV_ATTRS.items():
+    assert set(cudamod._state._DEV_ATTRS) == set(_base.DEVICE_ATTRIBUTES)
+    for name, member in cudamod._state._DEV_ATTRS.items():
         assert isinstance(member, drv.CUdevice_attribute), name
         assert member.name == "CU_DEVICE_ATTRIBUTE_" + name.upper()
 
@@ -696,6 +696,17 @@ def test_arguments_pass_the_bindings_conversion(restore_module_state):
         "ipc_close_mem_handle": lambda: b.ipc_close_mem_handle(2**63),
         "mem_alloc_managed": lambda: b.mem_alloc_managed(1 << 20, attach_global=False),
         "stream_add_callback": lambda: b.stream_add_callback(0x5555, lambda status: None),
+        "stream_wait_event(external)": lambda: b.stream_wait_event(0x5555, 0x6666, True),
+        "stream_begin_capture": lambda: b.stream_begin_capture(0x5555, "thread_local"),
+        "stream_end_capture": lambda: b.stream_end_capture(0x5555),
+        "stream_is_capturing": lambda: b.stream_is_capturing(0x5555),
+        "stream_capture_info": lambda: b.stream_capture_info(0x5555),
+        "exchange_capture_mode": lambda: b.exchange_capture_mode("relaxed"),
+        "graph_instantiate": lambda: b.graph_instantiate(0x9999, auto_free_on_launch=True),
+        "graph_launch": lambda: b.graph_launch(0x9998, 0x5555),
+        "graph_upload": lambda: b.graph_upload(0x9998, 0),
+        "graph_exec_destroy": lambda: b.graph_exec_destroy(0x9998),
+        "graph_destroy": lambda: b.graph_destroy(0x9999),
     }
     abstract = {n for n in _base.Backend.__abstractmethods__} - {"init"}
     assert abstract <= {k.split(" ")[0].split("(")[0] for k in calls}, abstract

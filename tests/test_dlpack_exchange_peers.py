@@ -156,8 +156,8 @@ def test_bench_rows_of_the_table_with_torch_and_tvm_ffi():
     """The benchmark rows run and say what they compare (the numbers are bench/'s)."""
     torch = _torch()
     _tvm_ffi()
-    from gpuarray._bench_exchange import exchange_cases, missing
-    from gpuarray._bench_host import compare, format_peer_table
+    from gpuarray._bench.exchange import exchange_cases, missing
+    from gpuarray._bench.host import compare, format_peer_table
 
     assert missing(torch) == []
     cases = exchange_cases(torch)

@@ -2,7 +2,7 @@
 
 Each scenario runs in a child process started over the stand-in (the
 library must be found when the process starts), on ``GPUARRAY_BACKEND=cuda``:
-``gpuarray/_driver/cuda.py`` and the installed ``cuda.bindings`` talk to the
+``gpuarray/_driver/cuda/`` and the installed ``cuda.bindings`` talk to the
 simulator through the C entry points.  The child asserts and prints ``OK``;
 a broken stand-in fails the assertion, the import or the process.  The
 serving side's own contract (never raising, keeping errors) is tested in

@@ -2,7 +2,7 @@
 
 Everything gpuarray asks of CUDA goes through one :class:`Backend` object.  Two
 implementations exist: ``cuda`` (cuda.bindings driver API + NVRTC, in
-``gpuarray/_driver/cuda.py``) and ``sim`` (a CPU simulator in
+``gpuarray/_driver/cuda/``) and ``sim`` (a CPU simulator in
 ``gpuarray/_driver/sim/``).  Upper layers never import cuda.bindings.
 
 Conventions shared by both implementations
@@ -50,6 +50,11 @@ MEMORYTYPE_HOST = 1
 MEMORYTYPE_DEVICE = 2
 MEMORYTYPE_ARRAY = 3
 MEMORYTYPE_UNIFIED = 4
+
+#: Stream capture modes (``CUstreamCaptureMode``: 0, 1, 2).
+CAPTURE_MODES = ("global", "thread_local", "relaxed")
+#: Stream capture statuses (``CUstreamCaptureStatus``: 0, 1, 2).
+CAPTURE_STATUSES = ("none", "active", "invalidated")
 
 #: Device attribute names accepted by :meth:`Backend.device_attribute`
 #: (mapped to ``CU_DEVICE_ATTRIBUTE_*`` by the real backend).
@@ -320,11 +325,88 @@ class Backend(abc.ABC):
     def stream_synchronize(self, stream: int) -> None: ...
 
     @abc.abstractmethod
-    def stream_wait_event(self, stream: int, event: int) -> None: ...
+    def stream_wait_event(self, stream: int, event: int, external: bool = False) -> None:
+        """``cuStreamWaitEvent``: later work on ``stream`` waits for ``event``'s last record.
+
+        ``external`` passes ``CU_EVENT_WAIT_EXTERNAL``: in a capturing stream
+        the wait becomes an event-wait node that waits, at each launch, for
+        the event's record at that time (the legal way to wait on work that
+        is not part of the capture).
+        """
 
     @abc.abstractmethod
     def stream_get_ctx(self, stream: int) -> int:
         """The context a stream belongs to."""
+
+    # ------------------------------------------------- capture and graphs
+    # Modes and statuses are strings: ``CAPTURE_MODES`` and ``CAPTURE_STATUSES``.
+    @abc.abstractmethod
+    def stream_begin_capture(self, stream: int, mode: str = "global") -> None:
+        """``cuStreamBeginCapture_v2``: record the work queued on ``stream`` into a graph.
+
+        ``mode`` is one of :data:`CAPTURE_MODES`.  Refused on the legacy
+        stream and on a stream already capturing (``CUDA_ERROR_INVALID_VALUE``).
+        """
+
+    @abc.abstractmethod
+    def stream_end_capture(self, stream: int) -> int:
+        """``cuStreamEndCapture``: end the capture begun on ``stream``; return the graph handle.
+
+        An invalidated capture ends with ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``
+        (901), one with a fork not joined back with ``..._UNJOINED`` (904),
+        both taking the streams out of capture; a non-relaxed capture ended
+        on another thread than the one that began it fails with
+        ``..._WRONG_THREAD`` (908) and stays active.
+        """
+
+    @abc.abstractmethod
+    def stream_is_capturing(self, stream: int) -> str:
+        """``cuStreamIsCapturing``: one of :data:`CAPTURE_STATUSES`.
+
+        On the legacy stream while a blocking stream of its context captures:
+        ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`` (906), without invalidating it.
+        """
+
+    @abc.abstractmethod
+    def stream_capture_info(self, stream: int) -> tuple[str, int]:
+        """``cuStreamGetCaptureInfo``: ``(status, capture id)`` (id 0 when not active)."""
+
+    @abc.abstractmethod
+    def exchange_capture_mode(self, mode: str) -> str:
+        """``cuThreadExchangeStreamCaptureMode``: set the calling thread's mode, return the previous.
+
+        The thread's mode decides which "potentially unsafe" calls
+        (``cuMemAlloc``, ``cuMemFree``, ...) it may make while captures are in
+        progress: ``"global"`` (the default) none while any global-mode capture
+        runs anywhere or a non-relaxed one on this thread, ``"thread_local"``
+        none while a non-relaxed capture runs on this thread, ``"relaxed"``
+        all of them.
+        """
+
+    @abc.abstractmethod
+    def graph_instantiate(self, graph: int, auto_free_on_launch: bool = True) -> int:
+        """``cuGraphInstantiateWithFlags``: an executable graph (``CUgraphExec``) of ``graph``.
+
+        ``auto_free_on_launch`` passes ``CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH``:
+        each launch first frees the graph allocations a previous launch left
+        unfreed (otherwise such a launch fails with ``CUDA_ERROR_INVALID_VALUE``).
+        """
+
+    @abc.abstractmethod
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        """``cuGraphLaunch``: queue one run of the executable graph on ``stream``."""
+
+    @abc.abstractmethod
+    def graph_upload(self, graph_exec: int, stream: int) -> None:
+        """``cuGraphUpload``: prepare the executable graph's launch on ``stream`` (stream work)."""
+
+    @abc.abstractmethod
+    def graph_exec_destroy(self, graph_exec: int) -> None:
+        """``cuGraphExecDestroy`` (a launch in flight still completes)."""
+
+    @abc.abstractmethod
+    def graph_destroy(self, graph: int) -> None:
+        """``cuGraphDestroy`` (executable graphs made from it stay valid)."""
 
     # --------------------------------------------------------------- events
     @abc.abstractmethod

@@ -63,9 +63,14 @@ __all__ = ["HostCompileError", "Compiler", "compiler", "mode", "FLAGS", "BATCH",
 _log = logging.getLogger("gpuarray.kernels")
 
 #: Compiler flags of every host build.  -fwrapv and -fno-strict-aliasing give
-#: C++ the GPU's meaning of signed overflow and type punning.
+#: C++ the GPU's meaning of signed overflow and type punning;
+#: -fno-strict-overflow makes pointer arithmetic wrap too (a simulated device
+#: address points into no host object, so C++ would call ``p + i`` undefined);
+#: -fstack-clash-protection touches every page of a large frame in order, so a
+#: stack overflow always lands in the fiber's guard (a reported fault, 714).
 FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrapv",
-         "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1")
+         "-fno-strict-overflow", "-fno-strict-aliasing", "-fstack-clash-protection",
+         "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1")
 #: Most specialisations per translation unit in :func:`prepare`.
 BATCH = 48
 _ENV = "GPUARRAY_SIM_KERNELS"

@@ -2,8 +2,9 @@
 
 Pure halves (no array knowledge): ``_cai_desc`` validates and builds CAI
 dictionaries; ``_dlpack_capsule`` makes and consumes DLPack capsules through
-its core (``_dlpack_core``, a C extension, or the ``_dlpack_ctypes``
-fallback), and ``_dlpack_protocol`` checks ``__dlpack__`` keywords and maps
+its core (``_dlpack_core``, a C extension -- ``_dlpack_module.c`` with one
+unit per concern: ``_dlpack_core.c`` exports, ``_dlpack_consume.c`` imports
+-- or the ``_dlpack_ctypes`` fallback), and ``_dlpack_protocol`` checks ``__dlpack__`` keywords and maps
 dtypes to DLPack codes; ``_dlpack_export`` is the array's ``__dlpack__``
 (it uses the array's attributes, never imports it).  The C extension also
 holds the DLPack C exchange table (``_dlpack_exchange.c``, dlpack.h 1.3),

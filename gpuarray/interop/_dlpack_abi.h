@@ -1,6 +1,10 @@
 /* dlpack.h 1.3's structs and function table, as the specification lays them
- * out, and what the two C files of gpuarray.interop._dlpack_core share
- * (_dlpack_core.c: capsules; _dlpack_exchange.c: the C exchange table).
+ * out, and what the C units of gpuarray.interop._dlpack_core share
+ * (_dlpack_module.c: the module; _dlpack_core.c: exports; _dlpack_consume.c:
+ * imports, from a capsule or another producer's exchange table;
+ * _dlpack_exchange.c: our exchange table; _cai_fields.c).  Calls between
+ * units run one way: the module calls each unit's *_add, the exchange table
+ * uses the exports' helpers; nothing calls back.
  * Written for the Limited API of Python 3.10 (abi3). */
 #ifndef GPUARRAY_DLPACK_ABI_H
 #define GPUARRAY_DLPACK_ABI_H
@@ -75,15 +79,15 @@ typedef struct {
     DLDevice device;
 } GaLayout;
 
-/* _dlpack_core.c */
+/* _dlpack_core.c (exports): the helpers the exchange table shares */
 int ga_parse_layout(PyObject *const *args, GaLayout *out);
 void ga_deleter_versioned(DLManagedTensorVersioned *self);
 void ga_count_export(void);
 void ga_capsule_destructor(PyObject *capsule);
-PyObject *ga_consume_tensor(void *manager, int versioned);
-/* _dlpack_exchange.c */
+/* Each unit's functions, registered by _dlpack_module.c */
+int ga_export_add(PyObject *module);
+int ga_consume_add(PyObject *module);
 int ga_exchange_add(PyObject *module);
-/* _cai_fields.c */
 int ga_cai_add(PyObject *module);
 
 #endif

@@ -1,4 +1,4 @@
-/* The DLPack C exchange table (dlpack.h 1.3, DLPackExchangeAPI), both ways.
+/* The DLPack C exchange table (dlpack.h 1.3, DLPackExchangeAPI): the producer.
  * Part of the extension gpuarray.interop._dlpack_core (see _dlpack_core.c
  * and _dlpack_abi.h); Limited API of Python 3.10.
  *
@@ -9,21 +9,28 @@
  * (exchange_install):
  *   prepare(arr)  -> a "gpuarray.dltensor" capsule (exchange_prepare) holding
  *                    the array's DLTensor (strides in elements, shape and
- *                    strides in the same block) and its flags; the hook
- *                    caches it on the array (slot _dlt), so the C functions
- *                    read one attribute per call and allocate nothing for a
- *                    borrowed DLTensor;
+ *                    strides in the same block) and its flags; C caches it
+ *                    on the array (slot _dlt), so the C functions read one
+ *                    attribute per call and allocate nothing for a borrowed
+ *                    DLTensor.  The first capsule set is kept for the array's
+ *                    life: a caller's borrowed shape and strides point into
+ *                    it.  Two threads may both prepare (the hook runs Python
+ *                    code, so the GIL may switch inside it); the check and
+ *                    the set that follow it run no Python code, so the one
+ *                    that finishes first sets _dlt and the other uses it;
  *   to_py(capsule) -> the DeviceNDArray owning a "dltensor_versioned" capsule;
  *   allocate(device_type, device_id, code, bits, lanes, shape) -> a new array;
  *   stream(device_type, device_id) -> the handle of gpuarray's default stream
  *                    (cached per device while a key object stays the same).
  * Every function returns 0, or -1 with a Python exception set (the allocator:
- * SetError, once, instead), whatever object or NULL it is given.
+ * SetError, once, instead), whatever object or NULL it is given.  Called
+ * from a thread that has no Python thread state (a C library's worker), the
+ * exception has nowhere to go -- the thread state made for the call dies with
+ * it -- so a failure that SetError does not take is written to
+ * sys.unraisablehook instead of being lost; -1 is returned all the same.
  *
- * Consumer: exchange_import(api, obj) calls a producer's
- * managed_tensor_from_py_object_no_sync and consumes the tensor as consume()
- * does a capsule; exchange_stream(api, device_type, device_id) its
- * current_work_stream.
+ * The consumer side (exchange_import, exchange_stream: another producer's
+ * table used) is with the other imports, in _dlpack_consume.c.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
@@ -82,13 +89,40 @@ prepared(PyObject *obj)
     }
     cap = PyObject_GetAttr(obj, dlt_name);
     if (cap == NULL) {
+        PyObject *made, *kept;
+
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
             return NULL;
         }
         PyErr_Clear();
-        cap = PyObject_CallFunctionObjArgs(hook_prepare, obj, NULL);
-        if (cap == NULL) {
+        made = PyObject_CallFunctionObjArgs(hook_prepare, obj, NULL);
+        if (made == NULL) {
             return NULL;
+        }
+        if (!PyCapsule_IsValid(made, PREPARED)) {
+            PyErr_Format(PyExc_TypeError, "the prepare hook returned %R, not a prepared "
+                         "DLTensor", (PyObject *)Py_TYPE(made));
+            Py_DECREF(made);
+            return NULL;
+        }
+        /* Check and set with no Python code between (slot access): another
+         * thread may have set _dlt while the hook ran; the first one stays. */
+        kept = PyObject_GetAttr(obj, dlt_name);
+        if (kept != NULL) {
+            Py_DECREF(made);
+            cap = kept;
+        }
+        else if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(made);
+            return NULL;
+        }
+        else {
+            PyErr_Clear();
+            if (PyObject_SetAttr(obj, dlt_name, made) < 0) {
+                Py_DECREF(made);
+                return NULL;
+            }
+            cap = made;
         }
     }
     if (!PyCapsule_IsValid(cap, PREPARED)) {
@@ -207,6 +241,25 @@ managed_tensor_to_py_object(DLManagedTensorVersioned *tensor, void **out_py_obje
     return 0;
 }
 
+/* Under a GIL taken with PyGILState_Ensure by a thread that had no Python
+ * thread state (had_state 0): the pending exception would die with the
+ * thread state PyGILState_Release is about to delete, so write it to
+ * sys.unraisablehook now, naming the function. */
+static void
+keep_or_report(int had_state, const char *function)
+{
+    PyObject *where;
+
+    if (had_state || !PyErr_Occurred()) {
+        return;
+    }
+    where = PyUnicode_FromFormat("gpuarray's DLPack exchange table %s (called from a thread "
+                                 "with no Python thread state: its error is reported here)",
+                                 function);
+    PyErr_WriteUnraisable(where);
+    Py_XDECREF(where);
+}
+
 /* Pass the pending Python exception to SetError (clearing it), or leave it
  * set when there is no SetError. */
 static void
@@ -297,71 +350,84 @@ static int
 managed_tensor_allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
                          void (*set_error)(void *, const char *, const char *))
 {
+    int had_state = PyGILState_GetThisThreadState() != NULL;
     PyGILState_STATE gil = PyGILState_Ensure();
     int rc = allocate_into(prototype, out);
 
     if (rc != 0) {
         report(error_ctx, set_error);
+        keep_or_report(had_state, "managed_tensor_allocator");
     }
     PyGILState_Release(gil);
     return rc;
 }
 
+/* The stream hook's answer, cached; 0 or -1 with an exception (GIL held). */
 static int
-current_work_stream(int32_t device_type, int32_t device_id, void **out_current_stream)
+work_stream(int32_t device_type, int32_t device_id, void **out_current_stream)
 {
-    PyGILState_STATE gil;
-    PyObject *r, *key = NULL;
+    PyObject *r, *key, *old;
     void *handle;
 
     if (out_current_stream == NULL) {
-        gil = PyGILState_Ensure();
         PyErr_SetString(PyExc_ValueError, "current_work_stream: out_current_stream is NULL");
-        PyGILState_Release(gil);
         return -1;
     }
-    if (device_type == kDLCPU || device_type == kDLCUDAHost) {
-        *out_current_stream = NULL; /* host memory: no stream to order on */
-        return 0;
-    }
-    gil = PyGILState_Ensure();
     if (hook_stream == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gpuarray's DLPack exchange table is not installed");
-        PyGILState_Release(gil);
         return -1;
     }
     key = PyObject_GetAttr(key_holder, key_name);
     if (key == NULL) {
-        PyGILState_Release(gil);
         return -1;
     }
     if (key == cached_key && device_type == cached_type && device_id == cached_id) {
         Py_DECREF(key);
         *out_current_stream = cached_stream;
-        PyGILState_Release(gil);
         return 0;
     }
     r = PyObject_CallFunction(hook_stream, "ii", (int)device_type, (int)device_id);
     if (r == NULL) {
         Py_DECREF(key);
-        PyGILState_Release(gil);
         return -1;
     }
     handle = PyLong_AsVoidPtr(r);
     Py_DECREF(r);
     if (handle == NULL && PyErr_Occurred()) {
         Py_DECREF(key);
-        PyGILState_Release(gil);
         return -1;
     }
-    Py_XDECREF(cached_key);
+    /* The whole cache first, then drop the old key: dropping it may run
+     * Python code (a __del__, another thread), which must find the cache
+     * consistent -- and never the old key's pointer once it is freed. */
+    old = cached_key;
     cached_key = key; /* the reference we hold: its identity cannot be reused */
     cached_type = device_type;
     cached_id = device_id;
     cached_stream = handle;
     *out_current_stream = handle;
-    PyGILState_Release(gil);
+    Py_XDECREF(old);
     return 0;
+}
+
+static int
+current_work_stream(int32_t device_type, int32_t device_id, void **out_current_stream)
+{
+    PyGILState_STATE gil;
+    int had_state, rc;
+
+    if (out_current_stream != NULL && (device_type == kDLCPU || device_type == kDLCUDAHost)) {
+        *out_current_stream = NULL; /* host memory: no stream to order on */
+        return 0;
+    }
+    had_state = PyGILState_GetThisThreadState() != NULL;
+    gil = PyGILState_Ensure();
+    rc = work_stream(device_type, device_id, out_current_stream);
+    if (rc != 0) {
+        keep_or_report(had_state, "current_work_stream");
+    }
+    PyGILState_Release(gil);
+    return rc;
 }
 
 static DLPackExchangeAPI table = {
@@ -483,95 +549,6 @@ exchange_prepare(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return cap;
 }
 
-/* The table in a "dlpack_exchange_api" capsule: major version 1, or the first
- * of its prev_api chain that is. */
-static const DLPackExchangeAPI *
-table_of(PyObject *api)
-{
-    const DLPackExchangeAPIHeader *h;
-
-    if (!PyCapsule_IsValid(api, GA_NAME_API)) {
-        PyErr_Format(PyExc_TypeError, "expected a \"%s\" capsule, got %R", GA_NAME_API,
-                     (PyObject *)Py_TYPE(api));
-        return NULL;
-    }
-    h = (const DLPackExchangeAPIHeader *)PyCapsule_GetPointer(api, GA_NAME_API);
-    while (h != NULL && h->version.major != 1) {
-        h = h->prev_api;
-    }
-    if (h == NULL) {
-        PyErr_SetString(PyExc_BufferError, "the DLPack exchange table has no major version 1");
-        return NULL;
-    }
-    return (const DLPackExchangeAPI *)h;
-}
-
-/* exchange_import(api, obj) -> consume()'s tuple for obj's managed tensor. */
-static PyObject *
-exchange_import(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    const DLPackExchangeAPI *api;
-    DLManagedTensorVersioned *m = NULL;
-
-    (void)module;
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "exchange_import() takes 2 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    api = table_of(args[0]);
-    if (api == NULL) {
-        return NULL;
-    }
-    if (api->managed_tensor_from_py_object_no_sync == NULL) {
-        PyErr_SetString(PyExc_BufferError, "the DLPack exchange table has no "
-                        "managed_tensor_from_py_object_no_sync");
-        return NULL;
-    }
-    if (api->managed_tensor_from_py_object_no_sync(args[1], &m) != 0 || m == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_BufferError, "%R's DLPack exchange table failed without "
-                         "saying why", (PyObject *)Py_TYPE(args[1]));
-        }
-        return NULL;
-    }
-    return ga_consume_tensor(m, 1);
-}
-
-/* exchange_stream(api, device_type, device_id) -> int (0: NULL) or None when
- * the table has no current_work_stream. */
-static PyObject *
-exchange_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    const DLPackExchangeAPI *api;
-    void *stream = NULL;
-    int dev_type, dev_id;
-
-    (void)module;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "exchange_stream() takes 3 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    api = table_of(args[0]);
-    if (api == NULL) {
-        return NULL;
-    }
-    dev_type = (int)PyLong_AsLong(args[1]);
-    dev_id = (int)PyLong_AsLong(args[2]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (api->current_work_stream == NULL) {
-        Py_RETURN_NONE;
-    }
-    if (api->current_work_stream(dev_type, dev_id, &stream) != 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "current_work_stream failed without saying why");
-        }
-        return NULL;
-    }
-    return PyLong_FromVoidPtr(stream);
-}
-
 static PyMethodDef exchange_methods[] = {
     {"exchange_install", (PyCFunction)(void (*)(void))exchange_install, METH_FASTCALL,
      "exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor, key_holder, "
@@ -579,10 +556,6 @@ static PyMethodDef exchange_methods[] = {
     {"exchange_prepare", (PyCFunction)(void (*)(void))exchange_prepare, METH_FASTCALL,
      "exchange_prepare(data, shape, byte_strides, itemsize, code, bits, lanes, device_type, "
      "device_id, readonly) -> an array's prepared DLTensor"},
-    {"exchange_import", (PyCFunction)(void (*)(void))exchange_import, METH_FASTCALL,
-     "exchange_import(api, obj) -> consume()'s tuple, through a producer's exchange table"},
-    {"exchange_stream", (PyCFunction)(void (*)(void))exchange_stream, METH_FASTCALL,
-     "exchange_stream(api, device_type, device_id) -> the producer's current work stream"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,9 +8,10 @@ in the ``_dlpack_core`` extension) and know nothing of arrays; this module
 registers the array type and the four hooks they call:
 
 * ``_prepare(arr)``: the array's ``DLTensor`` (pointer, shape, strides in
-  elements, dtype and device codes, read-only flag), made once per array by
-  the C core from the same values and rules as a ``__dlpack__`` export and
-  cached on the array (slot ``_dlt``; the layout never changes);
+  elements, dtype and device codes, read-only flag), made by the C core from
+  the same values and rules as a ``__dlpack__`` export; C caches it on the
+  array (slot ``_dlt``; the layout never changes), keeping the first one set
+  when two threads prepare at once (a borrowed ``DLTensor`` points into it);
 * ``_to_py(capsule)``: ``from_dlpack`` of a ``"dltensor_versioned"`` capsule,
   zero-copy only (host memory is refused: the consumer handed over memory
   and expects an array over it);
@@ -48,11 +49,9 @@ _INT64_MAX = 2**63 - 1
 def _prepare(arr: DeviceNDArray) -> Any:
     code, bits, lanes, itemsize = _cap._dl_dtype(arr.dtype)  # BufferError: no DLPack dtype
     kind = arr._dl
-    prepared = _core.exchange_prepare(arr._ptr, arr.shape, arr.strides, itemsize, code, bits,
-                                      lanes, kind, arr.device.id if kind == kDLCUDA else 0,
-                                      arr.readonly)
-    arr._dlt = prepared
-    return prepared
+    return _core.exchange_prepare(arr._ptr, arr.shape, arr.strides, itemsize, code, bits,
+                                  lanes, kind, arr.device.id if kind == kDLCUDA else 0,
+                                  arr.readonly)
 
 
 def _to_py(capsule: Any) -> DeviceNDArray:

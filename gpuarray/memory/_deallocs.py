@@ -5,7 +5,9 @@ One concern: batching frees.  The default manager (and every
 until more than ``GPUARRAY_MAX_PENDING_DEALLOCS_COUNT`` (default 10) are
 pending or their size passes ``GPUARRAY_MAX_PENDING_DEALLOCS_RATIO`` (default
 0.2) of the device memory; the manager flushes it on out-of-memory before
-retrying once.  :func:`~gpuarray.defer_cleanup` holds all frees back
+retrying once.  The frees of a flush are made in relaxed capture mode, and
+none is made while gpuarray captures a graph (``_capture.py``: they never
+invalidate a capture).  :func:`~gpuarray.defer_cleanup` holds all frees back
 (``disable``: nestable, exception-safe).  A flush frees every item with the
 queue's device current, even when some fail (the first error is raised, the
 others added to it as notes).
@@ -21,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from .. import _config
+from .. import _capture, _config, _driver
 from .._device import Device
 from .._driver._finalize import _tls, hand_to_reaper
 
@@ -117,8 +119,8 @@ class _PendingDeallocs:
             hand_to_reaper(self.clear)
             return
         with self._lock:
-            if self._disabled or not self._items:
-                return
+            if self._disabled or not self._items or _capture._captures:
+                return  # held: deferred, or a capture of gpuarray's runs (_capture.py)
             # What is queued now (popped, not swapped: add_item takes no lock);
             # items added meanwhile wait for the next flush.
             queue = self._items
@@ -130,8 +132,10 @@ class _PendingDeallocs:
         # ten releases), with the queue's device current.
         depth = _tls.depth
         _tls.depth = depth + 1
+        b = _driver._backend
         try:
-            with self._device.activate() if self._device is not None else contextlib.nullcontext():
+            with self._device.activate() if self._device is not None else contextlib.nullcontext(), \
+                    _capture.relaxed(b) if b is not None else contextlib.nullcontext():
                 for free, handle, _ in items:
                     try:
                         free(handle)
@@ -160,5 +164,6 @@ class _PendingDeallocs:
 
     @property
     def is_disabled(self) -> bool:
-        return self._disabled > 0
+        """Whether releases are held back now: deferred, or a capture of gpuarray's runs."""
+        return self._disabled > 0 or bool(_capture._captures)
 

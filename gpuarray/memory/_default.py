@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _driver
+from .._capture import call_relaxed
 from .._device import Device
 from .._driver import get_backend
 from ..errors import CudaOutOfMemoryError
@@ -191,12 +192,12 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
     def _free_host(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
         if get_backend() is backend:
-            backend.mem_free_host(ptr)
+            backend.mem_free_host(ptr)  # from a flush: in relaxed capture mode
 
     def _unpin(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
         if get_backend() is backend:
-            backend.mem_host_unregister(ptr)
+            call_relaxed(backend, backend.mem_host_unregister, ptr)
 
     def _in_context(self, fn: Callable[..., None], *args: Any) -> None:
         """``fn(*args)`` with this manager's device current (finalizers)."""
@@ -220,7 +221,8 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         PinnedMemory or MappedMemory
         """
         b = get_backend()
-        ptr = b.mem_host_alloc(size, mapped=mapped, portable=portable, write_combined=wc)
+        ptr = call_relaxed(b, b.mem_host_alloc, size, mapped=mapped, portable=portable,
+                           write_combined=wc)
         dealloc = self.deallocations
 
         def finalizer(ptr=ptr, size=size):
@@ -254,7 +256,7 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         # Memory unpinned inside defer_cleanup() is still registered: pinning
         # it again (Numba's ``with pinned(a)`` twice) unregisters it first.
         self.deallocations.take(ptr, self._unpin)
-        b.mem_host_register(ptr, size, mapped=mapped)
+        call_relaxed(b, b.mem_host_register, ptr, size, mapped=mapped)
         dealloc = self.deallocations
 
         def finalizer(ptr=ptr, size=size):
@@ -331,10 +333,11 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         """
         b = get_backend()
         try:
-            ptr = b.mem_alloc(size)
+            ptr = call_relaxed(b, b.mem_alloc, size)  # never invalidates a capture (_capture.py)
         except CudaOutOfMemoryError:
             dev = self.context.id if self.context is not None else b.ctx_get_device()
-            ptr = _retry_after_flush(functools.partial(b.mem_alloc, size), self.deallocations,
+            ptr = _retry_after_flush(functools.partial(call_relaxed, b, b.mem_alloc, size),
+                                     self.deallocations,
                                      f"{_fmt_size(size)} ({size} bytes) on device {dev}")
         rel = self._release_of
         if rel is None or rel.backend is not b:

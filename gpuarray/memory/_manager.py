@@ -32,8 +32,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from .. import _config
+from .. import _capture, _config
 from .._device import Device, _current_primary, get_device
+from .._driver._finalize import remember
 from ._deallocs import _PendingDeallocs  # noqa: F401  (tests reach it here)
 from ._default import (
     SUPPORTED_INTERFACE_VERSION,
@@ -184,7 +185,7 @@ def get_memory_manager(device: Device | None = None) -> BaseCUDAMemoryManager:
     return mgr
 
 
-def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
+def allocate(nbytes: int, device: Device | None = None, stream: Any = None) -> MemoryPointer:
     """Allocate device memory through the active manager.
 
     Parameters
@@ -193,6 +194,11 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
         Bytes to allocate; 0 allocates nothing and returns a null pointer.
     device : Device, optional
         Default: the current device.
+    stream : Stream, optional
+        The stream the memory is used on (default: the one published by
+        :func:`allocation_stream`).  On a stream that is capturing a graph
+        (:meth:`Stream.begin_capture <gpuarray.Stream.begin_capture>`) the
+        memory is graph memory, owned by the graph and the returned pointer.
 
     Returns
     -------
@@ -206,6 +212,10 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
         When the active manager's ``memalloc`` returns something that is not
         a :class:`MemoryPointer` (the message names the manager class).
     """
+    if _capture._captures and nbytes > 0:
+        mem = _capture_alloc(nbytes, device, stream)
+        if mem is not None:
+            return mem
     if nbytes > 0:  # when that device's primary context is current already, no activation
         current = _current_primary()
         if current is not None and (device is None or device is current):
@@ -216,6 +226,29 @@ def allocate(nbytes: int, device: Device | None = None) -> MemoryPointer:
     mgr = get_memory_manager(dev)
     with dev.activate():
         return _checked(mgr, "memalloc", nbytes, mgr.memalloc(nbytes), MemoryPointer)
+
+
+def _release_held_frees() -> None:
+    """The last capture of gpuarray ended: run the frees held meanwhile (``_capture.py``)."""
+    for mgr in list(_managers.values()):
+        queue = getattr(mgr, "deallocations", None)
+        if queue is not None:
+            try:
+                queue.clear()
+            except Exception as e:  # a CUDA error of a free: the next gpuarray call raises it
+                remember(e)
+
+
+_capture.on_idle(_release_held_frees)
+
+
+def _capture_alloc(nbytes: int, device: Device | None, stream: Any) -> MemoryPointer | None:
+    """Graph memory when the allocation's stream is capturing (``_graph.py``), else None."""
+    from .._graph import capture_alloc
+    from ._pool import current_allocation_stream
+
+    dev = device if device is not None else get_device()
+    return capture_alloc(nbytes, dev, stream if stream is not None else current_allocation_stream(dev))
 
 
 def _allocate_current(nbytes: int, device: Device) -> MemoryPointer:

@@ -66,6 +66,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .._capture import call_relaxed
 from .._device import Device, get_device
 from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
@@ -537,7 +538,7 @@ class PoolMemoryManager(StreamOrderedMemoryManager):
             raise RuntimeError(f"device {dev} does not support stream-ordered memory pools "
                                "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): use the "
                                "default memory manager")
-        b.mempool_set_release_threshold(dev, self.release_threshold)
+        call_relaxed(b, b.mempool_set_release_threshold, dev, self.release_threshold)
         self._ready = True
 
     def memalloc(self, size: int) -> MemoryPointer:

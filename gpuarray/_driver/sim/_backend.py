@@ -6,8 +6,9 @@ are about the simulated machine itself -- construction (from the
 other calls live in one module per group, each a subclass of ``SimCore``
 (``_core.py``: the state and the checks every call shares) that
 ``SimBackend`` combines: ``_memory_calls.py`` (allocations, copies,
-memsets), ``_stream_calls.py`` (streams, events, host callbacks) and
-``_module_calls.py`` (modules, launches, IPC).  Subclasses rather than
+memsets), ``_stream_calls.py`` (streams, events, host callbacks),
+``_module_calls.py`` (modules, launches, IPC) and ``_graph.py`` (stream
+capture and graphs; the capture rules are in ``_capture.py``).  Subclasses rather than
 module-level helpers so that every call stays a method of the backend, with
 the same name, lock and attributes as before the split.
 
@@ -57,9 +58,10 @@ from typing import overload
 from ...errors import CudaError, CudaUnavailableError
 from .. import _fork
 from .._base import DEVICE_ATTRIBUTES
-from . import _profile, _sticky
+from . import _capture, _profile, _sticky
 from ._context_calls import SimContextCalls
 from ._core import INVALID_CONTEXT, INVALID_VALUE, _api, _locked
+from ._graph import SimGraphCalls
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
 from ._stream_calls import SimStreamCalls
@@ -103,7 +105,8 @@ def _env_int(name: str, default: int | None, minimum: int) -> int | None:
     return value
 
 
-class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimContextCalls):
+class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
+                 SimContextCalls):
     """CPU simulator of the driver interface.
 
     Parameters
@@ -277,6 +280,10 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimContextCalls
     @_locked
     def ctx_synchronize(self) -> None:
         ctx = self._current("cuCtxSynchronize")
+        caps = [c for c in self._captures.values() if c.ctx is ctx]
+        if caps:
+            _capture.refuse(self, _capture.UNSUPPORTED, "cuCtxSynchronize", caps,
+                            "synchronizes a context with a capturing stream")
         self._sync("cuCtxSynchronize", lambda: self.sched.complete_all(ctx))
         for s in self.sched.streams_by_ctx.get(id(ctx), ()):
             self.sched.host_observes(s.vc)

@@ -23,11 +23,11 @@ import numpy as np
 from ...errors import CudaError, CudaOutOfMemoryError
 from .. import _fork
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
-from . import _hostfn, _sticky
+from . import _capture, _hostfn, _sticky
 from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault
-from ._sched import Op, Scheduler, SimEvent, SimStream, _Blocked
+from ._sched import Op, Scheduler, SimContext, SimEvent, SimStream, _Blocked
 from ._visible import visible_list
 
 INVALID_VALUE = 1
@@ -38,22 +38,6 @@ NOT_READY = 600
 ILLEGAL_ADDRESS = 700
 
 
-class SimContext:
-    def __init__(self, handle: int, device: int) -> None:
-        self.handle = handle
-        self.device = device
-        self.refs = 0
-        self.legacy: SimStream = None  # type: ignore[assignment]
-        self.per_thread: dict[int, SimStream] = {}
-        self.peers: set[int] = set()
-        #: Whether ``cuProfilerStart`` enabled profile collection (no profiler runs).
-        self.profiling = False
-        #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
-        self.sticky: tuple[int, str] | None = None
-        #: False for a context of ``cuCtxCreate`` (``_context_calls.py``).
-        self.primary = True
-        #: Set by ``cuCtxDestroy``: every later use is CUDA_ERROR_INVALID_CONTEXT.
-        self.destroyed = False
 
 
 def _driver_call(method, locked: bool):
@@ -64,7 +48,17 @@ def _driver_call(method, locked: bool):
     # In a child forked after init (``.._fork``) every call fails with
     # CUDA_ERROR_NOT_INITIALIZED, as a driver's do: checked before the lock,
     # which another thread of the parent may have held at the fork.
-    if locked:
+    if method.__name__ in _capture.UNSAFE_CALLS:  # see _capture.py
+        def wrapper(self, *args, **kwargs):
+            if self._forked_from is not None:
+                raise _fork.error(call)
+            if state.active:
+                _hostfn.refuse(call)
+            with self._lock:
+                if self.sched.capturing:
+                    _capture.check_unsafe(self, call)
+                return method(self, *args, **kwargs)
+    elif locked:
         def wrapper(self, *args, **kwargs):
             if self._forked_from is not None:
                 raise _fork.error(call)
@@ -95,6 +89,12 @@ def _api(method):
 
 class SimCore(Backend):
     """The simulator's state and the checks its calls share (parameters: ``SimBackend``)."""
+
+    #: Queue host function ``fn`` on a stream (``_stream_calls.py``; graph replays use it).
+    _queue_host_fn: Any
+    #: Graph memory nodes of a capture (``_graph.py``; the memory calls use them).
+    _capture_alloc: Any
+    _capture_free: Any
 
     def __init__(self, devices: int = 1, memory: int = 4 << 30,
                  compute_capability: Sequence[tuple[int, int]] = ((9, 0),),
@@ -133,6 +133,11 @@ class SimCore(Backend):
         self._forked_from: int | None = None
         self._init_pid: int | None = None
         self.sched.on_fault = self._fault_while_draining
+        #: Capture sequences in progress, graphs and executable graphs (``_capture.py``, ``_graph.py``).
+        self._captures: dict[int, Any] = {}
+        self._graphs: dict[int, Any] = {}
+        self._execs: dict[int, Any] = {}
+        self.sched.capture_hook = functools.partial(_capture.captured, self)
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)
             ctx.legacy = self.sched.new_stream(STREAM_LEGACY, ctx, "legacy")
@@ -239,7 +244,7 @@ class SimCore(Backend):
         op = self.sched.failed_op
         if code not in _sticky.STICKY_CODES or op is None:
             return False
-        _sticky.poison(self, op.stream.ctx, code, detail)
+        _sticky.poison(self.sched, op.stream.ctx, code, detail)
         return True
 
     def _fault_while_draining(self, op: Op, e: BaseException) -> bool:
@@ -275,7 +280,7 @@ class SimCore(Backend):
         work, which would make the context unusable on a GPU).
         """
         try:
-            a, _ = self.memory.resolve(address, nbytes, f"{call} {role}")
+            a, _ = self.memory.resolve(address, nbytes, f"{call} {role}", reserved=True)
         except DeviceFault as f:
             raise CudaError(INVALID_VALUE, call, f.detail) from None
         return a

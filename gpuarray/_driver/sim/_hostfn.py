@@ -89,6 +89,16 @@ CALL_NAMES: dict[str, str] = {
     "ipc_close_mem_handle": "cuIpcCloseMemHandle",
     "mem_alloc_managed": "cuMemAllocManaged",
     "stream_add_callback": "cuStreamAddCallback",
+    "stream_begin_capture": "cuStreamBeginCapture",
+    "stream_end_capture": "cuStreamEndCapture",
+    "stream_is_capturing": "cuStreamIsCapturing",
+    "stream_capture_info": "cuStreamGetCaptureInfo",
+    "exchange_capture_mode": "cuThreadExchangeStreamCaptureMode",
+    "graph_instantiate": "cuGraphInstantiateWithFlags",
+    "graph_launch": "cuGraphLaunch",
+    "graph_upload": "cuGraphUpload",
+    "graph_exec_destroy": "cuGraphExecDestroy",
+    "graph_destroy": "cuGraphDestroy",
 }
 
 

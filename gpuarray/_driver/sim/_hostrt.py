@@ -36,10 +36,12 @@ __all__ = ["RUNTIME_SOURCE", "ABI", "HostRuntime", "Grant", "grants_for"]
 #: The runtime's C++ source.
 RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
 #: The ``GA_HOST_ABI`` of ``kernels/ga_host.cuh`` this module speaks.
-ABI = 1
+ABI = 2
 
 _NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+          714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
           2: "CUDA_ERROR_OUT_OF_MEMORY"}
+_GLOBAL, _SHARED, _STACK, _EXCEPTION = 0, 1, 2, 3
 
 
 class Grant(ctypes.Structure):
@@ -52,7 +54,8 @@ class Grant(ctypes.Structure):
 class _Fault(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int), ("write", ctypes.c_int), ("addr", ctypes.c_uint64),
                 ("size", ctypes.c_uint64), ("block", ctypes.c_uint * 3),
-                ("thread", ctypes.c_uint * 3)]
+                ("thread", ctypes.c_uint * 3), ("space", ctypes.c_int),
+                ("extent", ctypes.c_uint64), ("what", ctypes.c_char * 128)]
 
 
 _Dim = ctypes.c_uint * 3
@@ -69,8 +72,18 @@ class HostRuntime:
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _Dim, _Dim, ctypes.POINTER(Grant),
                        ctypes.c_int, ctypes.POINTER(_Fault)]
+        held = lib.ga_hostrt_fibers
+        held.restype = None
+        held.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
         self._lib = lib
         self._launch = fn
+        self._held = held
+
+    def fibers_held(self) -> tuple[int, int]:
+        """Fiber stacks held by the calling thread and on the process-wide free list."""
+        mine, free = ctypes.c_uint64(), ctypes.c_uint64()
+        self._held(ctypes.byref(mine), ctypes.byref(free))
+        return mine.value, free.value
 
     def launch(self, kernel: str, entry: int, params: ctypes.Structure,
                grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant]) -> None:
@@ -79,9 +92,10 @@ class HostRuntime:
         Raises
         ------
         DeviceFault
-            The kernel accessed memory outside ``grants`` or misaligned; the
-            message names the kernel, the address, the size, the block and
-            the thread.
+            The kernel accessed memory outside ``grants`` or outside a
+            ``__shared__`` array, or misaligned (700, 716), overflowed its
+            stack (714) or threw a C++ exception (719); the message names the
+            kernel, what happened, and the block and thread.
         """
         arr = (Grant * max(1, len(grants)))(*grants)
         fault = _Fault()
@@ -91,13 +105,30 @@ class HostRuntime:
             return
         if rc == 2:
             raise DeviceFault(2, f"kernel {kernel}: no memory for the fibers of a block")
+        where = f"block {tuple(fault.block)} thread {tuple(fault.thread)}"
+        name = _NAMES.get(rc, rc)
+        if fault.space == _STACK:
+            raise DeviceFault(rc, f"kernel {kernel}: the thread overflowed its {fault.extent >> 10}"
+                                  f" KiB stack (fault at 0x{fault.addr:x}, {name}); {where}")
+        if fault.space == _EXCEPTION:
+            raise DeviceFault(rc, f"kernel {kernel}: the host build threw a C++ exception: "
+                                  f"{fault.what.decode('utf-8', 'replace')} ({name}); {where}")
         what = "write" if fault.write else "read"
+        if fault.space == _SHARED:
+            off = ctypes.c_int64(fault.addr).value
+            why = "misaligned" if rc == 716 else "outside it"
+            raise DeviceFault(rc, f"kernel {kernel}: {what} of {fault.size} bytes at offset {off}"
+                                  f" of a {fault.extent}-byte __shared__ array, {why} ({name}); "
+                                  f"{where}")
+        if fault.size == 0:  # a memory fault the checks did not see (a raw dereference)
+            raise DeviceFault(rc, f"kernel {kernel}: memory fault at host address "
+                                  f"0x{fault.addr:x}, outside every checked access ({name}); "
+                                  f"{where}")
         why = ("misaligned" if rc == 716 else
                "outside the extents granted to the launch (" + ", ".join(
                    f"0x{g.base:x}+{g.size} {'rw' if g.writable else 'r'}" for g in grants) + ")")
         raise DeviceFault(rc, f"kernel {kernel}: {what} of {fault.size} bytes at address "
-                              f"0x{fault.addr:x}, {why} ({_NAMES.get(rc, rc)}); block "
-                              f"{tuple(fault.block)} thread {tuple(fault.thread)}")
+                              f"0x{fault.addr:x}, {why} ({name}); {where}")
 
 
 def grants_for(mem: Any, accesses: Sequence[tuple[int, int, bool]]) -> tuple[list[Grant], list]:

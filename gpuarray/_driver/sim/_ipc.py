@@ -45,17 +45,27 @@ import struct
 import sys
 import threading
 import weakref
-from collections.abc import Sized
+from collections.abc import Callable, Sized
 from multiprocessing import resource_tracker, shared_memory
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ...errors import CudaError
-from ._memory import ALIGN, Allocation
+from ._memory import ALIGN, AddressSpace, Allocation
+from ._sched import Scheduler, SimContext
 
-if TYPE_CHECKING:
-    from ._core import SimCore
+
+class _Driver(Protocol):
+    """What the IPC calls use of the simulator: its memory, scheduler and context checks."""
+
+    memory: AddressSpace
+    sched: Scheduler
+    _contexts: list[SimContext]
+
+    def _current(self, call: str, work: bool = True) -> SimContext: ...
+
+    def _sync(self, call: str, fn: Callable[[], None]) -> None: ...
 
 MAGIC = b"GSIM"
 VERSION = 1
@@ -149,7 +159,7 @@ class _Import:
 class SimIpc:
     """The IPC state of one simulated driver (exports and open mappings)."""
 
-    def __init__(self, backend: SimCore) -> None:
+    def __init__(self, backend: _Driver) -> None:
         self._b = backend
         self._exports: dict[int, bytes] = {}  # allocation base -> handle
         self._imports: dict[tuple[int, bytes], _Import] = {}  # (device, handle) -> mapping

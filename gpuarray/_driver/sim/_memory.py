@@ -18,6 +18,7 @@ import bisect
 import ctypes
 import dataclasses
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -53,12 +54,16 @@ class Allocation:
     base: int
     size: int
     device: int  # owning device ordinal (-1: host memory usable by any device)
-    kind: str  # "device", "pool", "pinned", "registered", "ipc", "managed"
+    kind: str  # "device", "pool", "pinned", "registered", "ipc", "managed", "graph"
     store: np.ndarray | None = None  # device bytes; None for host kinds
     mapped: bool = False
     alive: bool = True
     freed_by: str = ""
     races: list = dataclasses.field(default_factory=list)  # race-detector records
+    #: Graph memory (kind "graph") whose address is reserved but not mapped
+    #: now: why (accessing it is an illegal address, as on a GPU); "" when mapped.
+    unmapped: str = ""
+    graph: Any = None  # the graph (``_graph.SimGraph``) whose allocation node reserved it
     #: Unique in the process (``CU_POINTER_ATTRIBUTE_BUFFER_ID``).
     serial: int = dataclasses.field(default_factory=itertools.count(1).__next__)
 
@@ -199,11 +204,14 @@ class AddressSpace:
         return None
 
     # --------------------------------------------------------------- access
-    def resolve(self, address: int, nbytes: int, what: str) -> tuple[Allocation, int]:
+    def resolve(self, address: int, nbytes: int, what: str, reserved: bool = False) -> tuple[Allocation, int]:
         """Check that ``[address, address+nbytes)`` is inside one live device
         (or mapped host) allocation; return it and the offset.
 
         Raises :class:`DeviceFault` with ``CUDA_ERROR_ILLEGAL_ADDRESS`` otherwise.
+        ``reserved``: graph memory that is not mapped now passes (the checks a
+        call makes of its arguments: the address is reserved; the access
+        faults when the work runs, if it is still unmapped then).
         """
         a = self.find(address)
         if a is None:
@@ -211,6 +219,9 @@ class AddressSpace:
         if not a.alive:
             raise DeviceFault(ILLEGAL_ADDRESS, f"{what}: address 0x{address:x} is in {a.describe()} "
                                                f"which was freed ({a.freed_by}): use after free")
+        if a.unmapped and not reserved:
+            raise DeviceFault(ILLEGAL_ADDRESS, f"{what}: address 0x{address:x} is in {a.describe()}, "
+                                               f"which is not mapped now: {a.unmapped}")
         if address + nbytes > a.base + a.size:
             raise DeviceFault(ILLEGAL_ADDRESS, f"{what}: bytes 0x{address:x}+{nbytes} run past the end "
                                                f"of {a.describe()} by {address + nbytes - a.base - a.size} bytes")

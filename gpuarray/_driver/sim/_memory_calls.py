@@ -15,9 +15,11 @@ import numpy as np
 
 from ...errors import CudaError
 from .._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
-from . import _sticky
+from . import _capture, _sticky
 from ._core import INVALID_VALUE, SimCore, _api, _locked
+from ._graph import claim_graph_free, free_graph_memory, unmap_graph_memory
 from ._memory import Allocation, read_host, write_host
+from ._sched import SimStream
 
 
 class SimMemoryCalls(SimCore):
@@ -45,12 +47,17 @@ class SimMemoryCalls(SimCore):
             self._sync_for_free("cuMemFree", self._contexts[a.device], a.base, a.base + a.size)
         else:  # not a live device allocation: free_device says what is wrong
             self._sync_for_free("cuMemFree", getattr(self._tls, "ctx", None), 0, 0)
+        if a is not None and a.kind == "graph" and a.alive and a.base == ptr:
+            free_graph_memory(self, a, "cuMemFree")
+            return
         self.memory.free_device(int(ptr), "cuMemFree")
 
     @_locked
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         s = self._stream(stream, "cuMemAllocAsync")
         self._fault("alloc", "cuMemAllocAsync")
+        if s.capture is not None:  # an allocation node (_graph.py)
+            return self._capture_alloc(s, nbytes, "cuMemAllocAsync")
         a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="pool", call="cuMemAllocAsync")
         self.sched.enqueue(s, None, f"cuMemAllocAsync of 0x{a.base:x}", [(a.base, a.size, True)])
         return a.base
@@ -59,6 +66,14 @@ class SimMemoryCalls(SimCore):
     def mem_free_async(self, ptr: int, stream: int) -> None:
         s = self._stream(stream, "cuMemFreeAsync")
         a = self.memory.find(int(ptr))
+        if s.capture is not None:  # a free node (_graph.py)
+            self._capture_free(s, a, int(ptr), "cuMemFreeAsync")
+            return
+        if a is not None and a.kind == "graph" and a.base == ptr and a.alive:
+            claim_graph_free(a, "cuMemFreeAsync")
+            self.sched.enqueue(s, lambda: unmap_graph_memory(self, a, "freed by cuMemFreeAsync"),
+                               f"cuMemFreeAsync of 0x{a.base:x} (graph memory)", [(a.base, a.size, True)])
+            return
         if a is None or a.base != ptr or not a.alive or a.is_host:
             raise CudaError(INVALID_VALUE, "cuMemFreeAsync", f"0x{int(ptr):x} is not a live device allocation")
         self.sched.enqueue(s, lambda: self.memory.free_device(a.base, "cuMemFreeAsync"),
@@ -151,6 +166,8 @@ class SimMemoryCalls(SimCore):
         self._check_host(src_host, call, "source")
         self._check_range(dst, nbytes, call, "destination")
         pinned = self.memory.host_kind(src_host, nbytes)
+        if not pinned:
+            self._refuse_pageable(s, call, "from")
         data = None if pinned else read_host(src_host, nbytes)
 
         def run():
@@ -170,6 +187,8 @@ class SimMemoryCalls(SimCore):
         self._check_host(dst_host, call, "destination")
         self._check_range(src, nbytes, call, "source")
         pinned = self.memory.host_kind(dst_host, nbytes)
+        if not pinned:
+            self._refuse_pageable(s, call, "to")
 
         def run():
             a, off = self._mem_rw(src, nbytes)
@@ -181,8 +200,15 @@ class SimMemoryCalls(SimCore):
                                 on_ready=poison[1] if poison else None)
         if not pinned:  # pageable destination: returns once the copy is done
             self._complete(op, call)
-        elif poison is not None:
+        elif poison is not None and not op.captured:
             poison[0]()
+
+    def _refuse_pageable(self, s: SimStream, call: str, direction: str) -> None:
+        """A copy {direction} pageable host memory on a capturing stream: 900 (see _capture.py)."""
+        if s.capture is not None:
+            _capture.refuse(self, _capture.UNSUPPORTED, call, [s.capture],
+                            f"{direction} pageable host memory on a capturing stream (a graph "
+                            "would re-read it at every launch)")
 
     def _poisoner(self, dst: int, span: int, mask: np.ndarray | None):
         """``(now, when_ready)``: poison a page-locked copy destination.
@@ -254,6 +280,8 @@ class SimMemoryCalls(SimCore):
             pinned_src = self.memory.host_kind(src, src_span)
         if not dst_is_device:
             pinned_dst = self.memory.host_kind(dst, dst_span)
+        if (not src_is_device and pinned_src is None) or (not dst_is_device and pinned_dst is None):
+            self._refuse_pageable(s, call, "to or from")
         snapshot = None
         if not src_is_device and pinned_src is None:
             snapshot = read_host(src, src_span)
@@ -294,7 +322,7 @@ class SimMemoryCalls(SimCore):
                                 on_ready=poison[1] if poison else None)
         if not dst_is_device and pinned_dst is None:
             self._complete(op, call)
-        elif poison is not None:
+        elif poison is not None and not op.captured:
             poison[0]()
 
     def _memset(self, bits: int, dst: int, value: int, count: int, stream: int) -> None:

@@ -31,13 +31,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ...errors import StreamOrderError
 from ._memory import AddressSpace, Allocation
-
-if TYPE_CHECKING:  # the backend imports this module
-    from ._core import SimContext
 
 
 class Op:
@@ -64,6 +61,29 @@ class Op:
         #: A host function: its driver thread runs it (``claim``/``finish``), never ``complete``.
         self.host_fn = False
 
+    #: Work recorded into a graph (``_capture.Node``) says True.
+    captured = False
+
+
+class SimContext:
+    """A simulated context: its legacy and per-thread streams, peers, profiling and sticky fault."""
+
+    def __init__(self, handle: int, device: int) -> None:
+        self.handle = handle
+        self.device = device
+        self.refs = 0
+        self.legacy: SimStream = None  # type: ignore[assignment]
+        self.per_thread: dict[int, SimStream] = {}
+        self.peers: set[int] = set()
+        #: Whether ``cuProfilerStart`` enabled profile collection (no profiler runs).
+        self.profiling = False
+        #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
+        self.sticky: tuple[int, str] | None = None
+        #: False for a context of ``cuCtxCreate`` (``_context_calls.py``).
+        self.primary = True
+        #: Set by ``cuCtxDestroy``: every later use is CUDA_ERROR_INVALID_CONTEXT.
+        self.destroyed = False
+
 
 class SimStream:
     """A simulated stream.  ``kind``: legacy, per_thread, blocking, non_blocking."""
@@ -77,6 +97,10 @@ class SimStream:
         self.vc: dict[int, int] = {}
         self.clock = 0
         self.destroyed = False
+        #: The capture sequence the stream is in (``_capture.SimCapture``), and the
+        #: graph nodes its next captured work depends on.
+        self.capture: Any = None
+        self.cap_deps: list = []
 
     @property
     def blocking(self) -> bool:
@@ -98,6 +122,9 @@ class SimEvent:
         self.op: Op | None = None
         self.vc: dict[int, int] = {}
         self.destroyed = False
+        #: Recorded in a capture: that capture (``_capture.SimCapture``) and its nodes.
+        self.capture: Any = None
+        self.cap_deps: list = []
 
 
 def _join(into: dict[int, int], other: dict[int, int]) -> None:
@@ -151,6 +178,12 @@ class Scheduler:
         #: drains (no synchronising call to report it); returns True when it
         #: took care of the error (a sticky fault: later calls report it).
         self.on_fault: Callable[[Op, BaseException], bool] | None = None
+        #: While captures exist (``capturing``), work queued goes through
+        #: ``capture_hook`` first (``_capture.captured``): it becomes a graph node
+        #: on a capturing stream, is refused on the legacy stream next to a
+        #: capturing blocking stream, and is queued as usual otherwise.
+        self.capturing = 0
+        self.capture_hook: Callable[..., Any] | None = None
 
     # ------------------------------------------------------------- streams
     def new_stream(self, handle: int, ctx: SimContext, kind: str) -> SimStream:
@@ -189,6 +222,10 @@ class Scheduler:
         ``complete`` never runs it but waits until its driver thread has
         (``claim`` then ``finish``), so later work waits for it to return.
         """
+        if self.capturing and self.capture_hook is not None:
+            node = self.capture_hook(stream, fn, desc, accesses, on_ready)
+            if node is not None:
+                return node
         deps: list[Op] = []
         if stream.tail is not None and not stream.tail.done:
             deps.append(stream.tail)

@@ -25,12 +25,25 @@ CUDA, where argument checks fail without touching the context.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ...errors import CudaError
+from ._memory import AddressSpace
+from ._sched import Scheduler, SimContext
 
-if TYPE_CHECKING:  # the backend imports this module
-    from ._core import SimContext, SimCore
+
+class _Resources(Protocol):
+    """What a reset destroys: the simulator's memory, scheduler and handle tables."""
+
+    memory: AddressSpace
+    sched: Scheduler
+    _streams: dict[int, Any]
+    _events: dict[int, Any]
+    _modules: dict[int, tuple[SimContext, bytes]]
+    _functions: dict[int, tuple[SimContext, str, Any, int]]  # ctx, name, impl, module
+    _globals: dict[tuple[int, str], tuple[int, int]]
+    _captures: dict[int, Any]
+
 
 #: CUresult codes CUDA documents as sticky (the context cannot be used after them).
 STICKY_CODES = frozenset({
@@ -45,11 +58,11 @@ STICKY_CODES = frozenset({
 })
 
 
-def poison(backend: SimCore, ctx: SimContext, code: int, detail: str) -> None:
+def poison(sched: Scheduler, ctx: SimContext, code: int, detail: str) -> None:
     """Make ``ctx`` unusable after a sticky fault; drop its queued work."""
     if ctx.sticky is None:
         ctx.sticky = (code, detail)
-    backend.sched.discard(ctx)
+    sched.discard(ctx)
 
 
 def check(ctx: SimContext | None, call: str) -> None:
@@ -61,7 +74,7 @@ def check(ctx: SimContext | None, call: str) -> None:
                                     "or reset the primary context: cuDevicePrimaryCtxReset)")
 
 
-def reset(backend: SimCore, ctx: SimContext) -> None:
+def reset(backend: _Resources, ctx: SimContext) -> None:
     """``cuDevicePrimaryCtxReset``: destroy every resource of ``ctx`` and clear its error."""
     sched = backend.sched
     sched.discard(ctx)
@@ -87,6 +100,10 @@ def reset(backend: SimCore, ctx: SimContext) -> None:
         s.destroyed = True
         sched.host_observes(s.vc)
     sched.streams_by_ctx[id(ctx)] = []
+    for cid, cap in list(backend._captures.items()):  # captures of the context end with it
+        if cap.ctx is ctx:
+            del backend._captures[cid]
+            sched.capturing -= 1
     ctx.per_thread.clear()
     ctx.peers.clear()
     ctx.profiling = False

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from ...errors import CudaError
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD
-from . import _sticky
+from . import _capture, _sticky
+from ._capture import Node
 from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked
 from ._hostfn import Worker, call_host_fn
 from ._hostfn import _state as _hostfn_state
@@ -45,28 +46,73 @@ class SimStreamCalls(SimCore):
         if stream in (0, STREAM_LEGACY, STREAM_PER_THREAD):
             raise CudaError(INVALID_HANDLE, "cuStreamDestroy", f"cannot destroy default stream {stream}")
         s = self._stream(stream, "cuStreamDestroy")
+        if s.capture is not None:
+            _capture.refuse(self, _capture.UNSUPPORTED, "cuStreamDestroy", [s.capture],
+                            "of a stream in a capture")
         del self._streams[stream]
         self.sched.forget_stream(s)
 
     @_locked
     def stream_query(self, stream: int) -> bool:
         s = self._stream(stream, "cuStreamQuery")
+        if self.sched.capturing:
+            _capture.check_stream(self, s, "cuStreamQuery", "queries")
         return s.tail is None or self._query(s.tail, "cuStreamQuery")
 
     @_locked
     def stream_synchronize(self, stream: int) -> None:
         s = self._stream(stream, "cuStreamSynchronize")
+        if self.sched.capturing:
+            _capture.check_stream(self, s, "cuStreamSynchronize", "synchronizes")
         if s.tail is not None:
             self._complete(s.tail, "cuStreamSynchronize")
         self.sched.host_observes(s.vc)
 
     @_locked
-    def stream_wait_event(self, stream: int, event: int) -> None:
-        s = self._stream(stream, "cuStreamWaitEvent")
-        ev = self._event(event, "cuStreamWaitEvent")
+    def stream_wait_event(self, stream: int, event: int, external: bool = False) -> None:
+        call = "cuStreamWaitEvent"
+        s = self._stream(stream, call)
+        ev = self._event(event, call)
+        if ev.capture is not None or s.capture is not None:
+            self._capture_wait(s, ev, external, call)
+            return
         if ev.op is None:
             return
-        self.sched.enqueue(s, None, "cuStreamWaitEvent", extra_deps=[ev.op], extra_vc=ev.vc)
+        self.sched.enqueue(s, None, call, extra_deps=[ev.op], extra_vc=ev.vc)
+
+    def _capture_wait(self, s: SimStream, ev: SimEvent, external: bool, call: str) -> None:
+        """A wait that involves a capture: a join, a fork, an external wait node, or an error."""
+        cap, ecap = s.capture, ev.capture
+        if ecap is not None and ecap.status != "active" and ecap.id not in self._captures:
+            raise CudaError(_capture.CAPTURED_EVENT, call, f"event 0x{ev.handle:x} was last "
+                                                           "recorded in a capture that has ended")
+        if cap is None:  # a fork: the stream joins the capture of the event
+            if ecap is None:
+                return
+            _capture.check_legacy(self, s, call)
+            if s.kind == "legacy":
+                _capture.refuse(self, _capture.IMPLICIT, call, [ecap], "joins the legacy stream to a capture")
+            if ecap.status != "active":
+                _capture.raise_invalidated(ecap, call)
+            s.capture, s.cap_deps = ecap, list(ev.cap_deps)
+            ecap.streams.append(s)
+            return
+        if cap.status != "active":
+            _capture.raise_invalidated(cap, call)
+        if ecap is cap:  # a join inside the capture
+            s.cap_deps = list(dict.fromkeys([*s.cap_deps, *ev.cap_deps]))
+        elif ecap is not None:
+            _capture.refuse(self, _capture.MERGE, call, [cap, ecap],
+                            "waits on an event of another capture")
+        elif ev.op is None:
+            return  # never recorded: nothing to wait for
+        elif external:  # CU_EVENT_WAIT_EXTERNAL: each launch waits for the event's record then
+            _capture.add_node(cap, s, Node("wait", None, f"{call} (external) on event 0x{ev.handle:x}",
+                                           [], list(s.cap_deps), event=ev), call)
+        else:
+            _capture.refuse(self, _capture.ISOLATION, call, [cap],
+                            "waits on an event recorded outside the capture (without "
+                            "CU_EVENT_WAIT_EXTERNAL)")
 
     @_locked
     def stream_get_ctx(self, stream: int) -> int:
@@ -100,17 +146,25 @@ class SimStreamCalls(SimCore):
         if ev.ctx is not None and s.ctx is not ev.ctx:  # cuda.h: "must be from the same context"
             raise CudaError(INVALID_HANDLE, "cuEventRecord",
                             f"event of device {ev.ctx.device}, stream of device {s.ctx.device}")
+        if s.capture is not None:  # no node: the event names the stream's captured work
+            if s.capture.status != "active":
+                _capture.raise_invalidated(s.capture, "cuEventRecord")
+            ev.capture, ev.cap_deps, ev.op = s.capture, list(s.cap_deps), None
+            return
         ev.op = self.sched.enqueue(s, None, "cuEventRecord")
         ev.vc = dict(ev.op.vc)
+        ev.capture, ev.cap_deps = None, []
 
     @_locked
     def event_query(self, event: int) -> bool:
         ev = self._event(event, "cuEventQuery")
+        self._captured_event(ev, "cuEventQuery")
         return ev.op is None or self._query(ev.op, "cuEventQuery")
 
     @_locked
     def event_synchronize(self, event: int) -> None:
         ev = self._event(event, "cuEventSynchronize")
+        self._captured_event(ev, "cuEventSynchronize")
         if ev.op is not None:
             self._complete(ev.op, "cuEventSynchronize")
 
@@ -118,6 +172,8 @@ class SimStreamCalls(SimCore):
     def event_elapsed_time(self, start: int, end: int) -> float:
         a = self._event(start, "cuEventElapsedTime")
         b = self._event(end, "cuEventElapsedTime")
+        self._captured_event(a, "cuEventElapsedTime")
+        self._captured_event(b, "cuEventElapsedTime")
         if not (a.timing and b.timing):
             raise CudaError(INVALID_HANDLE, "cuEventElapsedTime", "an event was created without timing")
         if a.op is None or b.op is None:
@@ -125,6 +181,15 @@ class SimStreamCalls(SimCore):
         if not (a.op.done and b.op.done):
             raise CudaError(NOT_READY, "cuEventElapsedTime", "an event has not completed")
         return (b.op.t_done - a.op.t_done) * 1000.0
+
+    def _captured_event(self, ev: SimEvent, call: str) -> None:
+        """An event last recorded in a capture cannot be queried or waited on by the host: 907."""
+        cap = ev.capture
+        if cap is not None:
+            why = f"on event 0x{ev.handle:x}, last recorded in a capture"
+            if cap.status == "active":
+                _capture.refuse(self, _capture.CAPTURED_EVENT, call, [cap], why)
+            raise CudaError(_capture.CAPTURED_EVENT, call, why)
 
     # -------------------------------------------------------- host callbacks
     @_locked
@@ -134,6 +199,12 @@ class SimStreamCalls(SimCore):
         if not callable(fn):
             raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
         desc = f"{call} host function {getattr(fn, '__name__', fn)!r}"
+        if s.capture is not None:  # a host node: each launch calls it
+            _capture.add_node(s.capture, s, Node("host", fn, desc, [], list(s.cap_deps)), call)
+            return
+        self._queue_host_fn(s, fn, desc)
+
+    def _queue_host_fn(self, s: SimStream, fn: Callable[[int], None], desc: str) -> None:
         before = _hostfn_state.adding
         _hostfn_state.adding = True  # see _hostfn.adding: a collection in here must not wait for it
         try:

@@ -43,7 +43,11 @@ __all__ = ["StandinUnavailableError", "SOURCE", "active", "build", "environment"
 SOURCE = Path(__file__).with_name("_libcuda.c")
 #: Environment variable naming the stand-in's folder in processes that run over it.
 MARK = "GPUARRAY_STANDIN"
-_CFLAGS = ("-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wl,-soname,libcuda.so.1")
+_CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
+           "-Wl,-soname,libcuda.so.1")
+# After the source (the linker keeps a library only for what precedes it):
+# dlsym for the Python C-API, looked up at run time (libc itself on glibc >= 2.34).
+_LIBS = ("-ldl",)
 
 
 class StandinUnavailableError(RuntimeError):
@@ -103,7 +107,7 @@ def build(verbose: bool = False) -> Path:
                                  timeout=60).stdout.splitlines()[:1]
     except (OSError, subprocess.SubprocessError) as e:
         raise StandinUnavailableError(f"the C compiler {cc!r} does not run: {e}") from e
-    key = hashlib.sha256(repr((source, cc, version, _CFLAGS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((source, cc, version, _CFLAGS, _LIBS)).encode()).hexdigest()[:16]
     root = standin_dir()
     out = root / key
     lib = out / "libcuda.so.1"
@@ -118,7 +122,7 @@ def build(verbose: bool = False) -> Path:
     if verbose:
         print(f"gpuarray standin: building {lib} with {cc}", file=sys.stderr)
     try:
-        res = subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(SOURCE)],
+        res = subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(SOURCE), *_LIBS],
                              capture_output=True, text=True, timeout=300)
         if res.returncode != 0:
             raise StandinUnavailableError(

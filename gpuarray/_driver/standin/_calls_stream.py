@@ -83,7 +83,7 @@ def cuStreamSynchronize(stream: int, ptsz: bool = False) -> None:
 def cuStreamWaitEvent(stream: int, event: int, flags: int, ptsz: bool = False) -> None:
     if flags & ~1:  # CU_EVENT_WAIT_DEFAULT / CU_EVENT_WAIT_EXTERNAL
         raise CudaError(_INVALID_VALUE, "cuStreamWaitEvent", f"flags {flags:#x}")
-    backend().stream_wait_event(_stream(stream, ptsz), event)
+    backend().stream_wait_event(_stream(stream, ptsz), event, external=bool(flags & 1))
 
 
 def cuStreamGetCtx(stream: int, p: int, ptsz: bool = False) -> None:

@@ -20,12 +20,17 @@
  * bindings raise FunctionNotFoundError naming it when it is called; nothing
  * ever calls a NULL pointer.
  *
- * No Python headers and no libpython link: the few C-API functions used are
- * declared here (all in the stable ABI) and come from the running interpreter.
- * Outside a Python process every call returns CUDA_ERROR_NOT_INITIALIZED.
+ * No Python headers and no libpython link: the few C-API functions used (all
+ * in the stable ABI) are looked up at run time in the running interpreter.
+ * Outside a Python process every call returns CUDA_ERROR_NOT_INITIALIZED
+ * (cuda.h: "the CUDA driver has not been initialized with cuInit() or ...
+ * initialization has failed").
  * cuGetExportTable (called by NVRTC when it finds a libcuda) is answered
  * CUDA_ERROR_NOT_SUPPORTED without Python.
  */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,78 +48,154 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_SUPPORTED 801
 #define CUDA_ERROR_UNKNOWN 999
+#define SERVE_INTERRUPTED (-2) /* _serve.INTERRUPTED: Ctrl-C while the call was served */
 #define PER_THREAD_FLAG 2ULL /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 
 #define EXPORT __attribute__((visibility("default")))
 
 /* ------------------------------------------------ Python C-API (stable ABI) */
+/* Resolved at run time in the process's global scope (dlsym(RTLD_DEFAULT)),
+ * never linked: the library must load and answer in a process that has no
+ * Python (a C program, a tool probing the driver -- `python -m gpuarray
+ * standin --` puts it first for a whole process tree), where an undefined
+ * strong reference would make dlopen (RTLD_NOW) or the first call fail.
+ * Until every name resolves -- no interpreter in the global scope, e.g. a C
+ * program, or one that loaded libpython RTLD_LOCAL -- each call answers
+ * CUDA_ERROR_NOT_INITIALIZED; resolution is retried on later calls (a
+ * process may embed Python after probing the driver) and published once. */
 typedef struct _object PyObject;
 typedef int PyGILState_STATE;
-extern int Py_IsInitialized(void);
-extern PyGILState_STATE PyGILState_Ensure(void);
-extern void PyGILState_Release(PyGILState_STATE);
-extern PyObject *PyImport_ImportModule(const char *);
-extern PyObject *PyObject_GetAttrString(PyObject *, const char *);
-extern PyObject *PyObject_CallFunctionObjArgs(PyObject *, ...);
-extern PyObject *PyUnicode_FromString(const char *);
-extern PyObject *PyLong_FromUnsignedLongLong(unsigned long long);
-extern long PyLong_AsLong(PyObject *);
-extern PyObject *PyTuple_New(ptrdiff_t);
-extern int PyTuple_SetItem(PyObject *, ptrdiff_t, PyObject *);
-extern PyObject *PyErr_Occurred(void);
-extern void PyErr_Print(void);
-extern void Py_DecRef(PyObject *);
+
+typedef struct {
+    int (*IsInitialized)(void);
+    PyGILState_STATE (*GILState_Ensure)(void);
+    void (*GILState_Release)(PyGILState_STATE);
+    PyObject *(*Import_ImportModule)(const char *);
+    PyObject *(*Object_GetAttrString)(PyObject *, const char *);
+    PyObject *(*Object_CallFunctionObjArgs)(PyObject *, ...);
+    PyObject *(*Unicode_FromString)(const char *);
+    PyObject *(*Long_FromUnsignedLongLong)(unsigned long long);
+    long (*Long_AsLong)(PyObject *);
+    PyObject *(*Tuple_New)(ptrdiff_t);
+    int (*Tuple_SetItem)(PyObject *, ptrdiff_t, PyObject *);
+    PyObject *(*Err_Occurred)(void);
+    void (*Err_Print)(void);
+    void (*Err_Fetch)(PyObject **, PyObject **, PyObject **);
+    void (*Err_Restore)(PyObject *, PyObject *, PyObject *);
+    void (*DecRef)(PyObject *);
+    void (*Err_SetInterrupt)(void);
+} PyApi;
+
+/* The names, in PyApi's field order. */
+static const char *const py_names[] = {
+    "Py_IsInitialized", "PyGILState_Ensure", "PyGILState_Release", "PyImport_ImportModule",
+    "PyObject_GetAttrString", "PyObject_CallFunctionObjArgs", "PyUnicode_FromString",
+    "PyLong_FromUnsignedLongLong", "PyLong_AsLong", "PyTuple_New", "PyTuple_SetItem",
+    "PyErr_Occurred", "PyErr_Print", "PyErr_Fetch", "PyErr_Restore", "Py_DecRef",
+    "PyErr_SetInterrupt",
+};
+_Static_assert(sizeof(PyApi) == sizeof(py_names) / sizeof(py_names[0]) * sizeof(void (*)(void)),
+               "PyApi and py_names must list the same functions");
+
+static PyApi py_api;
+static int py_ready; /* 1 once py_api is filled (release store / acquire load) */
+static pthread_mutex_t py_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The interpreter's C-API, or NULL when this process has none (yet). */
+static const PyApi *python(void)
+{
+    if (__atomic_load_n(&py_ready, __ATOMIC_ACQUIRE))
+        return &py_api;
+    pthread_mutex_lock(&py_lock);
+    if (!py_ready) {
+        union { PyApi api; void *fn[sizeof(py_names) / sizeof(py_names[0])]; } found;
+        size_t i;
+        for (i = 0; i < sizeof(py_names) / sizeof(py_names[0]); i++) {
+            found.fn[i] = dlsym(RTLD_DEFAULT, py_names[i]);
+            if (found.fn[i] == NULL)
+                break;
+        }
+        if (i == sizeof(py_names) / sizeof(py_names[0])) {
+            py_api = found.api;
+            __atomic_store_n(&py_ready, 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&py_lock);
+    return py_ready ? &py_api : NULL;
+}
 
 static PyObject *serve_fn; /* gpuarray._driver.standin._serve.serve, set under the GIL */
 
 /* Call serve(name, (a0, a1, ...)) and return its CUresult.  Never raises:
  * an error of this bridge itself is printed to stderr and becomes
- * CUDA_ERROR_UNKNOWN (the serving function keeps its own errors). */
+ * CUDA_ERROR_UNKNOWN (the serving function keeps its own errors).
+ *
+ * The caller's pending exception, if any (a C tp_dealloc freeing device
+ * memory while an exception unwinds), is set aside while the call is served
+ * and put back afterwards: serving runs Python code, which must not start
+ * with an exception set, and the caller's exception is not ours to lose.
+ * Likewise a Ctrl-C that interrupts the simulator while it serves a call on
+ * the main thread fails the call (CUDA_ERROR_UNKNOWN) and is re-delivered
+ * (PyErr_SetInterrupt) for the caller's next Python instruction.
+ *
+ * Every call takes the GIL: the simulator is Python.  A thread that holds
+ * the GIL while it waits, in C, for another thread's driver call therefore
+ * deadlocks, where a driver would not (docs/guide/testing.rst). */
 static CUresult call(const char *name, int n, const unsigned long long *a)
 {
-    if (!Py_IsInitialized())
+    const PyApi *py = python();
+    if (py == NULL || !py->IsInitialized())
         return CUDA_ERROR_NOT_INITIALIZED;
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = py->GILState_Ensure();
+    PyObject *pending_type, *pending_value, *pending_tb;
+    py->Err_Fetch(&pending_type, &pending_value, &pending_tb);
     CUresult rc = CUDA_ERROR_UNKNOWN;
     PyObject *args = NULL, *pyname = NULL, *res = NULL;
     if (serve_fn == NULL) {
-        PyObject *mod = PyImport_ImportModule("gpuarray._driver.standin._serve");
+        PyObject *mod = py->Import_ImportModule("gpuarray._driver.standin._serve");
         if (mod != NULL) {
-            serve_fn = PyObject_GetAttrString(mod, "serve");
-            Py_DecRef(mod);
+            serve_fn = py->Object_GetAttrString(mod, "serve");
+            py->DecRef(mod);
         }
         if (serve_fn == NULL)
             goto fail;
     }
-    args = PyTuple_New(n);
+    args = py->Tuple_New(n);
     if (args == NULL)
         goto fail;
     for (int i = 0; i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(a[i]);
-        if (v == NULL || PyTuple_SetItem(args, i, v) < 0)
+        PyObject *v = py->Long_FromUnsignedLongLong(a[i]);
+        if (v == NULL || py->Tuple_SetItem(args, i, v) < 0)
             goto fail;
     }
-    pyname = PyUnicode_FromString(name);
+    pyname = py->Unicode_FromString(name);
     if (pyname == NULL)
         goto fail;
-    res = PyObject_CallFunctionObjArgs(serve_fn, pyname, args, NULL);
+    res = py->Object_CallFunctionObjArgs(serve_fn, pyname, args, NULL);
     if (res == NULL)
         goto fail;
-    rc = (CUresult)PyLong_AsLong(res);
-    if (rc == -1 && PyErr_Occurred())
+    rc = (CUresult)py->Long_AsLong(res);
+    if (rc == -1 && py->Err_Occurred())
         goto fail;
+    if (rc == SERVE_INTERRUPTED) {
+        /* The call failed; the interrupt is raised again, in the caller, as
+         * soon as Python code runs after this call returns. */
+        py->Err_SetInterrupt();
+        rc = CUDA_ERROR_UNKNOWN;
+    }
     goto done;
 fail:
     fprintf(stderr, "gpuarray stand-in driver: %s failed in the Python bridge "
                     "(CUDA_ERROR_UNKNOWN):\n", name);
-    if (PyErr_Occurred())
-        PyErr_Print();
+    if (py->Err_Occurred())
+        py->Err_Print();
     rc = CUDA_ERROR_UNKNOWN;
 done:
-    if (res) Py_DecRef(res);
-    if (pyname) Py_DecRef(pyname);
-    if (args) Py_DecRef(args);
-    PyGILState_Release(g);
+    if (res) py->DecRef(res);
+    if (pyname) py->DecRef(pyname);
+    if (args) py->DecRef(args);
+    py->Err_Restore(pending_type, pending_value, pending_tb);
+    py->GILState_Release(g);
     return rc;
 }
 
@@ -295,6 +376,26 @@ F7(cuOccupancyMaxPotentialBlockSizeWithFlags, int *, P, int *, P, H, P, H, P, si
    unsigned int, U)
 F4(cuOccupancyAvailableDynamicSMemPerBlock, size_t *, P, H, P, int, U, int, U)
 S4(cuLaunchKernelEx, const void *, P, H, P, void **, P, void **, P)
+/* Stream capture and graphs (issue 28): served by _calls_graph.py. */
+S2(cuStreamBeginCapture_v2, H, P, int, U)
+S2(cuStreamEndCapture, H, P, H *, P)
+S2(cuStreamIsCapturing, H, P, int *, P)
+F1(cuThreadExchangeStreamCaptureMode, int *, P)
+F3(cuGraphInstantiateWithFlags, H *, P, H, P, unsigned long long, U)
+S2(cuGraphLaunch, H, P, H, P)
+S2(cuGraphUpload, H, P, H, P)
+F1(cuGraphExecDestroy, H, P)
+F1(cuGraphDestroy, H, P)
+#define CAPTURE_INFO(fn, n, ...) \
+    static CUresult w_##fn(H s, int *st, cuuint64_t *id, H *g, H *deps, __VA_ARGS__) \
+    { unsigned long long a[] = {P(s), P(st), P(id), P(g), P(deps), CAPTURE_INFO_TAIL_##n}; \
+      return call(#fn, n, a); }
+#define CAPTURE_INFO_TAIL_6 P(count)
+#define CAPTURE_INFO_TAIL_7 P(edges), P(count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v2, 6, size_t *count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v2_ptsz, 6, size_t *count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v3, 7, H *edges, size_t *count)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v3_ptsz, 7, H *edges, size_t *count)
 
 /* The handle is passed by value (64 bytes): its address is this frame's copy,
  * read by the serving function during the call. */
@@ -476,6 +577,18 @@ static const Entry table[] = {
     E("cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, cuOccupancyMaxPotentialBlockSizeWithFlags),
     E("cuOccupancyAvailableDynamicSMemPerBlock", 10020, cuOccupancyAvailableDynamicSMemPerBlock),
     ES("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
+    /* Stream capture and graphs (issue 28). */
+    ES("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    ES("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    ES("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    ES("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2),
+    ES("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3),
+    E("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+    E("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    ES("cuGraphLaunch", 10000, cuGraphLaunch),
+    ES("cuGraphUpload", 11010, cuGraphUpload),
+    E("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    E("cuGraphDestroy", 10000, cuGraphDestroy),
 };
 
 static int tracing = -1; /* GPUARRAY_STANDIN_TRACE=1: log every request to stderr */

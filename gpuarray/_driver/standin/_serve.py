@@ -8,10 +8,10 @@ module per concern: ``_calls_device.py`` (initialisation, devices, primary
 contexts, error strings), ``_calls_context.py`` (the current context and
 its stack), ``_calls_memory.py`` (allocations, pointer queries, IPC),
 ``_calls_copy.py`` (copies and memsets), ``_calls_stream.py`` (streams,
-events, callbacks) and ``_calls_module.py`` (modules, libraries, the
-linker, kernels, launches).  The C side passes every argument as an unsigned
-64-bit integer (pointers as addresses; signed ``int`` arguments
-sign-extended) and returns what :func:`serve` returns; outputs are written
+events, callbacks), ``_calls_module.py`` (modules, libraries, the linker,
+kernels, launches) and ``_calls_graph.py`` (stream capture and graphs).
+The C side passes every argument as an unsigned 64-bit integer (pointers
+as addresses; signed ``int`` arguments sign-extended) and returns what :func:`serve` returns; outputs are written
 through their pointers with ctypes, with the sizes of ``cuda.h``.
 
 Conventions
@@ -26,6 +26,10 @@ Conventions
   becomes ``CUDA_ERROR_UNKNOWN`` and its traceback is printed to stderr.
   The exception of the last failed call of each thread is kept
   (:func:`last_error`), so a test can see the simulator's own message.
+  A ``KeyboardInterrupt`` (Ctrl-C while the simulator serves a call on the
+  main thread) is :data:`INTERRUPTED`: the C side fails the call with
+  ``CUDA_ERROR_UNKNOWN`` and raises SIGINT again (``PyErr_SetInterrupt``)
+  once it has returned, so the caller gets the interrupt: never lost.
 - The C wrapper runs on the caller's thread, so the simulator's per-thread
   current context is the caller's, as with a real driver.
 """
@@ -42,21 +46,25 @@ from . import (
     _calls_context,
     _calls_copy,
     _calls_device,
+    _calls_graph,
     _calls_memory,
     _calls_module,
     _calls_stream,
 )
 from ._support import STANDIN_DEVICE_MARK, backend
 
-__all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK"]
+__all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
 
 _NO_DEVICE = 100
 _UNKNOWN = 999
+#: What :func:`serve` returns for a call interrupted by Ctrl-C (not a CUresult;
+#: ``_libcuda.c`` returns ``CUDA_ERROR_UNKNOWN`` and re-delivers the SIGINT).
+INTERRUPTED = -2
 
 _tls = threading.local()
 
 _MODULES = (_calls_device, _calls_context, _calls_memory, _calls_copy, _calls_stream,
-            _calls_module)
+            _calls_module, _calls_graph)
 
 #: The handler of each driver form, by name (the ``_calls_*.py`` modules).
 _HANDLERS: dict[str, Callable[..., None]] = {
@@ -102,8 +110,10 @@ def serve(name: str, args: tuple[int, ...]) -> int:
         _keep(e)
         return _NO_DEVICE
     except BaseException as e:  # never lost: printed, kept, and a CUDA error code
+        _keep(e)
+        if isinstance(e, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            return INTERRUPTED  # Ctrl-C while the simulator served the call
         print(f"gpuarray stand-in driver: {name} failed (CUDA_ERROR_UNKNOWN):",
               file=sys.stderr)
         traceback.print_exception(e, file=sys.stderr)
-        _keep(e)
         return _UNKNOWN

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._bench_host import SHAPE, Case
+from .host import SHAPE, Case
 
 __all__ = ["exchange_cases", "missing"]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._bench import _CAIOnly, _DLPackOnly  # the same foreign producers as the GPU rows
+from ._producers import CAIOnly, DLPackOnly  # the same foreign producers as the GPU rows
 
 __all__ = ["BackendMeter", "PeerRow", "compare", "peer_cases", "format_peer_table", "load_torch"]
 
@@ -56,7 +56,7 @@ class BackendMeter:
     """
 
     def __init__(self) -> None:
-        from ._driver import get_backend
+        from .._driver import get_backend
 
         self.backend = get_backend()
         self.calls = 0
@@ -136,7 +136,8 @@ class NullBackend:
     them (a stub backend that burns ~4 us of Python a call raises the metered
     library time of ``to_device`` by ~0.4 us with no library change).  While
     this is active, the backend calls of the raw rows (``mem_alloc``,
-    ``memcpy_htod_async``, ``mem_free``) and the context queries do nothing
+    ``memcpy_htod_async``, ``mem_free``), the context queries and the capture
+    mode exchange around allocations do nothing
     but return what the library needs: a fresh fake address from
     ``mem_alloc`` (never dereferenced: the copies and frees are stubs too) and
     the context current on entry.  Any other backend call goes to the real
@@ -146,7 +147,7 @@ class NullBackend:
     """
 
     def __init__(self) -> None:
-        from ._driver import get_backend
+        from .._driver import get_backend
 
         self.backend = get_backend()
         self.other_calls = 0
@@ -160,6 +161,9 @@ class NullBackend:
             "mem_alloc": lambda nbytes: next(fake),
             "memcpy_htod_async": lambda dst, src, nbytes, stream: None,
             "mem_free": lambda ptr: None,
+            # gpuarray's allocations and frees run in relaxed capture mode (_capture.py):
+            # a trivial call on each side of the allocation, stubbed like the context queries.
+            "exchange_capture_mode": lambda mode: "global",
             "ctx_get_current": lambda: ctx,
             "ctx_set_current": lambda handle: None,
         }
@@ -176,7 +180,7 @@ class NullBackend:
         return call
 
     def __exit__(self, *exc: Any) -> None:
-        from .memory._manager import _managers
+        from ..memory._manager import _managers
 
         try:
             gc.collect()  # every fake allocation is released...
@@ -274,14 +278,14 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
     """
     import gpuarray
 
-    from ._driver import get_backend
+    from .._driver import get_backend
 
     stream = gpuarray.legacy_default_stream()
     a = gpuarray.zeros(SHAPE, np.float32, stream=stream)
     nd = np.zeros(SHAPE, np.float32)
     t = torch.zeros(SHAPE) if torch is not None else None
-    pa, pn = _DLPackOnly(a), _DLPackOnly(nd)
-    ca, na = _CAIOnly(a), _ArrayInterfaceOnly(nd)
+    pa, pn = DLPackOnly(a), DLPackOnly(nd)
+    ca, na = CAIOnly(a), _ArrayInterfaceOnly(nd)
 
     def three(g: Callable[[], Any], n: Callable[[], Any],
               p: Callable[[], Any] | None) -> dict[str, Callable[[], Any]]:
@@ -290,7 +294,7 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
             ops["torch"] = p
         return ops
 
-    pt = _DLPackOnly(t) if t is not None else None
+    pt = DLPackOnly(t) if t is not None else None
     cases: list[Case] = [
         ("__dlpack__(max_version=(1, 0))", "each library's own array", 0.5, "torch",
          three(lambda: a.__dlpack__(max_version=(1, 0)), lambda: nd.__dlpack__(max_version=(1, 0)),

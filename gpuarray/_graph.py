@@ -1,0 +1,514 @@
+"""CUDA graphs from stream capture: :class:`Graph`, and the capture methods of :class:`Stream`.
+
+One concern: capturing gpuarray's work on a stream into a graph and
+replaying it -- CuPy's names: ``Stream.begin_capture(mode)``,
+``Stream.is_capturing()``, ``Stream.end_capture()`` returning a
+:class:`Graph` with ``launch``, ``upload`` and ``close`` -- and the checks
+that keep a capture valid: what may not run on (or next to) a capturing
+stream is refused with :class:`~gpuarray.errors.StreamCaptureError` before
+any driver call (:func:`refuse_if_capturing`, :func:`check_funnel`,
+:func:`check_use`).  The record of captures in progress and the rules that
+keep gpuarray's own frees and allocations out of every capture's way are in
+``_capture.py``.
+
+Memory allocated on a capturing stream is *graph memory* (``cuMemAllocAsync``
+captured as an allocation node): its address is fixed for the graph's life,
+it is mapped from the first launch on (so using it before is refused), and
+it is freed once both the graph and the array are gone.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, TypeAlias
+
+from . import _capture
+from ._device import Device
+from ._driver import get_backend
+from ._driver._base import CAPTURE_MODES
+from ._driver._finalize import run_finalizer
+from .errors import CudaError, StreamCaptureError
+
+# ``_stream.py`` imports this module (Stream's capture methods): its classes are
+# typed as Any here, and it hands over the helpers a launch needs (_use_stream_helpers).
+Stream: TypeAlias = Any
+Event: TypeAlias = Any
+_helpers: dict[str, Any] = {}
+
+
+def use_stream_helpers(**helpers: Any) -> None:
+    """``_stream.py`` at import: ``as_stream`` and ``order_after`` for :meth:`Graph.launch`."""
+    _helpers.update(helpers)
+
+__all__ = ["Graph"]
+
+#: Events last recorded on a capturing stream (the host cannot wait on them).
+_captured_events: weakref.WeakSet = weakref.WeakSet()
+#: Owned streams created non-blocking (a capture on them leaves the legacy stream usable),
+#: by identity (streams compare by handle, and a handle is reused once destroyed).
+_non_blocking: dict[int, weakref.ref] = {}
+
+
+def note_non_blocking(stream: Stream) -> None:
+    key = id(stream)
+
+    def forget(_ref: weakref.ref) -> None:
+        _non_blocking.pop(key, None)
+
+    _non_blocking[key] = weakref.ref(stream, forget)
+
+
+def _is_non_blocking(stream: Stream) -> bool:
+    ref = _non_blocking.get(id(stream))
+    return ref is not None and ref() is stream
+#: Graph memory not mapped yet (no launch so far): base -> (size, graph memory record).
+_unlaunched: dict[int, Any] = {}
+#: Releases of graph memory waiting for the end of the captures in progress.
+_held: list[Any] = []
+
+
+class Capture:
+    """A capture gpuarray began: its stream, mode, thread and the graph memory it allocated."""
+
+    def __init__(self, stream: Stream, mode: str) -> None:
+        self.stream = stream
+        self.mode = mode
+        self.thread = threading.get_ident()
+        self.blocking = stream.kind == "per_thread" or (
+            stream.kind != "legacy" and not _is_non_blocking(stream))
+        self.memory: list[_GraphMemory] = []
+        self.open = True
+
+
+class _GraphMemory:
+    """One allocation of graph memory; freed when both its graph and its array are gone."""
+
+    __slots__ = ("ptr", "size", "device", "backend", "capture", "state", "array_alive",
+                 "graph_alive", "mapped")
+
+    def __init__(self, ptr: int, size: int, device: Device, backend: Any, capture: Capture) -> None:
+        self.ptr, self.size, self.device, self.backend = ptr, size, device, backend
+        self.capture = capture
+        self.state = "capturing"  # then "graph" (owned by a Graph), "freed"
+        self.array_alive = self.graph_alive = True
+        self.mapped = False
+
+    def array_gone(self) -> None:
+        self.array_alive = False
+        if self.state == "capturing" and self.capture.open:
+            self.state = "freed"  # a temporary: a free node in the graph
+            _unlaunched.pop(self.ptr, None)
+            if get_backend() is self.backend:
+                try:
+                    with self.device.activate():
+                        self.backend.mem_free_async(self.ptr, self.capture.stream.handle)
+                except CudaError:  # the capture was invalidated: end_capture reports it
+                    pass
+        elif self.state == "graph" and not self.graph_alive:
+            self.free()
+
+    def free(self) -> None:
+        if self.state == "freed":
+            return
+        self.state = "freed"
+        _unlaunched.pop(self.ptr, None)
+        if not self.mapped or get_backend() is not self.backend:
+            return  # never mapped: the address went with the graph
+        if _capture.holding():
+            _held.append(self)
+            self.state = "held"
+            return
+        with self.device.activate():
+            _capture.call_relaxed(self.backend, self.backend.mem_free, self.ptr)
+
+
+def _release_held() -> None:
+    items, _held[:] = list(_held), []
+    for m in items:
+        m.state = "graph"
+        m.free()
+
+
+_capture.on_idle(_release_held)
+
+
+def watching() -> bool:
+    """Whether array operations must be checked now: a capture runs, or graph memory awaits a launch."""
+    return bool(_capture._captures or _unlaunched)
+
+
+def _reset_for_tests() -> None:
+    _capture._captures.clear()
+    _unlaunched.clear()
+    _held.clear()
+    _captured_events.clear()
+
+
+def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
+    """Graph memory for an allocation on a capturing stream, else None (an ordinary allocation)."""
+    from .memory._pointer import MemoryPointer  # noqa: PLC0415  (memory sits above streams)
+
+    if getattr(getattr(stream, "device", None), "id", None) != device.id:
+        return None  # None or a stream of another device: not a capture of this allocation
+    cap = _capture.capture_of(device.id, stream.handle)
+    if cap is None:
+        return None
+    b = get_backend()
+    with device.activate():
+        ptr = b.mem_alloc_async(nbytes, stream.handle)
+    rec = _GraphMemory(ptr, nbytes, device, b, cap)
+    cap.memory.append(rec)
+    _unlaunched[ptr] = (nbytes, rec)
+    return MemoryPointer(device, ptr, nbytes, finalizer=rec.array_gone)
+
+
+def _where(stream: Stream) -> str:
+    return f"{stream!r}"
+
+
+def _blocking_capture(device_id: int) -> Capture | None:
+    for (dev, _), cap in list(_capture._captures.items()):
+        if dev == device_id and cap.blocking:
+            return cap
+    return None
+
+
+def refuse_if_capturing(stream: Stream, op: str, instead: str) -> None:
+    """Raise StreamCaptureError when ``op`` would make the host wait on a capture's work."""
+    cap = _capture.capture_of(stream.device.id, stream.handle)
+    if cap is not None:
+        raise StreamCaptureError(
+            f"{op} on {_where(stream)}, which is capturing a graph: CUDA refuses it and the "
+            f"refusal would invalidate the capture. {instead}")
+    if stream.kind == "legacy":
+        check_use(stream, op)
+
+
+def check_use(stream: Stream, op: str, *ptrs: int) -> None:
+    """Work on ``stream`` (not capturing): refused where CUDA would invalidate a capture, or fault."""
+    if stream.kind == "legacy":
+        cap = _blocking_capture(stream.device.id)
+        if cap is not None:
+            raise StreamCaptureError(
+                f"{op} on the legacy default stream while blocking stream {_where(cap.stream)} "
+                "captures: CUDA refuses any use of the legacy stream then "
+                "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) and the capture would be invalidated. "
+                "Capture on a non-blocking stream (gpuarray.stream(non_blocking=True)), or run "
+                "this after end_capture()")
+    if _unlaunched and _capture.capture_of(stream.device.id, stream.handle) is None:
+        for p in ptrs:
+            for base, (size, rec) in list(_unlaunched.items()):
+                if base <= p < base + size and rec.backend is get_backend():
+                    raise StreamCaptureError(
+                        f"{op} uses an array allocated during the capture on "
+                        f"{_where(rec.capture.stream)} before its graph was launched: its memory "
+                        "belongs to the graph and holds data only from the first launch on "
+                        "(launch the graph first)")
+
+
+def check_funnel(s: Stream, streams: tuple) -> None:
+    """An operation on ``s`` ordered with the default streams of its arrays, during captures."""
+    cap = _capture.capture_of(s.device.id, s.handle)
+    for t in streams:
+        if t == s:
+            continue
+        tcap = _capture.capture_of(t.device.id, t.handle)
+        if cap is not None and tcap is not cap:
+            raise StreamCaptureError(
+                f"an operation captured on {_where(s)} uses an array whose stream {_where(t)} "
+                "is not part of the capture: waiting on its work would cross the capture's "
+                "boundary (CUDA invalidates the capture). Order the streams before "
+                "begin_capture() (s.wait_stream(t)) and use a view bound to the capturing "
+                "stream (arr.bind(s))")
+        if cap is None and tcap is not None:
+            raise StreamCaptureError(
+                f"an operation on {_where(s)} uses an array whose stream {_where(t)} is "
+                "capturing a graph: its captured work has not run and never will outside a "
+                "launch. Run the operation on the capturing stream, or after end_capture()")
+    if cap is None:
+        check_use(s, "an operation")
+
+
+def note_record(ev: Event, stream: Stream) -> None:
+    """``Event.record`` on ``stream``: remember events recorded in a capture."""
+    if _capture.capture_of(stream.device.id, stream.handle) is not None:
+        _captured_events.add(ev)
+    else:
+        _captured_events.discard(ev)
+
+
+def check_event(ev: Event, op: str) -> None:
+    if ev in _captured_events:
+        raise StreamCaptureError(
+            f"{op} of {ev!r}, last recorded on a capturing stream: the host cannot wait for "
+            "captured work (CUDA_ERROR_CAPTURED_EVENT would invalidate the capture). Wait "
+            "after end_capture() and a launch, or record the event again outside the capture")
+
+
+class Graph:
+    """An executable CUDA graph made by :meth:`Stream.end_capture <gpuarray.Stream.end_capture>`.
+
+    Launching it replays the captured work on a stream.  Arrays allocated
+    during the capture are the graph's *static outputs*: their address stays
+    the same at every launch and they hold the results of the latest one.
+    Static inputs are arrays made before the capture: write new data into
+    them (``copy_to_device``) and launch again.  The graph's memory is
+    released by :meth:`close`, or when the graph is collected, once the
+    arrays that use it are gone.
+
+    Examples
+    --------
+    >>> s = gpuarray.stream(non_blocking=True)
+    >>> x = gpuarray.to_device(np.arange(6, dtype=np.int32).reshape(2, 3), stream=s)
+    >>> s.begin_capture()
+    >>> y = x.astype(np.float64).T.copy()          # recorded, not run
+    >>> g = s.end_capture()
+    >>> g.launch(); s.synchronize()
+    >>> y.copy_to_host()
+    array([[0., 3.],
+           [1., 4.],
+           [2., 5.]])
+    """
+
+    stream: Stream
+    device: Device
+    _handles: tuple[int, int]
+    _memory: list[_GraphMemory]
+    _finalizer: weakref.finalize
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Graph objects are made by Stream.end_capture()")
+
+    @classmethod
+    def _make(cls, stream: Stream, graph: int, graph_exec: int, memory: list) -> Graph:
+        self = object.__new__(cls)
+        self.stream = stream
+        self.device = stream.device
+        self._handles = (graph, graph_exec)
+        self._memory = memory
+        for m in memory:
+            if m.state == "capturing":
+                m.state = "graph"
+        self._finalizer = weakref.finalize(self, run_finalizer, _close, stream.device,
+                                           get_backend(), graph, graph_exec, memory)
+        self._finalizer.atexit = False
+        return self
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (or the graph was collected)."""
+        return not self._finalizer.alive
+
+    def _stream_for(self, stream: Any, op: str) -> Stream:
+        if self.closed:
+            raise ValueError(f"Graph.{op}: the graph is closed")
+        if stream is None:
+            return self.stream
+        return _helpers["as_stream"](stream, self.device)
+
+    def launch(self, stream: Any = None) -> None:
+        """Replay the captured work on ``stream`` (default: the stream it was captured on).
+
+        On another stream, that stream first waits for the capture stream's
+        queued work and the capture stream then waits for the launch, so
+        arrays of the capture stream stay ordered (no host blocking).
+
+        Parameters
+        ----------
+        stream : Stream, optional
+
+        Raises
+        ------
+        ValueError
+            If the graph is closed.
+        """
+        s = self._stream_for(stream, "launch")
+        b = get_backend()
+        if s is self.stream:
+            with s.device.activate():
+                b.graph_launch(self._handles[1], s.handle)
+        else:
+            order_after = _helpers["order_after"]
+            order_after(s, self.stream)
+            with s.device.activate():
+                b.graph_launch(self._handles[1], s.handle)
+            order_after(self.stream, s)
+        if _unlaunched:
+            for m in self._memory:
+                _unlaunched.pop(m.ptr, None)
+        for m in self._memory:
+            m.mapped = True
+
+    def upload(self, stream: Any = None) -> None:
+        """Prepare the graph's launch ahead of time (``cuGraphUpload``; stream work).
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            Default: the stream it was captured on.
+
+        Raises
+        ------
+        ValueError
+            If the graph is closed.
+        """
+        s = self._stream_for(stream, "upload")
+        with s.device.activate():
+            get_backend().graph_upload(self._handles[1], s.handle)
+
+    def close(self) -> None:
+        """Destroy the graph now; its memory goes once the arrays that use it are gone.
+
+        A launch in flight still completes.  Closing twice does nothing.
+        """
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"captured on {self.stream!r}"
+        return f"<gpuarray.Graph {state}>"
+
+
+def _close(device: Device, backend: Any, graph: int, graph_exec: int, memory: list) -> None:
+    if get_backend() is backend:
+        with device.activate():
+            backend.graph_exec_destroy(graph_exec)
+            backend.graph_destroy(graph)
+    for m in memory:
+        m.graph_alive = False
+        if m.state == "graph" and not m.array_alive:
+            m.free()
+
+
+class CaptureMethods:
+    """The capture methods of :class:`~gpuarray.Stream` (CuPy's names)."""
+
+    __slots__ = ()
+    device: Device
+    handle: int
+    kind: str
+
+    def begin_capture(self, mode: str = "global") -> None:
+        """Start capturing the work queued on this stream into a CUDA graph.
+
+        Until :meth:`end_capture`, gpuarray operations on this stream are
+        recorded, not run; arrays they allocate are static outputs of the
+        graph.  Anything that would make the host wait for the captured work
+        raises :class:`~gpuarray.errors.StreamCaptureError` before reaching
+        the driver, so the capture stays valid.
+
+        Parameters
+        ----------
+        mode : {"global", "thread_local", "relaxed"}, default "global"
+            CUDA's capture mode: which "potentially unsafe" driver calls
+            (``cuMemAlloc``, ``cuMemFree``...) other code may make meanwhile;
+            gpuarray's own such calls are safe under every mode.  A
+            ``"relaxed"`` capture may be ended on another thread.
+
+        Raises
+        ------
+        ValueError
+            If ``mode`` is not one of the three.
+        StreamCaptureError
+            On the legacy default stream (CUDA cannot capture it), or when
+            this stream is capturing already.
+
+        Examples
+        --------
+        >>> s = gpuarray.stream(non_blocking=True)
+        >>> s.begin_capture()
+        >>> s.is_capturing()
+        True
+        >>> g = s.end_capture()
+        """
+        if mode not in CAPTURE_MODES:
+            raise ValueError(f"capture mode must be one of {', '.join(map(repr, CAPTURE_MODES))}, "
+                             f"got {mode!r}")
+        s: Any = self
+        if s.kind == "legacy":
+            raise StreamCaptureError(
+                f"begin_capture on {s!r}: CUDA cannot capture the legacy default stream; "
+                "capture on a stream of gpuarray.stream(non_blocking=True)")
+        key = (s.device.id, s.handle)
+        if _capture.capture_of(*key) is not None:
+            raise StreamCaptureError(f"begin_capture on {s!r}: it is capturing already")
+        check_use(s, "begin_capture")
+        with s.device.activate():
+            get_backend().stream_begin_capture(s.handle, mode)
+        _capture.add(key, Capture(s, mode))
+
+    def is_capturing(self) -> bool:
+        """Whether this stream is capturing (a capture of gpuarray's or another library's).
+
+        Returns
+        -------
+        bool
+
+        Examples
+        --------
+        >>> gpuarray.stream().is_capturing()
+        False
+        """
+        s: Any = self
+        if _capture.capture_of(s.device.id, s.handle) is not None:
+            return True
+        if s.kind == "legacy":
+            return False
+        with s.device.activate():
+            return get_backend().stream_is_capturing(s.handle) != "none"
+
+    def end_capture(self) -> Graph:
+        """End the capture begun by :meth:`begin_capture` and return its executable graph.
+
+        Returns
+        -------
+        Graph
+
+        Raises
+        ------
+        StreamCaptureError
+            When the stream is not capturing, when a non-``"relaxed"``
+            capture is ended on another thread than the one that began it
+            (it stays active: end it there), or when CUDA invalidated the
+            capture (the message gives the driver's reason; the stream is
+            usable again).
+
+        Examples
+        --------
+        >>> s = gpuarray.stream(non_blocking=True)
+        >>> s.begin_capture()
+        >>> a = gpuarray.zeros(3, stream=s)
+        >>> g = s.end_capture()
+        >>> g.launch(); s.synchronize(); a.copy_to_host()
+        array([0., 0., 0.])
+        """
+        s: Any = self
+        key = (s.device.id, s.handle)
+        cap = _capture.capture_of(*key)
+        if cap is None:
+            raise StreamCaptureError(f"end_capture on {s!r}: it is not capturing "
+                                     "(begin_capture() was not called on it)")
+        if cap.mode != "relaxed" and cap.thread != threading.get_ident():
+            raise StreamCaptureError(
+                f"end_capture on {s!r} from thread {threading.get_ident()}: the {cap.mode!r} "
+                f"capture was begun by thread {cap.thread} and must end there (CUDA: "
+                "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD); only a 'relaxed' capture may end elsewhere")
+        b = get_backend()
+        cap.open = False
+        try:
+            with s.device.activate():
+                try:
+                    graph = b.stream_end_capture(s.handle)
+                except CudaError as e:
+                    for m in cap.memory:
+                        m.state = "freed"
+                        _unlaunched.pop(m.ptr, None)
+                    raise StreamCaptureError(f"end_capture on {s!r}: the capture failed: {e}") from e
+                try:
+                    graph_exec = b.graph_instantiate(graph, auto_free_on_launch=True)
+                except BaseException:
+                    b.graph_destroy(graph)
+                    raise
+        finally:
+            _capture.remove(key)
+        return Graph._make(s, graph, graph_exec, cap.memory)
