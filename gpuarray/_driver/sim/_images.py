@@ -31,7 +31,8 @@ fails with ``CUDA_ERROR_INVALID_IMAGE`` -- one of the codes cuda.h documents
 for ``cuLaunchKernel``/``cuLaunchKernelEx`` ("the device kernel image is
 invalid": there is no code the simulator can run for it) and, unlike
 ``CUDA_ERROR_LAUNCH_FAILED``, not sticky: nothing ran, the context stays
-usable.
+usable.  Launched into a capturing stream, it becomes a graph node, as on a
+GPU, and fails (the same code) when the graph runs it.
 """
 
 from __future__ import annotations
@@ -207,7 +208,8 @@ class ForeignKernel:
                          "run it on a GPU)")
 
     def accesses(self, params: Sequence[Any]) -> list[tuple[int, int, bool]]:
-        raise self.error("cuLaunchKernel")
+        return []  # recorded into a capture only; never run
+
 
     def run(self, mem: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
             shared_mem: int, params: Sequence[Any]) -> None:

@@ -188,8 +188,9 @@ class SimModuleCalls(SimCore):
             raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
         if shared_mem > 48 << 10:
             raise CudaError(INVALID_VALUE, call, f"{name}: {shared_mem} bytes of shared memory")
-        if getattr(impl, "foreign", False):  # after the checks a driver makes of any launch
-            raise impl.error(call)
+        if getattr(impl, "foreign", False) and s.capture is None:
+            raise impl.error(call)  # after the checks a driver makes of any launch
+        # (captured, the launch is a graph node: it fails when the graph runs it)
         try:
             snap = [type(p).from_buffer_copy(p) for p in params]  # CUDA copies parameters at launch
         except TypeError:

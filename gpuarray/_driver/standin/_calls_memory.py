@@ -54,6 +54,18 @@ def cuMemAllocAsync(p: int, nbytes: int, stream: int, ptsz: bool = False) -> Non
     _out("cuMemAllocAsync", p, _U64, backend().mem_alloc_async(nbytes, _stream(stream, ptsz)))
 
 
+@_output_first
+def cuMemAllocFromPoolAsync(p: int, nbytes: int, pool: int, stream: int, ptsz: bool = False) -> None:
+    call = "cuMemAllocFromPoolAsync"
+    b = backend()
+    s = _stream(stream, ptsz)
+    ctx = b.stream_get_ctx(s)
+    dev = b._ctx_by_handle(ctx, call).device
+    if pool != _POOL_BASE + 0x10 * (dev + 1):  # only the default pools exist
+        raise CudaError(_INVALID_VALUE, call, f"{pool:#x} is not the memory pool of device {dev}")
+    _out(call, p, _U64, b.mem_alloc_async(nbytes, s))
+
+
 def cuMemFreeAsync(ptr: int, stream: int, ptsz: bool = False) -> None:
     backend().mem_free_async(ptr, _stream(stream, ptsz))
 

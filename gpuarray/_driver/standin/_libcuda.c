@@ -376,6 +376,7 @@ F7(cuOccupancyMaxPotentialBlockSizeWithFlags, int *, P, int *, P, H, P, H, P, si
    unsigned int, U)
 F4(cuOccupancyAvailableDynamicSMemPerBlock, size_t *, P, H, P, int, U, int, U)
 S4(cuLaunchKernelEx, const void *, P, H, P, void **, P, void **, P)
+S4(cuMemAllocFromPoolAsync, CUdeviceptr *, P, size_t, U, H, P, H, P)
 /* Stream capture and graphs (issue 28): served by _calls_graph.py. */
 S2(cuStreamBeginCapture_v2, H, P, int, U)
 S2(cuStreamEndCapture, H, P, H *, P)
@@ -577,6 +578,7 @@ static const Entry table[] = {
     E("cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, cuOccupancyMaxPotentialBlockSizeWithFlags),
     E("cuOccupancyAvailableDynamicSMemPerBlock", 10020, cuOccupancyAvailableDynamicSMemPerBlock),
     ES("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
+    ES("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync),
     /* Stream capture and graphs (issue 28). */
     ES("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
     ES("cuStreamEndCapture", 10000, cuStreamEndCapture),
