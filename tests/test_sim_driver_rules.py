@@ -154,3 +154,21 @@ def test_every_device_attribute_has_a_value_per_device_and_visible_ordinal():
     with pytest.raises(CudaError) as e:
         b.device_attribute("warp_size", 2)
     assert e.value.name == "CUDA_ERROR_INVALID_DEVICE"
+
+
+def test_a_foreign_kernel_captured_into_a_graph_fails_when_the_graph_runs():
+    # On a GPU the captured launch is only recorded: the capture must end
+    # normally (a failed capture would leave the stream capturing).
+    b = _backend()
+    f = b.module_get_function(b.module_load_data(PTX), "foreign_k")
+    s = b.stream_create(non_blocking=True)
+    b.stream_begin_capture(s)
+    b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, s, [ctypes.c_uint64(0)])
+    graph = b.stream_end_capture(s)
+    assert b.stream_is_capturing(s) == "none"
+    g = b.graph_instantiate(graph)
+    b.graph_launch(g, s)
+    with pytest.raises(CudaError) as e:
+        b.stream_synchronize(s)
+    assert e.value.name == "CUDA_ERROR_INVALID_IMAGE" and "foreign" in str(e.value)
+    b.ctx_synchronize()  # not sticky

@@ -66,6 +66,13 @@ assert chk(d.cuStreamGetPriority(hi)) == -5              # clamped, as CUDA does
 chk(d.cuStreamDestroy(hi))
 chk(d.cuStreamSynchronize(hi), E.CUDA_ERROR_INVALID_HANDLE)
 
+# cuda.core's allocations: the default pool of the stream's device
+pool = chk(d.cuDeviceGetDefaultMemPool(dev))
+pp = chk(d.cuMemAllocFromPoolAsync(256, pool, s))
+assert int(chk(d.cuPointerGetAttribute(PA.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, pp))) == int(pool)
+chk(d.cuMemFreeAsync(pp, s))
+chk(d.cuMemAllocFromPoolAsync(256, 0x1234, s), E.CUDA_ERROR_INVALID_VALUE)
+
 # synchronous copies and memsets, address ranges, pointer attributes
 p = chk(d.cuMemAlloc(64))
 a = np.arange(16, dtype=np.int32)
