@@ -34,13 +34,14 @@ DEPS := pyproject.toml setup.py $(wildcard gpuarray/interop/_*.[ch])
 # pytest's default file pattern; bench/ has no pytest configuration of its own.
 BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 
-.PHONY: help demo test test-standin bench docs lint numba-compat gpu-check clean
+.PHONY: help demo test test-standin test-numba-driver bench docs lint numba-compat gpu-check clean
 
 help:
 	@echo "make demo       run the command-line demo (python -m gpuarray)"
 	@echo "                (demo, test, bench install gpuarray[$(CUDA_EXTRA)]; CUDA_EXTRA=cu12 for CUDA 12 drivers)"
 	@echo "make test       run the test suite on the simulator (PYTEST_ARGS='...' to pass options)"
 	@echo "make test-standin  the tests on the cuda backend over the stand-in driver"
+	@echo "make test-numba-driver  numba-cuda's own driver tests over the stand-in (.venv-peers)"
 	@echo "make bench      run bench/ with pytest-benchmark, JSON into $(RESULTS)/"
 	@echo "                (simulator unless GPUARRAY_BACKEND=cuda)"
 	@echo "make docs       build the Sphinx docs, warnings as errors, into docs/_build/html"
@@ -75,6 +76,23 @@ test: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 # backend, the simulator behind a stand-in libcuda.so.1 built on first use).
 test-standin: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 	$(VPY) -m gpuarray standin -- $(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# numba-cuda's own driver tests (numba.cuda.tests.cudadrv and
+# cudapy/test_multiprocessing, 0.30.4, unmodified) over the stand-in driver, and
+# the tests with driver-API peers (cuda.core, numba-cuda) on simulated memory.
+# A venv of its own (.venv-peers, tests/requirements-peers.txt): the peers never
+# enter .venv. tools/numba_driver/run.py fails on any failure that is not a
+# listed "needs a user kernel executed" one.
+PEERS_VENV ?= .venv-peers
+$(PEERS_VENV)/.stamp: $(DEPS) tests/requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -e ".[cu13]" -r tests/requirements-peers.txt
+	@touch $@
+
+test-numba-driver: $(PEERS_VENV)/.stamp
+	$(PEERS_VENV)/bin/python tools/numba_driver/run.py
+	$(PEERS_VENV)/bin/python -m gpuarray standin -- $(PEERS_VENV)/bin/python -m pytest -q \
+	    -p no:cacheprovider tests/test_peers_driver_api.py $(PYTEST_ARGS)
 
 # Simulator runs are smoke tests of the benchmark code, not measurements:
 # their JSON is named tmp-* (git-ignored). CUDA runs are committable.

@@ -60,6 +60,7 @@ from ._support import (
 )
 from .errors import (
     CudaError,
+    CudaForkError,
     CudaOutOfMemoryError,
     CudaUnavailableError,
     NvrtcError,
@@ -104,7 +105,7 @@ __all__ = [
     "MemoryPointer", "PinnedMemory", "MappedMemory", "ManagedMemory", "MemoryInfo", "IpcHandle",
     "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager", "GetIpcHandleMixin",
     "set_memory_manager", "defer_cleanup", "get_memory_info",
-    "CudaError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError", "StreamOrderError",
-    "StreamCaptureError",
+    "CudaError", "CudaForkError", "CudaOutOfMemoryError", "CudaUnavailableError", "NvrtcError",
+    "StreamOrderError", "StreamCaptureError",
     "errors", "__version__",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from . import _capture
-from ._driver import get_backend
+from ._driver import _fork, get_backend
 from ._driver._finalize import _pending as _finalizer_errors
 from ._driver._finalize import raise_pending
 
@@ -31,6 +31,7 @@ def _backend_ready():
     b = get_backend()
     if not _initialised:
         b.init()
+        _fork.note_init()
         _initialised = True
     return b
 

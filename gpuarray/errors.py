@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "CudaError",
+    "CudaForkError",
     "CudaOutOfMemoryError",
     "CudaUnavailableError",
     "NvrtcError",
@@ -27,12 +28,16 @@ CUDA_ERROR_NAMES: dict[int, str] = {
     2: "CUDA_ERROR_OUT_OF_MEMORY",
     3: "CUDA_ERROR_NOT_INITIALIZED",
     4: "CUDA_ERROR_DEINITIALIZED",
+    5: "CUDA_ERROR_PROFILER_DISABLED",
     100: "CUDA_ERROR_NO_DEVICE",
     101: "CUDA_ERROR_INVALID_DEVICE",
     200: "CUDA_ERROR_INVALID_IMAGE",
     201: "CUDA_ERROR_INVALID_CONTEXT",
     208: "CUDA_ERROR_ALREADY_MAPPED",
     209: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+    218: "CUDA_ERROR_INVALID_PTX",
+    301: "CUDA_ERROR_FILE_NOT_FOUND",
+    303: "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
     217: "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
     400: "CUDA_ERROR_INVALID_HANDLE",
     500: "CUDA_ERROR_NOT_FOUND",
@@ -41,6 +46,7 @@ CUDA_ERROR_NAMES: dict[int, str] = {
     701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
     704: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
     705: "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+    709: "CUDA_ERROR_CONTEXT_IS_DESTROYED",
     710: "CUDA_ERROR_ASSERT",
     712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
     713: "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
@@ -75,6 +81,14 @@ _DESCRIPTIONS: dict[str, str] = {
     "CUDA_ERROR_ALREADY_MAPPED": "resource already mapped",
     "CUDA_ERROR_INVALID_HANDLE": "invalid resource handle",
     "CUDA_ERROR_NOT_FOUND": "named symbol not found",
+    "CUDA_ERROR_DEINITIALIZED": "driver shutting down",
+    "CUDA_ERROR_NO_BINARY_FOR_GPU": "no kernel image is available for execution on the device",
+    "CUDA_ERROR_INVALID_PTX": "a PTX JIT compilation failed",
+    "CUDA_ERROR_FILE_NOT_FOUND": "file not found",
+    "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED": "peer access is already enabled",
+    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES": "too many resources requested for launch",
+    "CUDA_ERROR_CONTEXT_IS_DESTROYED": "context is destroyed",
+    "CUDA_ERROR_UNKNOWN": "unknown error",
     "CUDA_ERROR_NOT_READY": "device not ready",
     "CUDA_ERROR_ILLEGAL_ADDRESS": "an illegal memory access was encountered",
     "CUDA_ERROR_LAUNCH_FAILED": "unspecified launch failure",
@@ -164,6 +178,54 @@ class CudaOutOfMemoryError(CudaError, MemoryError):
     >>> isinstance(CudaOutOfMemoryError(2, "cuMemAlloc"), MemoryError)
     True
     """
+
+
+class CudaForkError(CudaError):
+    """CUDA was used in a process forked after its parent had initialised CUDA.
+
+    A CUDA driver cannot serve a child that ``os.fork()`` (or
+    ``multiprocessing``'s ``fork`` start method, the default on Linux before
+    Python 3.14) made after the parent initialised CUDA: every driver call
+    there fails with ``CUDA_ERROR_NOT_INITIALIZED``.  gpuarray raises this
+    subclass of :class:`CudaError` (``code`` 3) instead, on every backend.
+    Start workers with the ``spawn`` or ``forkserver`` start method
+    (``multiprocessing.get_context("spawn")``, or
+    ``ProcessPoolExecutor(mp_context=...)``) and share device arrays with
+    them through IPC handles (:meth:`DeviceNDArray.get_ipc_handle`) or by
+    pickling them.  A child of a parent that never used CUDA is not affected.
+
+    Parameters
+    ----------
+    call : str
+        The driver call that failed in the child, e.g. ``"cuMemAlloc"``.
+    parent_pid : int
+        The pid of the parent that had initialised CUDA.
+    detail : str, optional
+        What gpuarray was doing.
+
+    Attributes
+    ----------
+    parent_pid : int
+
+    Examples
+    --------
+    >>> err = CudaForkError("cuMemAlloc", 1234)
+    >>> err.code, "spawn" in str(err)
+    (3, True)
+    """
+
+    def __init__(self, call: str, parent_pid: int, detail: str = "") -> None:
+        self.parent_pid = int(parent_pid)
+        why = (f"(this process was forked from process {self.parent_pid} after that process had "
+               "initialised CUDA, and CUDA cannot be used in such a child: start worker processes "
+               "with the 'spawn' or 'forkserver' start method, e.g. "
+               "multiprocessing.get_context('spawn'), and pass device arrays to them as IPC "
+               "handles (DeviceNDArray.get_ipc_handle()) or by pickling them)")
+        super().__init__(3, call, f"{detail} {why}".strip(), name="CUDA_ERROR_NOT_INITIALIZED")
+        self.detail = detail
+
+    def __reduce__(self):
+        return (type(self), (self.call, self.parent_pid, self.detail))
 
 
 class CudaUnavailableError(RuntimeError):

@@ -111,7 +111,7 @@ UNSAFE = {
     "cuMemHostRegister": lambda b, s: b.mem_host_register(b._reg[1], 64),
     "cuMemAllocManaged": lambda b, s: b.mem_alloc_managed(64),
     "cuMemPoolSetAttribute": lambda b, s: b.mempool_set_release_threshold(0, 1 << 20),
-    "cuModuleLoadData": lambda b, s: b.module_load_data(b"image"),
+    "cuModuleLoadData": lambda b, s: b.module_load_data(b"gpuarray-sim-placeholder\0k\0"),
 }
 
 

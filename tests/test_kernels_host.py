@@ -437,7 +437,7 @@ def _launch_bad(sim, test_lib, shift, n=300, grid=2, declared_src=None):
     src = sim.mem_alloc(4096)
     dst = sim.mem_alloc(4096)
     sim.memset_d32_async(src, 0x3F800000, 1024, 1)
-    fn = sim.module_get_function(sim.module_load_data(b"test"), name)
+    fn = sim.module_get_function(sim.module_load_data(b"gpuarray-sim-placeholder\0" + name.encode()), name)
     sim.launch_kernel(fn, (grid, 1, 1), (256, 1, 1), 0, 1, [_BadArgs(dst, src, n, shift)])
     return src, dst
 
@@ -511,7 +511,7 @@ def test_syncthreads_and_shared_memory_mean_what_they_mean_on_a_gpu(hsim, test_l
     name = f"ga_test_barrier_{n}"
     sim_kernels.register(name, _TestKernel(name, test_lib["ga_test_barrier"], 0, 4 * n * grid))
     dst = sim.mem_alloc(4 * n * grid)
-    fn = sim.module_get_function(sim.module_load_data(b"test"), name)
+    fn = sim.module_get_function(sim.module_load_data(b"gpuarray-sim-placeholder\0" + name.encode()), name)
     sim.launch_kernel(fn, (grid, 1, 1), block, 0, 1, [_BadArgs(dst, 0, 0, 0)])
     out = np.zeros(n * grid, np.int32)
     sim.memcpy_dtoh_async(out.ctypes.data, dst, out.nbytes, 1)

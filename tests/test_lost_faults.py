@@ -37,7 +37,7 @@ def fault(sim, monkeypatch):
     dst = gpuarray.zeros(4, np.uint8)
     dst.stream.synchronize()
     sim_kernels.register("lost_fault_touch", Touch())
-    f = sim.module_get_function(sim.module_load_data(b"image"), "lost_fault_touch")
+    f = sim.module_get_function(sim.module_load_data(b"gpuarray-sim-placeholder" + bytes(1) + b"lost_fault_touch"), "lost_fault_touch")
     sim.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, 1,
                       [ctypes.c_uint64(dst.gpu_data.device_pointer), ctypes.c_int64(4096)])
     return dst

@@ -50,7 +50,7 @@ def _kernel(b, name, impl):
     from gpuarray._driver import sim_kernels
 
     sim_kernels.register(name, impl)
-    return b.module_get_function(b.module_load_data(b"image"), name)
+    return b.module_get_function(b.module_load_data(b"gpuarray-sim-placeholder\0" + name.encode()), name)
 
 
 def _launch(b, f, ptr, n, stream=LEGACY):

@@ -106,13 +106,16 @@ def test_queue_limit_runs_work_without_a_host_sync():
 
 
 # ----------------------------------------------------------------- errors
-def test_out_of_bounds_copy_raises_illegal_address():
+def test_out_of_bounds_copy_raises_invalid_value():
+    # cuda.h documents SUCCESS, DEINITIALIZED, NOT_INITIALIZED, INVALID_CONTEXT,
+    # INVALID_VALUE (and INVALID_HANDLE for the Async forms) for copies: a range
+    # past an allocation's end is INVALID_VALUE, never the sticky 700 (issue 29).
     b = _backend()
     d = b.mem_alloc(64)
     out = np.zeros(128, np.uint8)
     with pytest.raises(CudaError) as e:
         b.memcpy_dtoh_async(out.ctypes.data, d, 128, LEGACY)
-    assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    assert e.value.name == "CUDA_ERROR_INVALID_VALUE"
     assert e.value.call == "cuMemcpyDtoHAsync"
     assert "past the end" in str(e.value)
 
@@ -123,7 +126,7 @@ def test_use_after_free_raises():
     b.mem_free(d)
     with pytest.raises(CudaError, match="use after free") as e:
         b.memset_d8_async(d, 0, 64, LEGACY)
-    assert e.value.code == 700
+    assert e.value.code == 1  # CUDA_ERROR_INVALID_VALUE: refused at the call, as cuda.h documents
     with pytest.raises(CudaError, match="already freed"):
         b.mem_free(d)
 
@@ -383,7 +386,7 @@ class _AddOne:
 def test_kernel_launch_runs_reference_later_and_reports_faults_at_sync():
     sim_kernels.register("test_add_one", _AddOne())
     b = _backend()
-    mod = b.module_load_data(b"not a real cubin")
+    mod = b.module_load_data(b"gpuarray-sim-placeholder\0test_add_one\0")
     f = b.module_get_function(mod, "test_add_one")
     d = b.mem_alloc(4)
     b.memset_d8_async(d, 1, 4, LEGACY)
@@ -408,7 +411,7 @@ def test_kernel_launch_runs_reference_later_and_reports_faults_at_sync():
 def test_kernel_parameters_are_copied_at_launch():
     sim_kernels.register("test_add_one", _AddOne())
     b = _backend()
-    f = b.module_get_function(b.module_load_data(b"x"), "test_add_one")
+    f = b.module_get_function(b.module_load_data(b"gpuarray-sim-placeholder\0test_add_one\0"), "test_add_one")
     d = b.mem_alloc(8)
     b.memset_d8_async(d, 0, 8, LEGACY)
     n = ctypes.c_int64(4)
@@ -429,12 +432,12 @@ def test_peer_access_is_needed_for_kernels_but_not_copies():
     assert b.pointer_info(d1).device_ordinal == 1
     d0 = b.mem_alloc(4)
     b.memcpy_dtod_async(d0, d1, 4, LEGACY)  # peer copies work without peer access
-    f = b.module_get_function(b.module_load_data(b"x"), "test_add_one")
+    f = b.module_get_function(b.module_load_data(b"gpuarray-sim-placeholder\0test_add_one\0"), "test_add_one")
     b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, LEGACY, [ctypes.c_uint64(d1), ctypes.c_int64(4)])
     with pytest.raises(CudaError, match="peer access"):
         b.ctx_synchronize()
     b.primary_ctx_reset(0)  # the fault is sticky; a reset destroys the module too
-    f = b.module_get_function(b.module_load_data(b"x"), "test_add_one")
+    f = b.module_get_function(b.module_load_data(b"gpuarray-sim-placeholder\0test_add_one\0"), "test_add_one")
     b.ctx_enable_peer_access(c1)
     b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, LEGACY, [ctypes.c_uint64(d1), ctypes.c_int64(4)])
     b.ctx_synchronize()

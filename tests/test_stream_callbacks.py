@@ -236,7 +236,7 @@ def test_callback_after_a_failing_kernel_gets_its_code(sim):
     got: list = []
     done = threading.Event()
     with s.device.activate():
-        f = sim.module_get_function(sim.module_load_data(b"image"), "test_failing_kernel")
+        f = sim.module_get_function(sim.module_load_data(b"gpuarray-sim-placeholder\0test_failing_kernel\0"), "test_failing_kernel")
         sim.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, s.handle, [ctypes.c_int(0)])
         s.add_callback(lambda st, status, arg: (got.append(status), done.set()))
     assert done.wait(TIMEOUT), "the callback was never called"

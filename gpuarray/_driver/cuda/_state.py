@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import CUDA_ERROR_NAMES, CudaError, CudaOutOfMemoryError
+from .. import _fork
 from .._base import DEVICE_ATTRIBUTES, Backend
 
 # Result codes handled by value (no driver needed to know them).
@@ -163,6 +164,8 @@ def _error(code: Any, call: str, detail: str | Callable[[], str] = "") -> CudaEr
     code = int(code)
     if callable(detail):
         detail = detail()
+    if code == _fork.NOT_INITIALIZED and _fork.forked_from() is not None:
+        return _fork.error(call, detail)  # a fork child of a process that used CUDA
     cls = CudaOutOfMemoryError if code == _ERR_OUT_OF_MEMORY else CudaError
     return cls(code, call, detail, name=_result_name(code))
 

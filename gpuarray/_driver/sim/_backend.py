@@ -56,8 +56,10 @@ import os
 from typing import overload
 
 from ...errors import CudaError, CudaUnavailableError
+from .. import _fork
 from .._base import DEVICE_ATTRIBUTES
-from . import _capture, _sticky
+from . import _capture, _profile, _sticky
+from ._context_calls import SimContextCalls
 from ._core import INVALID_CONTEXT, INVALID_VALUE, _api, _locked
 from ._graph import SimGraphCalls
 from ._memory_calls import SimMemoryCalls
@@ -103,7 +105,8 @@ def _env_int(name: str, default: int | None, minimum: int) -> int | None:
     return value
 
 
-class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls):
+class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
+                 SimContextCalls):
     """CPU simulator of the driver interface.
 
     Parameters
@@ -196,6 +199,8 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls):
     # ---------------------------------------------------------------- init
     @_api
     def init(self) -> None:
+        if self._init_pid is None:  # a fork child of this process cannot use it (_fork.py)
+            _fork.track(self)
         if not self.devices:  # cuInit: CUDA_ERROR_NO_DEVICE
             raise CudaUnavailableError(
                 f"no CUDA-capable device is detected: CUDA_VISIBLE_DEVICES="
@@ -219,19 +224,12 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls):
 
     @_api
     def device_attribute(self, attr: str, ordinal: int) -> int:
-        if attr not in DEVICE_ATTRIBUTES:
-            raise ValueError(f"unknown device attribute {attr!r}; known: {', '.join(DEVICE_ATTRIBUTES)}")
+        """The value of device attribute ``attr`` (a name of ``_profile.ATTRIBUTES``)."""
+        if attr not in _profile.BY_NAME:
+            raise ValueError(f"unknown device attribute {attr!r}; known: {', '.join(DEVICE_ATTRIBUTES)} "
+                             "and the other CUdevice_attribute names of gpuarray/_driver/sim/_profile.py")
         d = self._dev(ordinal, "cuDeviceGetAttribute")
-        major, minor = self.compute_capability[d]
-        return {
-            "compute_capability_major": major, "compute_capability_minor": minor,
-            "multiprocessor_count": 132, "max_threads_per_block": 1024,
-            "max_shared_memory_per_block": 48 << 10, "warp_size": 32, "l2_cache_size": 50 << 20,
-            "unified_addressing": 1, "can_map_host_memory": 1, "memory_pools_supported": 1,
-            "pci_bus_id": 0x10 + self.physical[d], "pci_device_id": 0, "max_grid_dim_x": 2**31 - 1,
-            "max_grid_dim_y": 65535, "max_grid_dim_z": 65535, "concurrent_managed_access": 1,
-            "integrated": 0,
-        }[attr]
+        return _profile.value(attr, self.compute_capability[d], self.physical[d])
 
     @_api
     def device_total_memory(self, ordinal: int) -> int:
@@ -267,7 +265,8 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls):
 
     @_api
     def ctx_set_current(self, ctx: int) -> None:
-        self._tls.ctx = None if not ctx else self._ctx_by_handle(ctx, "cuCtxSetCurrent")
+        # CUDA: replaces the top of the thread's context stack; NULL pops it.
+        self._set_top(None if not ctx else self._ctx_by_handle(ctx, "cuCtxSetCurrent"))
 
     @_api
     def ctx_get_current(self) -> int:

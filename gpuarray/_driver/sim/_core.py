@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import CudaError, CudaOutOfMemoryError
+from .. import _fork
 from .._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
 from . import _capture, _hostfn, _sticky
 from ._hostfn import CALL_NAMES
@@ -44,8 +45,13 @@ def _driver_call(method, locked: bool):
     call = CALL_NAMES.get(method.__name__, method.__name__)
     state = _hostfn._state
 
+    # In a child forked after init (``.._fork``) every call fails with
+    # CUDA_ERROR_NOT_INITIALIZED, as a driver's do: checked before the lock,
+    # which another thread of the parent may have held at the fork.
     if method.__name__ in _capture.UNSAFE_CALLS:  # see _capture.py
         def wrapper(self, *args, **kwargs):
+            if self._forked_from is not None:
+                raise _fork.error(call)
             if state.active:
                 _hostfn.refuse(call)
             with self._lock:
@@ -54,12 +60,16 @@ def _driver_call(method, locked: bool):
                 return method(self, *args, **kwargs)
     elif locked:
         def wrapper(self, *args, **kwargs):
+            if self._forked_from is not None:
+                raise _fork.error(call)
             if state.active:
                 _hostfn.refuse(call)
             with self._lock:
                 return method(self, *args, **kwargs)
     else:
         def wrapper(self, *args, **kwargs):
+            if self._forked_from is not None:
+                raise _fork.error(call)
             if state.active:
                 _hostfn.refuse(call)
             return method(self, *args, **kwargs)
@@ -104,17 +114,24 @@ class SimCore(Backend):
         self.sched = Scheduler(self.memory, racecheck=racecheck, seed=seed, max_queue=max_queue)
         self._lock = self.sched.lock
         self._tls = threading.local()
-        self._contexts: list[SimContext] = []
+        self._contexts: list[SimContext] = []  # the primary context of each device
+        #: Contexts of ``cuCtxCreate``, by handle (``_context_calls.py``).
+        self._created: dict[int, SimContext] = {}
         self._streams: dict[int, SimStream] = {}
         self._events: dict[int, SimEvent] = {}
         self._modules: dict[int, tuple[SimContext, bytes]] = {}
-        self._functions: dict[int, tuple[SimContext, str, Any]] = {}
+        self._functions: dict[int, tuple[SimContext, str, Any, int]] = {}  # ctx, name, impl, module
+        #: Device variables of loaded images: (module, name) -> (address, size).
+        self._globals: dict[tuple[int, str], tuple[int, int]] = {}
         self._release_threshold = [0] * devices
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
         #: The host-function driver thread of each context (``_hostfn.Worker``), by ``id(ctx)``.
         self._host_fn_workers: dict[int, _hostfn.Worker] = {}
+        #: The pid of the parent, in a process forked after ``init`` (``.._fork.track``).
+        self._forked_from: int | None = None
+        self._init_pid: int | None = None
         self.sched.on_fault = self._fault_while_draining
         #: Capture sequences in progress, graphs and executable graphs (``_capture.py``, ``_graph.py``).
         self._captures: dict[int, Any] = {}
@@ -154,6 +171,8 @@ class SimCore(Backend):
         ctx = getattr(self._tls, "ctx", None)
         if ctx is None:
             raise CudaError(INVALID_CONTEXT, call, "(no context is current on this thread)")
+        if ctx.destroyed:
+            raise CudaError(INVALID_CONTEXT, call, "(the current context was destroyed)")
         if work and ctx.sticky is not None:
             _sticky.check(ctx, call)
         return ctx
@@ -166,7 +185,10 @@ class SimCore(Backend):
         for ctx in self._contexts:
             if ctx.handle == handle:
                 return ctx
-        raise CudaError(INVALID_CONTEXT, call, f"0x{handle:x} is not a context")
+        created = self._created.get(handle)
+        if created is not None:
+            return created
+        raise CudaError(INVALID_CONTEXT, call, f"0x{handle:x} is not a context (destroyed?)")
 
     # ------------------------------------------------------------- helpers
     def _sync(self, call: str, fn) -> None:
@@ -250,11 +272,17 @@ class SimCore(Backend):
         return s
 
     def _check_range(self, address: int, nbytes: int, call: str, role: str) -> Allocation:
-        """A device (or page-locked) range, checked now; returns its allocation."""
+        """A device (or page-locked) range, checked now; returns its allocation.
+
+        A range outside any live allocation is the call's argument error,
+        ``CUDA_ERROR_INVALID_VALUE``: the code cuda.h documents for copies and
+        memsets (never the sticky ``CUDA_ERROR_ILLEGAL_ADDRESS`` of device
+        work, which would make the context unusable on a GPU).
+        """
         try:
             a, _ = self.memory.resolve(address, nbytes, f"{call} {role}", reserved=True)
         except DeviceFault as f:
-            raise CudaError(f.code, call, f.detail) from None
+            raise CudaError(INVALID_VALUE, call, f.detail) from None
         return a
 
     def _check_host(self, address: int, call: str, role: str) -> None:

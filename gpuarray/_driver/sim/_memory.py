@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import dataclasses
+import itertools
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,8 @@ class Allocation:
     #: now: why (accessing it is an illegal address, as on a GPU); "" when mapped.
     unmapped: str = ""
     graph: Any = None  # the graph (``_graph.SimGraph``) whose allocation node reserved it
+    #: Unique in the process (``CU_POINTER_ATTRIBUTE_BUFFER_ID``).
+    serial: int = dataclasses.field(default_factory=itertools.count(1).__next__)
 
     @property
     def is_host(self) -> bool:

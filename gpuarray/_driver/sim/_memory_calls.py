@@ -18,7 +18,7 @@ from .._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
 from . import _capture, _sticky
 from ._core import INVALID_VALUE, SimCore, _api, _locked
 from ._graph import claim_graph_free, free_graph_memory, unmap_graph_memory
-from ._memory import read_host, write_host
+from ._memory import Allocation, read_host, write_host
 from ._sched import SimStream
 
 
@@ -83,6 +83,11 @@ class SimMemoryCalls(SimCore):
     def mempool_set_release_threshold(self, ordinal: int, nbytes: int) -> None:
         self._release_threshold[self._dev(ordinal, "cuMemPoolSetAttribute")] = int(nbytes)
 
+    @_api
+    def mempool_release_threshold(self, ordinal: int) -> int:
+        """Simulator only: the release threshold of device ``ordinal``'s default pool."""
+        return self._release_threshold[self._dev(ordinal, "cuMemPoolGetAttribute")]
+
     @_locked
     def mem_get_info(self) -> tuple[int, int]:
         d = self._current("cuMemGetInfo").device
@@ -137,6 +142,18 @@ class SimMemoryCalls(SimCore):
             ctx = getattr(self._tls, "ctx", None)
             return PointerInfo(MEMORYTYPE_HOST, ctx.device if ctx else 0, a.base, a.size)
         return PointerInfo(MEMORYTYPE_DEVICE, a.device, a.base, a.size, a.kind == "managed")
+
+    @_locked
+    def allocation_of(self, ptr: int) -> Allocation | None:
+        """Simulator only: the live allocation holding ``ptr`` (None: not CUDA memory).
+
+        What the stand-in driver's pointer queries (``cuPointerGetAttribute``,
+        ``cuMemGetAddressRange``) read; device memory of a sticky-faulted
+        context answers its sticky error, as those calls do on CUDA.
+        """
+        self._check_current("cuPointerGetAttribute")
+        a = self.memory.find(int(ptr))
+        return a if a is not None and a.alive else None
 
     # ---------------------------------------------------- copies and sets
     @_locked

@@ -1,9 +1,10 @@
 """The simulator's module, launch and IPC calls.
 
 One concern: code and sharing -- ``cuModuleLoadData`` /
-``cuModuleGetFunction`` resolve a kernel name to its implementation
-(``gpuarray._driver.sim_kernels``: the host build of ``kernels/`` run by
-``_hostrt``, or a reference), ``cuLaunchKernel`` checks the launch and
+``cuModuleGetFunction`` check the image as a driver would and resolve a
+kernel name to its implementation (``gpuarray._driver.sim_kernels``: the
+host build of ``kernels/`` run by ``_hostrt``, or a reference; any other
+kernel of the image fails at launch: ``_images.py``), ``cuLaunchKernel`` checks the launch and
 queues the kernel, which reaches device memory only through
 :class:`_KernelMemory` (bounds, use after free, peer access); the
 ``cuIpc*`` calls delegate to ``_ipc.py``.
@@ -18,7 +19,7 @@ import numpy as np
 
 from ...errors import CudaError
 from .. import sim_kernels
-from . import _sticky
+from . import _images, _sticky
 from ._core import (
     ILLEGAL_ADDRESS,
     INVALID_HANDLE,
@@ -74,37 +75,75 @@ class SimModuleCalls(SimCore):
 
     # --------------------------------------------------- modules, launches
     @_locked
-    def module_load_data(self, image: bytes) -> int:
-        ctx = self._current("cuModuleLoadData")
-        self._fault("module", "cuModuleLoadData")
-        if not image:
-            raise CudaError(200, "cuModuleLoadData", "empty image")
+    def module_load_data(self, image: bytes, call: str = "cuModuleLoadData",
+                         placeholder_ok: bool = True) -> int:
+        """``cuModuleLoadData``: load ``image`` (checked as a driver would: ``_images.py``).
+
+        ``call`` names the driver call for errors (the stand-in's
+        ``cuLibraryLoadData`` and ``cuLinkAddData`` use it too);
+        ``placeholder_ok``: whether gpuarray's simulator placeholder is accepted
+        (the ``sim`` backend's loader; never behind the stand-in driver).
+        """
+        ctx = self._current(call)
+        self._fault("module", call)
+        image = bytes(image)
+        try:
+            _images.validate(image, placeholder_ok)
+        except _images.ImageError as e:
+            raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
         h = self._handle()
-        self._modules[h] = (ctx, bytes(image))
+        self._modules[h] = (ctx, image)
         return h
 
     @_locked
     def module_unload(self, module: int) -> None:
         entry = self._modules.get(module)
         if entry is None:
-            raise CudaError(INVALID_HANDLE, "cuModuleUnload", f"module 0x{int(module):x}")
+            raise CudaError(INVALID_VALUE, "cuModuleUnload", f"module 0x{int(module):x} is not loaded")
         _sticky.check(entry[0], "cuModuleUnload")
         del self._modules[module]
+        for h in [h for h, f in self._functions.items() if f[3] == module]:
+            del self._functions[h]
 
     @_locked
     def module_get_function(self, module: int, name: str) -> int:
+        call = "cuModuleGetFunction"
         entry = self._modules.get(module)
         if entry is None:
-            raise CudaError(INVALID_HANDLE, "cuModuleGetFunction", f"module 0x{int(module):x}")
-        _sticky.check(entry[0], "cuModuleGetFunction")
+            raise CudaError(INVALID_VALUE, call, f"module 0x{int(module):x} is not loaded")
+        _sticky.check(entry[0], call)
+        if not _images.contains(entry[1], name):
+            raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r}")
         impl = sim_kernels.lookup(name)
-        if impl is None:
-            raise CudaError(NOT_FOUND, "cuModuleGetFunction",
-                            f"{name!r} is not a kernel the simulator can run (not registered "
-                            "in gpuarray._driver.sim_kernels, nor a gpuarray kernel symbol)")
+        if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
+            impl = _images.ForeignKernel(name)
         h = self._handle()
-        self._functions[h] = (entry[0], name, impl)
+        self._functions[h] = (entry[0], name, impl, module)
         return h
+
+    @_locked
+    def module_get_global(self, module: int, name: str) -> tuple[int, int]:
+        """``cuModuleGetGlobal``: ``(address, size)`` of the image's ``.global`` variable ``name``.
+
+        Allocated in the module's device on first use, with the PTX
+        initialiser (or zeros); freed with the module's context.
+        """
+        call = "cuModuleGetGlobal"
+        entry = self._modules.get(module)
+        if entry is None:
+            raise CudaError(INVALID_VALUE, call, f"module 0x{int(module):x} is not loaded")
+        _sticky.check(entry[0], call)
+        key = (module, name)
+        hit = self._globals.get(key)
+        if hit is not None:
+            return hit
+        var = _images.global_variable(entry[1], name)
+        if var is None:
+            raise CudaError(NOT_FOUND, call, f"the module has no device variable {name!r}")
+        a = self.memory.alloc_device(entry[0].device, max(var[0], 1), call=call)
+        self.memory.write(a, 0, var[1])
+        self._globals[key] = (a.base, var[0])
+        return self._globals[key]
 
     @_locked
     def function_kernel(self, func: int) -> Any:
@@ -116,13 +155,27 @@ class SimModuleCalls(SimCore):
         return entry[2]
 
     @_locked
+    def function_info(self, func: int) -> tuple[str, int, int, dict[str, int]]:
+        """Simulator only: ``(name, module, device, static sizes)`` of function handle ``func``.
+
+        The static sizes are the kernel's shared, const and local memory read
+        from its image (``_images.static_sizes``).
+        """
+        entry = self._functions.get(func)
+        if entry is None:
+            raise CudaError(INVALID_HANDLE, "cuFuncGetAttribute", f"function 0x{int(func):x}")
+        module = self._modules.get(entry[3])
+        sizes = _images.static_sizes(module[1] if module else b"", entry[1])
+        return entry[1], entry[3], entry[0].device, sizes
+
+    @_locked
     def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                       shared_mem: int, stream: int, params: Sequence[Any]) -> None:
         call = "cuLaunchKernel"
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_HANDLE, call, f"function 0x{int(func):x}")
-        ctx, name, impl = entry
+        ctx, name, impl, _module = entry
         s = self._stream(stream, call)
         self._fault("launch", call)
         if s.ctx is not ctx:
@@ -135,6 +188,9 @@ class SimModuleCalls(SimCore):
             raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
         if shared_mem > 48 << 10:
             raise CudaError(INVALID_VALUE, call, f"{name}: {shared_mem} bytes of shared memory")
+        if getattr(impl, "foreign", False) and s.capture is None:
+            raise impl.error(call)  # after the checks a driver makes of any launch
+        # (captured, the launch is a graph node: it fails when the graph runs it)
         try:
             snap = [type(p).from_buffer_copy(p) for p in params]  # CUDA copies parameters at launch
         except TypeError:

@@ -79,6 +79,10 @@ class SimContext:
         self.profiling = False
         #: ``(code, detail)`` of the sticky fault that made it unusable (see _sticky.py).
         self.sticky: tuple[int, str] | None = None
+        #: False for a context of ``cuCtxCreate`` (``_context_calls.py``).
+        self.primary = True
+        #: Set by ``cuCtxDestroy``: every later use is CUDA_ERROR_INVALID_CONTEXT.
+        self.destroyed = False
 
 
 class SimStream:

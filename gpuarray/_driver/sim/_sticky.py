@@ -40,8 +40,10 @@ class _Resources(Protocol):
     _streams: dict[int, Any]
     _events: dict[int, Any]
     _modules: dict[int, tuple[SimContext, bytes]]
-    _functions: dict[int, tuple[SimContext, str, Any]]
+    _functions: dict[int, tuple[SimContext, str, Any, int]]  # ctx, name, impl, module
+    _globals: dict[tuple[int, str], tuple[int, int]]
     _captures: dict[int, Any]
+
 
 #: CUresult codes CUDA documents as sticky (the context cannot be used after them).
 STICKY_CODES = frozenset({
@@ -89,7 +91,9 @@ def reset(backend: _Resources, ctx: SimContext) -> None:
     for h, (mctx, _image) in list(backend._modules.items()):
         if mctx is ctx:
             del backend._modules[h]
-    for h, (fctx, _name, _impl) in list(backend._functions.items()):
+    for key in [k for k in backend._globals if k[0] not in backend._modules]:
+        del backend._globals[key]  # their memory went with the context's allocations
+    for h, (fctx, *_rest) in list(backend._functions.items()):
         if fctx is ctx:
             del backend._functions[h]
     for s in sched.streams_by_ctx.get(id(ctx), ()):

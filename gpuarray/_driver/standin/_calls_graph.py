@@ -2,7 +2,7 @@
 
 One concern: the driver forms of stream capture and graphs (named after the
 forms: ``cuStreamBeginCapture_v2``, ``cuStreamGetCaptureInfo_v3`` ...), as
-``_calls.py`` serves the others; the rules live in the simulator
+``_calls_*.py`` serve the others; the rules live in the simulator
 (``sim/_capture.py``, ``sim/_graph.py``).  ``_ptsz`` forms reuse the plain
 function with ``ptsz=True``.
 

@@ -214,6 +214,22 @@ done:
     static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4)}; return call(#fn, 4, a); }
 
+#define F5(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5) \
+    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5) \
+    { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5)}; return call(#fn, 5, a); }
+#define F6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
+    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6) \
+    { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6)}; \
+      return call(#fn, 6, a); }
+#define F7(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7) \
+    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7) \
+    { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6), C7(a7)}; \
+      return call(#fn, 7, a); }
+#define F8(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8) \
+    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7, T8 a8) \
+    { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6), C7(a7), \
+                                C8(a8)}; return call(#fn, 8, a); }
+
 /* Stream-ordered calls: the plain form and the _ptsz form (per-thread default stream). */
 #define S1(fn, T1, C1) F1(fn, T1, C1) F1(fn##_ptsz, T1, C1)
 #define S2(fn, T1, C1, T2, C2) F2(fn, T1, C1, T2, C2) F2(fn##_ptsz, T1, C1, T2, C2)
@@ -288,6 +304,79 @@ F3(cuModuleGetFunction, H *, P, H, P, const char *, P)
 F2(cuIpcGetMemHandle, CUipcMemHandle *, P, CUdeviceptr, U)
 F1(cuIpcCloseMemHandle, CUdeviceptr, U)
 
+/* Issue 29: the rest of the host API numba-cuda's and cuda.core's driver layers call. */
+F3(cuDeviceGetPCIBusId, char *, P, int, U, CUdevice, U)
+F3(cuDevicePrimaryCtxGetState, unsigned int *, P, int *, P, CUdevice, U)
+F2(cuDevicePrimaryCtxSetFlags_v2, CUdevice, U, unsigned int, U)
+F2(cuDeviceGetMemPool, H *, P, CUdevice, U)
+F3(cuMemPoolGetAttribute, H, P, int, U, H, P)
+F2(cuGetErrorName, CUresult, U, const char **, P)
+F2(cuGetErrorString, CUresult, U, const char **, P)
+F1(cuCtxPushCurrent_v2, H, P)
+F1(cuCtxPopCurrent_v2, H *, P)
+F3(cuCtxCreate_v2, H *, P, unsigned int, U, CUdevice, U)
+F5(cuCtxCreate_v3, H *, P, H, P, int, U, unsigned int, U, CUdevice, U)
+F4(cuCtxCreate_v4, H *, P, H, P, unsigned int, U, CUdevice, U)
+F1(cuCtxDestroy_v2, H, P)
+F1(cuCtxGetFlags, unsigned int *, P)
+F2(cuCtxGetApiVersion, H, P, unsigned int *, P)
+F2(cuCtxGetId, H, P, cuuint64_t *, P)
+F2(cuCtxGetStreamPriorityRange, int *, P, int *, P)
+F2(cuCtxGetLimit, size_t *, P, int, U)
+F1(cuCtxGetCacheConfig, int *, P)
+F1(cuCtxSetCacheConfig, int, U)
+F2(cuMemAllocHost_v2, H *, P, size_t, U)
+F2(cuMemHostGetFlags, unsigned int *, P, H, P)
+F3(cuMemGetAddressRange_v2, CUdeviceptr *, P, size_t *, P, CUdeviceptr, U)
+F3(cuPointerGetAttribute, H, P, int, U, CUdeviceptr, U)
+F3(cuMemcpyHtoD_v2, CUdeviceptr, U, const void *, P, size_t, U)
+F3(cuMemcpyDtoH_v2, H, P, CUdeviceptr, U, size_t, U)
+F3(cuMemcpyDtoD_v2, CUdeviceptr, U, CUdeviceptr, U, size_t, U)
+F3(cuMemcpy, CUdeviceptr, U, CUdeviceptr, U, size_t, U)
+S4(cuMemcpyAsync, CUdeviceptr, U, CUdeviceptr, U, size_t, U, H, P)
+F1(cuMemcpy2D_v2, const void *, P)
+F1(cuMemcpy2DUnaligned_v2, const void *, P)
+F3(cuMemsetD8_v2, CUdeviceptr, U, unsigned char, U, size_t, U)
+F3(cuMemsetD16_v2, CUdeviceptr, U, unsigned short, U, size_t, U)
+F3(cuMemsetD32_v2, CUdeviceptr, U, unsigned int, U, size_t, U)
+F2(cuStreamCreate, H *, P, unsigned int, U)
+S2(cuStreamGetPriority, H, P, int *, P)
+S2(cuStreamGetFlags, H, P, unsigned int *, P)
+S2(cuStreamGetId, H, P, cuuint64_t *, P)
+S3(cuEventRecordWithFlags, H, P, H, P, unsigned int, U)
+F5(cuModuleLoadDataEx, H *, P, const void *, P, unsigned int, U, H, P, H, P)
+F4(cuModuleGetGlobal_v2, CUdeviceptr *, P, size_t *, P, H, P, const char *, P)
+F8(cuLibraryLoadData, H *, P, const void *, P, H, P, H, P, unsigned int, U, H, P, H, P,
+   unsigned int, U)
+F1(cuLibraryUnload, H, P)
+F2(cuLibraryGetModule, H *, P, H, P)
+F3(cuLibraryGetKernel, H *, P, H, P, const char *, P)
+F4(cuLibraryGetGlobal, CUdeviceptr *, P, size_t *, P, H, P, const char *, P)
+F2(cuKernelGetFunction, H *, P, H, P)
+F2(cuKernelGetName, const char **, P, H, P)
+F2(cuFuncGetName, const char **, P, H, P)
+F2(cuFuncGetModule, H *, P, H, P)
+F4(cuLinkCreate_v2, unsigned int, U, H, P, H, P, H *, P)
+F8(cuLinkAddData_v2, H, P, int, U, H, P, size_t, U, const char *, P, unsigned int, U, H, P,
+   H, P)
+F6(cuLinkAddFile_v2, H, P, int, U, const char *, P, unsigned int, U, H, P, H, P)
+F3(cuLinkComplete, H, P, H *, P, size_t *, P)
+F1(cuLinkDestroy, H, P)
+F3(cuFuncGetAttribute, int *, P, int, U, H, P)
+F4(cuKernelGetAttribute, int *, P, int, U, H, P, CUdevice, U)
+F3(cuFuncSetAttribute, H, P, int, U, int, U)
+F4(cuKernelSetAttribute, int, U, int, U, H, P, CUdevice, U)
+F2(cuFuncSetCacheConfig, H, P, int, U)
+F3(cuKernelSetCacheConfig, H, P, int, U, CUdevice, U)
+F4(cuOccupancyMaxActiveBlocksPerMultiprocessor, int *, P, H, P, int, U, size_t, U)
+F5(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, int *, P, H, P, int, U, size_t, U,
+   unsigned int, U)
+F6(cuOccupancyMaxPotentialBlockSize, int *, P, int *, P, H, P, H, P, size_t, U, int, U)
+F7(cuOccupancyMaxPotentialBlockSizeWithFlags, int *, P, int *, P, H, P, H, P, size_t, U, int, U,
+   unsigned int, U)
+F4(cuOccupancyAvailableDynamicSMemPerBlock, size_t *, P, H, P, int, U, int, U)
+S4(cuLaunchKernelEx, const void *, P, H, P, void **, P, void **, P)
+S4(cuMemAllocFromPoolAsync, CUdeviceptr *, P, size_t, U, H, P, H, P)
 /* Stream capture and graphs (issue 28): served by _calls_graph.py. */
 S2(cuStreamBeginCapture_v2, H, P, int, U)
 S2(cuStreamEndCapture, H, P, H *, P)
@@ -419,6 +508,77 @@ static const Entry table[] = {
     E("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
     E("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
     E("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
+    /* Issue 29 */
+    E("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
+    E("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    E("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
+    E("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
+    E("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+    E("cuGetErrorName", 6000, cuGetErrorName),
+    E("cuGetErrorString", 6000, cuGetErrorString),
+    E("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+    E("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+    E("cuCtxCreate", 3020, cuCtxCreate_v2),
+    E("cuCtxCreate", 11040, cuCtxCreate_v3),
+    E("cuCtxCreate", 12050, cuCtxCreate_v4),
+    E("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+    E("cuCtxGetFlags", 7000, cuCtxGetFlags),
+    E("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion),
+    E("cuCtxGetId", 12000, cuCtxGetId),
+    E("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
+    E("cuCtxGetLimit", 3010, cuCtxGetLimit),
+    E("cuCtxGetCacheConfig", 3020, cuCtxGetCacheConfig),
+    E("cuCtxSetCacheConfig", 3020, cuCtxSetCacheConfig),
+    E("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    E("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
+    E("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    E("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    E("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
+    E("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),
+    E("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2),
+    E("cuMemcpy", 4000, cuMemcpy),
+    ES("cuMemcpyAsync", 4000, cuMemcpyAsync),
+    E("cuMemcpy2D", 3020, cuMemcpy2D_v2),
+    E("cuMemcpy2DUnaligned", 3020, cuMemcpy2DUnaligned_v2),
+    E("cuMemsetD8", 3020, cuMemsetD8_v2),
+    E("cuMemsetD16", 3020, cuMemsetD16_v2),
+    E("cuMemsetD32", 3020, cuMemsetD32_v2),
+    E("cuStreamCreate", 2000, cuStreamCreate),
+    ES("cuStreamGetPriority", 5050, cuStreamGetPriority),
+    ES("cuStreamGetFlags", 5050, cuStreamGetFlags),
+    ES("cuStreamGetId", 12000, cuStreamGetId),
+    ES("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags),
+    E("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx),
+    E("cuModuleGetGlobal", 3020, cuModuleGetGlobal_v2),
+    E("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    E("cuLibraryUnload", 12000, cuLibraryUnload),
+    E("cuLibraryGetModule", 12000, cuLibraryGetModule),
+    E("cuLibraryGetKernel", 12000, cuLibraryGetKernel),
+    E("cuLibraryGetGlobal", 12000, cuLibraryGetGlobal),
+    E("cuKernelGetFunction", 12000, cuKernelGetFunction),
+    E("cuKernelGetName", 12030, cuKernelGetName),
+    E("cuFuncGetName", 12030, cuFuncGetName),
+    E("cuFuncGetModule", 11000, cuFuncGetModule),
+    E("cuLinkCreate", 6050, cuLinkCreate_v2),
+    E("cuLinkAddData", 6050, cuLinkAddData_v2),
+    E("cuLinkAddFile", 6050, cuLinkAddFile_v2),
+    E("cuLinkComplete", 5050, cuLinkComplete),
+    E("cuLinkDestroy", 5050, cuLinkDestroy),
+    E("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
+    E("cuKernelGetAttribute", 12000, cuKernelGetAttribute),
+    E("cuFuncSetAttribute", 9000, cuFuncSetAttribute),
+    E("cuKernelSetAttribute", 12000, cuKernelSetAttribute),
+    E("cuFuncSetCacheConfig", 3000, cuFuncSetCacheConfig),
+    E("cuKernelSetCacheConfig", 12000, cuKernelSetCacheConfig),
+    E("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050,
+      cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    E("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
+      cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
+    E("cuOccupancyMaxPotentialBlockSize", 6050, cuOccupancyMaxPotentialBlockSize),
+    E("cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, cuOccupancyMaxPotentialBlockSizeWithFlags),
+    E("cuOccupancyAvailableDynamicSMemPerBlock", 10020, cuOccupancyAvailableDynamicSMemPerBlock),
+    ES("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
+    ES("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync),
     /* Stream capture and graphs (issue 28). */
     ES("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
     ES("cuStreamEndCapture", 10000, cuStreamEndCapture),

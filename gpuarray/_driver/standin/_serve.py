@@ -3,10 +3,15 @@
 One concern: the entry point :func:`serve` that the driver entry points of
 ``_libcuda.c`` (the stand-in ``libcuda.so.1``) call, and what becomes of
 errors.  The calls are served by one :class:`~gpuarray._driver.sim.SimBackend`
-per process (``_support.py``), one handler per driver form
-(``_calls.py``).  The C side passes every argument as an unsigned
-64-bit integer (pointers as addresses; signed ``int`` arguments
-sign-extended) and returns what :func:`serve` returns; outputs are written
+per process (``_support.py``), one handler per driver form, in one
+module per concern: ``_calls_device.py`` (initialisation, devices, primary
+contexts, error strings), ``_calls_context.py`` (the current context and
+its stack), ``_calls_memory.py`` (allocations, pointer queries, IPC),
+``_calls_copy.py`` (copies and memsets), ``_calls_stream.py`` (streams,
+events, callbacks), ``_calls_module.py`` (modules, libraries, the linker,
+kernels, launches) and ``_calls_graph.py`` (stream capture and graphs).
+The C side passes every argument as an unsigned 64-bit integer (pointers
+as addresses; signed ``int`` arguments sign-extended) and returns what :func:`serve` returns; outputs are written
 through their pointers with ctypes, with the sizes of ``cuda.h``.
 
 Conventions
@@ -37,7 +42,15 @@ import traceback
 from collections.abc import Callable
 
 from ...errors import CudaError, CudaUnavailableError
-from . import _calls, _calls_graph
+from . import (
+    _calls_context,
+    _calls_copy,
+    _calls_device,
+    _calls_graph,
+    _calls_memory,
+    _calls_module,
+    _calls_stream,
+)
 from ._support import STANDIN_DEVICE_MARK, backend
 
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
@@ -50,9 +63,12 @@ INTERRUPTED = -2
 
 _tls = threading.local()
 
-#: The handler of each driver form, by name (``_calls.py``).
+_MODULES = (_calls_device, _calls_context, _calls_memory, _calls_copy, _calls_stream,
+            _calls_module, _calls_graph)
+
+#: The handler of each driver form, by name (the ``_calls_*.py`` modules).
 _HANDLERS: dict[str, Callable[..., None]] = {
-    k: v for m in (_calls, _calls_graph) for k, v in vars(m).items() if k.startswith("cu") and callable(v)
+    k: v for m in _MODULES for k, v in vars(m).items() if k.startswith("cu") and callable(v)
 }
 
 

@@ -5,8 +5,8 @@ One concern: the state of the stand-in's serving side -- the one
 ``GPUARRAY_SIM_*`` environment as the ``sim`` backend is -- and the helpers
 that read the C side's arguments (unsigned 64-bit integers; ``int``
 arguments sign-extended) and write outputs through their pointers with the
-sizes of ``cuda.h``.  The handlers are in ``_calls.py``, the entry
-point in ``_serve.py``.
+sizes of ``cuda.h``.  The handlers are in the ``_calls_*.py``
+modules (one per concern), the entry point in ``_serve.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ __all__ = ["backend", "STANDIN_DEVICE_MARK"]
 STANDIN_DEVICE_MARK = "gpuarray simulated device"
 
 _INVALID_VALUE = 1
+_INVALID_CONTEXT = 201
+_INVALID_HANDLE = 400
+_NOT_FOUND = 500
 _NOT_SUPPORTED = 801
 
 _lock = threading.Lock()
@@ -98,16 +101,15 @@ def _with_ctx(ctx: int, fn: Callable[[], Any]) -> Any:
 
 _U32, _I32, _U64, _SIZE = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t
 
-# cuda.h enum values (the same in CUDA 12 and 13).
-_DEVICE_ATTRIBUTES = {
-    75: "compute_capability_major", 76: "compute_capability_minor",
-    16: "multiprocessor_count", 1: "max_threads_per_block",
-    8: "max_shared_memory_per_block", 10: "warp_size", 38: "l2_cache_size",
-    41: "unified_addressing", 19: "can_map_host_memory", 115: "memory_pools_supported",
-    33: "pci_bus_id", 34: "pci_device_id", 5: "max_grid_dim_x", 6: "max_grid_dim_y",
-    7: "max_grid_dim_z", 89: "concurrent_managed_access", 18: "integrated",
-}
-_PA_MEMORY_TYPE, _PA_IS_MANAGED, _PA_DEVICE_ORDINAL = 2, 8, 9
-_PA_RANGE_START, _PA_RANGE_SIZE = 11, 12
 _MEMPOOL_RELEASE_THRESHOLD = 4
 _POOL_BASE = 0x7E00_0000  # default mem pool handle of device d: _POOL_BASE + 0x10 * (d + 1)
+
+
+def _str_out(call: str, ptr: int, text: bytes, keep: dict[bytes, Any]) -> None:
+    """Write to ``*ptr`` a ``const char *`` to ``text`` that stays valid (kept in ``keep``)."""
+    if not ptr:
+        raise CudaError(_INVALID_VALUE, call, "(NULL output pointer)")
+    buf = keep.get(text)
+    if buf is None:
+        buf = keep[text] = ctypes.create_string_buffer(text)
+    ctypes.c_void_p.from_address(ptr).value = ctypes.addressof(buf)
