@@ -99,7 +99,7 @@ class SimContextCalls(SimCore):
             raise CudaError(INVALID_CONTEXT, call, f"0x{int(ctx):x} is {what}")
         if c.sticky is None:
             self._sync(call, lambda: self.sched.complete_all(c))
-        _sticky.reset(self, c)  # its streams, events and modules go
+        _sticky.reset(self, c, call)  # its memory, streams, events and modules go
         c.destroyed = True
         del self._created[c.handle]
         if getattr(self._tls, "ctx", None) is c:

@@ -64,6 +64,9 @@ class Allocation:
     #: now: why (accessing it is an illegal address, as on a GPU); "" when mapped.
     unmapped: str = ""
     graph: Any = None  # the graph (``_graph.SimGraph``) whose allocation node reserved it
+    #: The context it was allocated in (``_sched.SimContext``): destroying or
+    #: resetting that context frees it, and only it.  None: no context owns it.
+    owner: Any = None
     #: Unique in the process (``CU_POINTER_ATTRIBUTE_BUFFER_ID``).
     serial: int = dataclasses.field(default_factory=itertools.count(1).__next__)
 
@@ -121,7 +124,7 @@ class AddressSpace:
 
     # ----------------------------------------------------------- device side
     def alloc_device(self, device: int, nbytes: int, kind: str = "device",
-                     call: str = "cuMemAlloc") -> Allocation:
+                     call: str = "cuMemAlloc", owner: Any = None) -> Allocation:
         if nbytes <= 0:
             raise CudaError(INVALID_VALUE, call, f"size {nbytes} is not positive")
         if self.used[device] + nbytes > self.capacities[device]:
@@ -136,7 +139,7 @@ class AddressSpace:
             store = np.full(nbytes, 0xFF, dtype=np.uint8)
         else:
             store = np.zeros(nbytes, dtype=np.uint8)  # lazily committed pages
-        a = Allocation(base, nbytes, device, kind, store)
+        a = Allocation(base, nbytes, device, kind, store, owner=owner)
         self.used[device] += nbytes
         self._insert(a)
         return a

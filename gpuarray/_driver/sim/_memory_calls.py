@@ -30,7 +30,7 @@ class SimMemoryCalls(SimCore):
     def mem_alloc(self, nbytes: int) -> int:
         ctx = self._current("cuMemAlloc")
         self._fault("alloc", "cuMemAlloc")
-        return self.memory.alloc_device(ctx.device, int(nbytes)).base
+        return self.memory.alloc_device(ctx.device, int(nbytes), owner=ctx).base
 
     @_locked
     def mem_free(self, ptr: int) -> None:
@@ -38,13 +38,17 @@ class SimMemoryCalls(SimCore):
         if a is not None and a.alive and a.kind == "ipc":
             raise CudaError(INVALID_VALUE, "cuMemFree", f"0x{int(ptr):x} is an IPC mapping: "
                                                         "close it with cuIpcCloseMemHandle")
+        # The memory's context: the one it was allocated in (a primary
+        # context's for memory no context owns).
+        owner = None
         if a is not None and 0 <= a.device < self.devices:
-            _sticky.check(self._contexts[a.device], "cuMemFree")
+            owner = a.owner if a.owner is not None else self._contexts[a.device]
+            _sticky.check(owner, "cuMemFree")
         self._check_current("cuMemFree")
         # Waits for the work that can touch the memory: its own context's
         # (CUDA synchronises the device) and any peer access to it.
-        if a is not None and a.alive and 0 <= a.device < self.devices:
-            self._sync_for_free("cuMemFree", self._contexts[a.device], a.base, a.base + a.size)
+        if a is not None and a.alive and owner is not None:
+            self._sync_for_free("cuMemFree", owner, a.base, a.base + a.size)
         else:  # not a live device allocation: free_device says what is wrong
             self._sync_for_free("cuMemFree", getattr(self._tls, "ctx", None), 0, 0)
         if a is not None and a.kind == "graph" and a.alive and a.base == ptr:
@@ -58,7 +62,8 @@ class SimMemoryCalls(SimCore):
         self._fault("alloc", "cuMemAllocAsync")
         if s.capture is not None:  # an allocation node (_graph.py)
             return self._capture_alloc(s, nbytes, "cuMemAllocAsync")
-        a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="pool", call="cuMemAllocAsync")
+        a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="pool", call="cuMemAllocAsync",
+                                     owner=s.ctx)
         self.sched.enqueue(s, None, f"cuMemAllocAsync of 0x{a.base:x}", [(a.base, a.size, True)])
         return a.base
 

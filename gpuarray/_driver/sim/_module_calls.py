@@ -140,7 +140,7 @@ class SimModuleCalls(SimCore):
         var = _images.global_variable(entry[1], name)
         if var is None:
             raise CudaError(NOT_FOUND, call, f"the module has no device variable {name!r}")
-        a = self.memory.alloc_device(entry[0].device, max(var[0], 1), call=call)
+        a = self.memory.alloc_device(entry[0].device, max(var[0], 1), call=call, owner=entry[0])
         self.memory.write(a, 0, var[1])
         self._globals[key] = (a.base, var[0])
         return self._globals[key]

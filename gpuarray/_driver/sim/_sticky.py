@@ -74,13 +74,18 @@ def check(ctx: SimContext | None, call: str) -> None:
                                     "or reset the primary context: cuDevicePrimaryCtxReset)")
 
 
-def reset(backend: _Resources, ctx: SimContext) -> None:
-    """``cuDevicePrimaryCtxReset``: destroy every resource of ``ctx`` and clear its error."""
+def reset(backend: _Resources, ctx: SimContext, call: str = "cuDevicePrimaryCtxReset") -> None:
+    """``cuDevicePrimaryCtxReset``: destroy every resource of ``ctx`` and clear its error.
+
+    Only ``ctx``'s: the memory allocated in it, never another context's on
+    the same device (``cuCtxDestroy`` of a created context, which ``call``
+    names, destroys that context's resources the same way).
+    """
     sched = backend.sched
     sched.discard(ctx)
     for a in list(backend.memory._allocs):
-        if a.alive and a.store is not None and a.device == ctx.device and a.kind in ("device", "pool"):
-            backend.memory.free_device(a.base, "cuDevicePrimaryCtxReset")
+        if a.alive and a.store is not None and a.owner is ctx and a.kind in ("device", "pool"):
+            backend.memory.free_device(a.base, call)
     for h, s in list(backend._streams.items()):
         if s.ctx is ctx:
             del backend._streams[h]
