@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import StreamOrderError
+from ._lock import SimLock
 from ._memory import AddressSpace, Allocation
 
 
@@ -41,7 +42,7 @@ class Op:
     """One unit of queued work."""
 
     __slots__ = ("seq", "stream", "fn", "deps", "done", "desc", "vc", "t_done", "error", "on_ready",
-                 "reads", "writes", "host_fn")
+                 "reads", "writes", "host_fn", "runner")
 
     def __init__(self, seq: int, stream: SimStream, fn: Callable[[], object] | None,
                  deps: list[Op], desc: str, vc: dict[int, int]) -> None:
@@ -60,6 +61,8 @@ class Op:
         self.writes: list[tuple[int, int]] = []  # byte ranges [lo, hi) it writes
         #: A host function: its driver thread runs it (``claim``/``finish``), never ``complete``.
         self.host_fn = False
+        #: While its function runs (``_execute``): the thread running it, else 0.
+        self.runner = 0
 
     #: Work recorded into a graph (``_capture.Node``) says True.
     captured = False
@@ -149,6 +152,17 @@ class _Blocked(Exception):
     """``complete(wait=False)`` reached a host function that has not returned yet."""
 
 
+class ReentryError(RuntimeError):
+    """A driver call re-entered on the thread running device work needed that work done.
+
+    Only an explicit ``gc.collect()``, a signal handler or a release by
+    reference count inside the simulator's own code can make such a call
+    (``_lock.py`` pauses automatic collection there): the work in progress
+    cannot finish before the call returns, and running it again would
+    corrupt the simulation, so the call fails instead.
+    """
+
+
 class Scheduler:
     """Queues, dependencies, execution and race detection for the simulator."""
 
@@ -157,11 +171,13 @@ class Scheduler:
 
     def __init__(self, memory: AddressSpace, *, racecheck: str = "error", seed: int | None = None,
                  max_queue: int = 64) -> None:
-        self.lock = threading.RLock()
+        #: Every call runs under it; automatic garbage collection is paused
+        #: while it is held (``_lock.py``: finalizers never run inside a call).
+        self.lock = SimLock()
         #: Notified when a host function returns or queued work is dropped;
         #: a synchronising call waits on it (releasing the lock) for a host
         #: function, which its driver thread runs without the lock.
-        self.cond = threading.Condition(self.lock)
+        self.cond = threading.Condition(self.lock)  # type: ignore[arg-type]  # an RLock's protocol
         self.memory = memory
         self.racecheck = racecheck
         self.rng = random.Random(seed) if seed is not None else None
@@ -172,6 +188,8 @@ class Scheduler:
         self._sid = 0
         self.streams_by_ctx: dict[int, list[SimStream]] = {}
         self._waiting_ready: list[Op] = []  # ops with an on_ready not yet run
+        #: Calls waiting on ``cond`` now (``_wait_host_fn``).
+        self._parked = 0
         #: The op whose error the last raise of ``complete`` reports.
         self.failed_op: Op | None = None
         #: Called with ``(op, error)`` when queued work fails while the queue
@@ -270,17 +288,26 @@ class Scheduler:
 
     # ------------------------------------------------------------- execute
     def _execute(self, op: Op) -> None:
+        # Running before anything else: a call re-entered from here on
+        # (``ReentryError``) must find it running, never run it again.  Its
+        # function is let go only once it is done (the release of what it
+        # held may run finalizers, which may call the driver).
+        op.runner = threading.get_ident()
+        fn, op.fn = op.fn, None
         op.deps = []
         del self.pending[op.seq]
         try:
-            if op.fn is not None:
-                op.fn()
+            if fn is not None:
+                fn()
         except BaseException as e:  # kept on the op; the sync point reports it
             op.error = e
         finally:
-            op.fn = None
+            op.runner = 0
             op.done = True
             op.t_done = time.perf_counter()
+            if self._parked:  # another thread's call may wait for it (``_reached_running``)
+                with self.cond:
+                    self.cond.notify_all()
         if self._waiting_ready:
             self._run_ready_hooks()
         if op.error is not None:
@@ -331,6 +358,10 @@ class Scheduler:
         if self.rng is not None:
             while not target.done:
                 ready = self._ready_for(target)
+                running = next((o for o in ready if o.runner), None)
+                if running is not None:  # ``target`` needs it: it must finish first
+                    self._reached_running(running, wait)
+                    continue
                 if not ready:
                     self._wait_host_fn(wait)
                     continue
@@ -345,6 +376,9 @@ class Scheduler:
             waiting = sorted((d for d in op.deps if not d.done), key=lambda o: -o.seq)
             if waiting:
                 stack.extend(waiting)
+                continue
+            if op.runner:
+                self._reached_running(op, wait)
                 continue
             if op.host_fn:
                 self._wait_host_fn(wait)
@@ -373,8 +407,31 @@ class Scheduler:
     def _wait_host_fn(self, wait: bool) -> None:
         if not wait:
             raise _Blocked
-        with self.cond:  # its driver thread takes the lock to run and finish it
-            self.cond.wait()
+        self._parked += 1
+        try:
+            with self.cond:  # its driver thread takes the lock to run and finish it
+                self.cond.wait()
+        finally:
+            self._parked -= 1
+
+    def _reached_running(self, op: Op, wait: bool) -> None:
+        """Work needed now is running (``_execute``): never run it a second time.
+
+        Run by another thread -- whose call waits, lock released, for a host
+        function (``_wait_host_fn``) -- it finishes there: wait for it, as for
+        a host function.  Run by this thread, the call was re-entered from
+        inside it (see ``ReentryError``): it cannot finish first.
+        """
+        if op.runner != threading.get_ident():
+            self._wait_host_fn(wait)
+            return
+        if not wait:
+            raise _Blocked
+        raise ReentryError(
+            f"a driver call entered the simulator again on the thread running {op.desc} "
+            f"(on {op.stream.describe()}), from code that ran inside it (a finalizer called by an "
+            "explicit gc.collect(), a signal handler...), and needs that work done; it cannot "
+            "finish before the call returns, as it would on a GPU, so the call fails")
 
     # ------------------------------------------------------ host functions
     def claim(self, op: Op) -> bool:
