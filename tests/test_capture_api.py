@@ -412,6 +412,34 @@ def test_a_raw_allocation_on_another_thread_would_invalidate_it():
     assert e.value.code == 901
 
 
+@pytest.mark.parametrize("mode", ["global", "thread_local"])
+def test_mem_alloc_relaxed_leaves_another_threads_capture_valid_and_restores_the_mode(mode):
+    """The backend call the default manager allocates with (cuda: one lean method)."""
+    b = get_backend()
+    s = nb_stream()
+    gpuarray.zeros(1).copy_to_host()
+    ctx = b.ctx_get_current()
+    got, ptrs = [], []
+
+    def worker():
+        b.ctx_set_current(ctx)
+        b.exchange_capture_mode(mode)
+        try:
+            ptrs.append(b.mem_alloc_relaxed(256))
+            got.append(b.exchange_capture_mode("global"))  # the mode it left: the thread's own
+        except CudaError as e:
+            got.append(e.code)
+
+    _foreign_capture(b, s.handle)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(30)
+    assert got == [mode]
+    assert b.stream_is_capturing(s.handle) == "active"
+    b.graph_destroy(b.stream_end_capture(s.handle))
+    b.mem_free(ptrs[0])  # (a free during the capture would invalidate it: cuMemFree is unsafe)
+
+
 def test_frees_are_held_during_gpuarray_captures_and_run_after():
     s = nb_stream()
     queue = gpuarray.memory.get_memory_manager().deallocations
