@@ -1,9 +1,8 @@
-"""CUDA graphs from stream capture: :class:`Graph`, and the capture methods of :class:`Stream`.
+"""CUDA graphs from stream capture: :class:`Graph`, graph memory, and the capture checks.
 
-One concern: capturing gpuarray's work on a stream into a graph and
-replaying it -- CuPy's names: ``Stream.begin_capture(mode)``,
-``Stream.is_capturing()``, ``Stream.end_capture()`` returning a
-:class:`Graph` with ``launch``, ``upload`` and ``close`` -- and the checks
+One concern: the graphs gpuarray's captures make and replay -- a
+:class:`Graph` with ``launch``, ``upload`` and ``close`` (the capture methods
+of ``Stream`` that make one are in ``_stream_capture.py``) -- and the checks
 that keep a capture valid: what may not run on (or next to) a capturing
 stream is refused with :class:`~gpuarray.errors.StreamCaptureError` before
 any driver call (:func:`refuse_if_capturing`, :func:`check_funnel`,
@@ -23,10 +22,9 @@ import threading
 import weakref
 from typing import Any, TypeAlias
 
-from . import _capture
+from . import _capture, _capture_foreign
 from ._device import Device
 from ._driver import get_backend
-from ._driver._base import CAPTURE_MODES
 from ._driver._finalize import run_finalizer
 from .errors import CudaError, StreamCaptureError
 
@@ -78,6 +76,9 @@ class Capture:
         self.blocking = stream.kind == "per_thread" or (
             stream.kind != "legacy" and not _is_non_blocking(stream))
         self.memory: list[_GraphMemory] = []
+        #: What the captured operations read and write (device memory, page-locked host
+        #: buffers), by identity: the graph keeps it alive (:func:`keep`).
+        self.keep: dict[int, Any] = {}
         self.open = True
 
 
@@ -153,7 +154,7 @@ def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
         return None  # None or a stream of another device: not a capture of this allocation
     cap = _capture.capture_of(device.id, stream.handle)
     if cap is None:
-        return None
+        return _capture_foreign.alloc(nbytes, device, stream) if stream.kind == "external" else None
     b = get_backend()
     with device.activate():
         ptr = b.mem_alloc_async(nbytes, stream.handle)
@@ -161,6 +162,30 @@ def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
     cap.memory.append(rec)
     _unlaunched[ptr] = (nbytes, rec)
     return MemoryPointer(device, ptr, nbytes, finalizer=rec.array_gone)
+
+
+#: What a buffer that is not a gpuarray array exports (a scalar exports none).
+_BUFFER_PROTOCOLS = ("__array_interface__", "__cuda_array_interface__", "__dlpack__")
+
+
+def keep(s: Stream, *objs: Any) -> None:
+    """An operation on ``s`` uses ``objs`` (arrays, host buffers): a capture on ``s`` keeps them.
+
+    The graph then holds the memory its nodes read and write -- static inputs,
+    page-locked buffers -- until it is closed or collected, so a replay never
+    touches memory Python freed.  The capture's own allocations are left out:
+    graph memory has its own lifetime (:class:`_GraphMemory`).
+    """
+    cap = _capture.capture_of(s.device.id, s.handle)
+    if cap is None:
+        return
+    for obj in objs:
+        mem = getattr(obj, "_mem", None)
+        if mem is None:
+            if any(hasattr(obj, a) for a in _BUFFER_PROTOCOLS):
+                cap.keep[id(obj)] = obj  # a host buffer or a foreign array: it owns the memory
+        elif id(mem) not in cap.keep and not any(m.ptr == mem.device_pointer for m in cap.memory):
+            cap.keep[id(mem)] = mem
 
 
 def _where(stream: Stream) -> str:
@@ -175,7 +200,11 @@ def _blocking_capture(device_id: int) -> Capture | None:
 
 
 def refuse_if_capturing(stream: Stream, op: str, instead: str) -> None:
-    """Raise StreamCaptureError when ``op`` would make the host wait on a capture's work."""
+    """Raise StreamCaptureError when ``op`` would make the host wait on a capture's work.
+
+    A capture of gpuarray's, or another library's on an external stream
+    (``_capture_foreign.py``: the driver is asked for external streams only).
+    """
     cap = _capture.capture_of(stream.device.id, stream.handle)
     if cap is not None:
         raise StreamCaptureError(
@@ -183,6 +212,8 @@ def refuse_if_capturing(stream: Stream, op: str, instead: str) -> None:
             f"refusal would invalidate the capture. {instead}")
     if stream.kind == "legacy":
         check_use(stream, op)
+    elif stream.kind == "external":
+        _capture_foreign.refuse(stream, op, instead)
 
 
 def check_use(stream: Stream, op: str, *ptrs: int) -> None:
@@ -232,7 +263,8 @@ def check_funnel(s: Stream, streams: tuple) -> None:
 
 def note_record(ev: Event, stream: Stream) -> None:
     """``Event.record`` on ``stream``: remember events recorded in a capture."""
-    if _capture.capture_of(stream.device.id, stream.handle) is not None:
+    if _capture.capture_of(stream.device.id, stream.handle) is not None or (
+            stream.kind == "external" and _capture_foreign.capturing(stream)):
         _captured_events.add(ev)
     else:
         _captured_events.discard(ev)
@@ -253,9 +285,12 @@ class Graph:
     during the capture are the graph's *static outputs*: their address stays
     the same at every launch and they hold the results of the latest one.
     Static inputs are arrays made before the capture: write new data into
-    them (``copy_to_device``) and launch again.  The graph's memory is
-    released by :meth:`close`, or when the graph is collected, once the
-    arrays that use it are gone.
+    them (``copy_to_device``) and launch again.  The graph keeps alive what
+    its captured operations read and write (static inputs, the arrays it
+    writes, page-locked buffers it re-reads) as long as it exists, so a
+    replay never reads memory Python freed.  :meth:`close`, or the graph's
+    collection, releases them and the graph's memory (once the arrays that
+    use it are gone).
 
     Examples
     --------
@@ -281,17 +316,17 @@ class Graph:
         raise TypeError("Graph objects are made by Stream.end_capture()")
 
     @classmethod
-    def _make(cls, stream: Stream, graph: int, graph_exec: int, memory: list) -> Graph:
+    def _make(cls, stream: Stream, graph: int, graph_exec: int, cap: Capture) -> Graph:
         self = object.__new__(cls)
         self.stream = stream
         self.device = stream.device
         self._handles = (graph, graph_exec)
-        self._memory = memory
+        self._memory = memory = cap.memory
         for m in memory:
             if m.state == "capturing":
                 m.state = "graph"
         self._finalizer = weakref.finalize(self, run_finalizer, _close, stream.device,
-                                           get_backend(), graph, graph_exec, memory)
+                                           get_backend(), graph, graph_exec, memory, cap.keep)
         self._finalizer.atexit = False
         return self
 
@@ -358,7 +393,10 @@ class Graph:
             get_backend().graph_upload(self._handles[1], s.handle)
 
     def close(self) -> None:
-        """Destroy the graph now; its memory goes once the arrays that use it are gone.
+        """Destroy the graph now and release what it kept alive.
+
+        Its memory goes once the arrays that use it are gone; the inputs it
+        kept go when nothing else uses them.
 
         A launch in flight still completes.  Closing twice does nothing.
         """
@@ -369,146 +407,16 @@ class Graph:
         return f"<gpuarray.Graph {state}>"
 
 
-def _close(device: Device, backend: Any, graph: int, graph_exec: int, memory: list) -> None:
-    if get_backend() is backend:
-        with device.activate():
-            backend.graph_exec_destroy(graph_exec)
-            backend.graph_destroy(graph)
-    for m in memory:
-        m.graph_alive = False
-        if m.state == "graph" and not m.array_alive:
-            m.free()
-
-
-class CaptureMethods:
-    """The capture methods of :class:`~gpuarray.Stream` (CuPy's names)."""
-
-    __slots__ = ()
-    device: Device
-    handle: int
-    kind: str
-
-    def begin_capture(self, mode: str = "global") -> None:
-        """Start capturing the work queued on this stream into a CUDA graph.
-
-        Until :meth:`end_capture`, gpuarray operations on this stream are
-        recorded, not run; arrays they allocate are static outputs of the
-        graph.  Anything that would make the host wait for the captured work
-        raises :class:`~gpuarray.errors.StreamCaptureError` before reaching
-        the driver, so the capture stays valid.
-
-        Parameters
-        ----------
-        mode : {"global", "thread_local", "relaxed"}, default "global"
-            CUDA's capture mode: which "potentially unsafe" driver calls
-            (``cuMemAlloc``, ``cuMemFree``...) other code may make meanwhile;
-            gpuarray's own such calls are safe under every mode.  A
-            ``"relaxed"`` capture may be ended on another thread.
-
-        Raises
-        ------
-        ValueError
-            If ``mode`` is not one of the three.
-        StreamCaptureError
-            On the legacy default stream (CUDA cannot capture it), or when
-            this stream is capturing already.
-
-        Examples
-        --------
-        >>> s = gpuarray.stream(non_blocking=True)
-        >>> s.begin_capture()
-        >>> s.is_capturing()
-        True
-        >>> g = s.end_capture()
-        """
-        if mode not in CAPTURE_MODES:
-            raise ValueError(f"capture mode must be one of {', '.join(map(repr, CAPTURE_MODES))}, "
-                             f"got {mode!r}")
-        s: Any = self
-        if s.kind == "legacy":
-            raise StreamCaptureError(
-                f"begin_capture on {s!r}: CUDA cannot capture the legacy default stream; "
-                "capture on a stream of gpuarray.stream(non_blocking=True)")
-        key = (s.device.id, s.handle)
-        if _capture.capture_of(*key) is not None:
-            raise StreamCaptureError(f"begin_capture on {s!r}: it is capturing already")
-        check_use(s, "begin_capture")
-        with s.device.activate():
-            get_backend().stream_begin_capture(s.handle, mode)
-        _capture.add(key, Capture(s, mode))
-
-    def is_capturing(self) -> bool:
-        """Whether this stream is capturing (a capture of gpuarray's or another library's).
-
-        Returns
-        -------
-        bool
-
-        Examples
-        --------
-        >>> gpuarray.stream().is_capturing()
-        False
-        """
-        s: Any = self
-        if _capture.capture_of(s.device.id, s.handle) is not None:
-            return True
-        if s.kind == "legacy":
-            return False
-        with s.device.activate():
-            return get_backend().stream_is_capturing(s.handle) != "none"
-
-    def end_capture(self) -> Graph:
-        """End the capture begun by :meth:`begin_capture` and return its executable graph.
-
-        Returns
-        -------
-        Graph
-
-        Raises
-        ------
-        StreamCaptureError
-            When the stream is not capturing, when a non-``"relaxed"``
-            capture is ended on another thread than the one that began it
-            (it stays active: end it there), or when CUDA invalidated the
-            capture (the message gives the driver's reason; the stream is
-            usable again).
-
-        Examples
-        --------
-        >>> s = gpuarray.stream(non_blocking=True)
-        >>> s.begin_capture()
-        >>> a = gpuarray.zeros(3, stream=s)
-        >>> g = s.end_capture()
-        >>> g.launch(); s.synchronize(); a.copy_to_host()
-        array([0., 0., 0.])
-        """
-        s: Any = self
-        key = (s.device.id, s.handle)
-        cap = _capture.capture_of(*key)
-        if cap is None:
-            raise StreamCaptureError(f"end_capture on {s!r}: it is not capturing "
-                                     "(begin_capture() was not called on it)")
-        if cap.mode != "relaxed" and cap.thread != threading.get_ident():
-            raise StreamCaptureError(
-                f"end_capture on {s!r} from thread {threading.get_ident()}: the {cap.mode!r} "
-                f"capture was begun by thread {cap.thread} and must end there (CUDA: "
-                "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD); only a 'relaxed' capture may end elsewhere")
-        b = get_backend()
-        cap.open = False
-        try:
-            with s.device.activate():
-                try:
-                    graph = b.stream_end_capture(s.handle)
-                except CudaError as e:
-                    for m in cap.memory:
-                        m.state = "freed"
-                        _unlaunched.pop(m.ptr, None)
-                    raise StreamCaptureError(f"end_capture on {s!r}: the capture failed: {e}") from e
-                try:
-                    graph_exec = b.graph_instantiate(graph, auto_free_on_launch=True)
-                except BaseException:
-                    b.graph_destroy(graph)
-                    raise
-        finally:
-            _capture.remove(key)
-        return Graph._make(s, graph, graph_exec, cap.memory)
+def _close(device: Device, backend: Any, graph: int, graph_exec: int, memory: list,
+           kept: dict) -> None:
+    try:
+        if get_backend() is backend:
+            with device.activate():
+                backend.graph_exec_destroy(graph_exec)
+                backend.graph_destroy(graph)
+        for m in memory:
+            m.graph_alive = False
+            if m.state == "graph" and not m.array_alive:
+                m.free()
+    finally:
+        kept.clear()  # the inputs' memory may go now (its free waits for launches in flight)

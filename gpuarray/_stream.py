@@ -21,14 +21,15 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import _capture, _config, _graph
+from . import _capture, _capture_foreign, _config, _graph
 from ._device import Device, get_device
 from ._driver import get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
 from ._driver._finalize import call_now, run_finalizer
-from ._graph import CaptureMethods, check_event, note_non_blocking, note_record
 from ._graph import _captured_events as _capture_events
+from ._graph import check_event, note_non_blocking, note_record
 from ._graph import refuse_if_capturing as _refuse
+from ._stream_capture import CaptureMethods
 from ._stream_host import HostCallbacks
 
 __all__ = [
@@ -113,14 +114,14 @@ class Stream(CaptureMethods, HostCallbacks):
 
     def synchronize(self) -> None:
         """Block the host until all work queued on this stream has completed."""
-        if _capture._captures:
+        if _capture._captures or self.kind == "external":
             _refuse(self, "synchronize()", "Synchronise after end_capture() and a launch.")
         with self.device.activate():
             get_backend().stream_synchronize(self.handle)
 
     def query(self) -> bool:
         """Return True when all work queued on this stream has completed."""
-        if _capture._captures:
+        if _capture._captures or self.kind == "external":
             _refuse(self, "query()", "Query after end_capture().")
         with self.device.activate():
             return get_backend().stream_query(self.handle)
@@ -262,7 +263,7 @@ class Event:
             ``self``.
         """
         s = stream if stream is not None else default_stream(self.device)
-        if _capture._captures or self in _capture_events:
+        if _capture._captures or self in _capture_events or s.kind == "external":
             if s.kind == "legacy":
                 _refuse(s, "Event.record()", "")
             note_record(self, s)
@@ -529,7 +530,7 @@ def order_after(waiter: Stream, producer: Stream) -> None:
     if waiter == producer:
         return
     external = False
-    if _capture._captures or waiter.kind == "external":
+    if _capture._captures or waiter.kind == "external" or producer.kind == "external":
         external = _order_in_capture(waiter, producer)
     ev = _scratch_event(producer.device)
     b = get_backend()
@@ -551,6 +552,8 @@ def _order_in_capture(waiter: Stream, producer: Stream) -> bool:
     be forked into it: refused, as is the legacy stream beside a capture.
     """
     refuse = _graph.check_funnel
+    if producer.kind == "external":
+        _capture_foreign.check_order(waiter, producer)  # another library's capture
     if _capture.capture_of(producer.device.id, producer.handle) is not None:
         refuse(waiter, (producer,))  # raises: the waiter is not in that capture
     if producer.kind == "legacy":

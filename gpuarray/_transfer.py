@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from . import _capture, _graph, _kernels, _layout, _staging
+from . import _capture, _capture_foreign, _graph, _kernels, _layout, _staging
 from ._device import Device
 from ._driver import get_backend
 from ._kernels import _dtypes
@@ -45,6 +45,8 @@ def on_stream(s: Stream, *streams: Stream) -> Iterator[Stream]:
     """
     if _capture._captures:  # refused before any driver call where a capture forbids it
         _graph.check_funnel(s, streams)
+    if s.kind == "external" and streams:  # another library's capture, maybe
+        _capture_foreign.check_funnel(s, streams)
     others = [t for t in dict.fromkeys(streams) if t != s]
     for t in others:
         order_after(s, t)
@@ -104,13 +106,15 @@ def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: in
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
     addr = _cap.host_address(host)
-    if _capture._captures and _capture.capture_of(device.id, s.handle) is not None:
+    if (_capture._captures and _capture.capture_of(device.id, s.handle) is not None) or (
+            s.kind == "external" and _capture_foreign.capturing(s)):
         with device.activate():
             pinned = get_backend().pointer_info(addr).memory_type != 0
         if not pinned:
             raise _capture_error(s, "an upload from pageable host memory",
                                  "Upload from page-locked memory (gpuarray.pinned_array(); each "
                                  "launch re-reads it), or upload before begin_capture()")
+        _graph.keep(s, host)  # each launch re-reads it
         with device.activate():
             get_backend().memcpy_htod_async(dst_ptr, addr, nbytes, s.handle)
         return
@@ -155,7 +159,7 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     c = _layout.is_c_contiguous(shape, src_strides, src_dtype.itemsize)
     f = not c and _layout.is_f_contiguous(shape, src_strides, src_dtype.itemsize)
     simple = out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous))
-    if _graph.watching():
+    if _graph.watching() or s.kind == "external":
         _check_download(device, s, out, src_ptr, simple and not sync)
     if simple:
         addr = _cap.host_address(out)
@@ -196,12 +200,14 @@ def _capture_error(s: Stream, op: str, instead: str) -> Exception:
 
 def _check_download(device: Device, s: Stream, out: np.ndarray, src_ptr: int, recordable: bool) -> None:
     """A download while gpuarray captures: recorded into page-locked memory with ``stream=``, else refused."""
-    if _capture.capture_of(device.id, s.handle) is None:
+    if _capture.capture_of(device.id, s.handle) is None and not (
+            s.kind == "external" and _capture_foreign.capturing(s)):
         _graph.check_use(s, "a download", src_ptr)
         return
     if recordable:
         with device.activate():
             if get_backend().pointer_info(_cap.host_address(out)).memory_type != 0:
+                _graph.keep(s, out)  # each launch rewrites it
                 return
     raise _capture_error(s, "a download to the host (copy_to_host, get, np.asarray, printing)",
                          "The host cannot wait for captured work: download after a launch, or "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -220,8 +221,7 @@ def test_a_captured_kernel_that_faults_gives_a_sticky_error_at_the_next_sync():
     s.begin_capture()
     y = x[::2].copy()  # a copy kernel reading x
     g = s.end_capture()
-    del x  # the graph's static input is gone (a bug: keep static inputs alive)
-    gc.collect()
+    x.gpu_data.owner.free()  # the graph's static input, freed explicitly
     gpuarray.memory.get_memory_manager().deallocations.clear()
     g.launch()
     with pytest.raises(CudaError) as e:
@@ -231,6 +231,72 @@ def test_a_captured_kernel_that_faults_gives_a_sticky_error_at_the_next_sync():
         gpuarray.zeros(1)
     assert e2.value.code == 700
     del y
+
+
+@pytest.mark.parametrize("how", ["close", "collect"])
+def test_a_graph_keeps_the_memory_it_reads_and_writes_until_it_goes(how):
+    s = nb_stream()
+    x = gpuarray.to_device(np.arange(6, dtype=np.int32), stream=s)  # read by the graph
+    out = gpuarray.zeros(6, np.int32, stream=s)                     # written by the graph
+    h = gpuarray.pinned_array(6, np.int32)                          # re-read at each launch
+    h[:] = 7
+    refs = [weakref.ref(x.gpu_data.owner), weakref.ref(out.gpu_data.owner), weakref.ref(h)]
+    s.begin_capture()
+    y = x.astype(np.float64)
+    out[...] = x
+    z = gpuarray.zeros(6, np.int32, stream=s)
+    z.copy_to_device(h, stream=s)
+    g = s.end_capture()
+    del x, out, h  # the last user references to the graph's inputs
+    gc.collect()
+    gpuarray.memory.get_memory_manager().deallocations.clear()
+    assert all(r() is not None for r in refs)  # kept by the graph
+    for _ in range(2):
+        g.launch()  # reads x and h, writes the memory of out: none of it was freed
+        np.testing.assert_array_equal(y.copy_to_host(), np.arange(6.0))
+        np.testing.assert_array_equal(z.copy_to_host(), np.full(6, 7))
+    if how == "close":
+        g.close()
+    else:
+        del g
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]  # released with the graph
+
+
+def test_capture_block_gives_the_graph_after_the_block():
+    s = nb_stream()
+    x = gpuarray.to_device(np.arange(3, dtype=np.int32), stream=s)
+    with s.capture("thread_local") as cap:
+        assert s.is_capturing() and cap.mode == "thread_local" and cap.stream is s
+        with pytest.raises(StreamCaptureError, match="has not ended"):
+            _ = cap.graph
+        y = x.astype(np.float32)
+    assert not s.is_capturing() and "ended" in repr(cap)
+    for k in (1, 4):
+        x.copy_to_device(np.arange(3, dtype=np.int32) * k, stream=s)
+        cap.graph.launch()
+        np.testing.assert_array_equal(y.copy_to_host(), np.arange(3.0) * k)
+    cap.graph.close()
+    with pytest.raises(ValueError, match="capture mode"):
+        with s.capture("eager"):
+            pass
+    assert not s.is_capturing()
+
+
+def test_a_capture_block_that_raises_ends_the_capture_and_keeps_the_error():
+    s = nb_stream()
+    with pytest.raises(StreamCaptureError, match=r"synchronize\(\)"):
+        with s.capture() as cap:
+            gpuarray.zeros(2, stream=s)
+            s.synchronize()
+    assert not s.is_capturing() and not _capture.active()
+    with pytest.raises(StreamCaptureError, match="no graph"):
+        _ = cap.graph
+    with pytest.raises(KeyError):  # an error of the block itself
+        with s.capture():
+            raise KeyError("x")
+    assert not s.is_capturing()
+    np.testing.assert_array_equal(gpuarray.zeros(2, stream=s).copy_to_host(), np.zeros(2))
 
 
 # --------------------------------------------------------------- leaks
@@ -344,6 +410,34 @@ def test_a_raw_allocation_on_another_thread_would_invalidate_it():
     with pytest.raises(CudaError) as e:
         b.stream_end_capture(s.handle)
     assert e.value.code == 901
+
+
+@pytest.mark.parametrize("mode", ["global", "thread_local"])
+def test_mem_alloc_relaxed_leaves_another_threads_capture_valid_and_restores_the_mode(mode):
+    """The backend call the default manager allocates with (cuda: one lean method)."""
+    b = get_backend()
+    s = nb_stream()
+    gpuarray.zeros(1).copy_to_host()
+    ctx = b.ctx_get_current()
+    got, ptrs = [], []
+
+    def worker():
+        b.ctx_set_current(ctx)
+        b.exchange_capture_mode(mode)
+        try:
+            ptrs.append(b.mem_alloc_relaxed(256))
+            got.append(b.exchange_capture_mode("global"))  # the mode it left: the thread's own
+        except CudaError as e:
+            got.append(e.code)
+
+    _foreign_capture(b, s.handle)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(30)
+    assert got == [mode]
+    assert b.stream_is_capturing(s.handle) == "active"
+    b.graph_destroy(b.stream_end_capture(s.handle))
+    b.mem_free(ptrs[0])  # (a free during the capture would invalidate it: cuMemFree is unsafe)
 
 
 def test_frees_are_held_during_gpuarray_captures_and_run_after():

@@ -85,7 +85,6 @@ def test_captured_pipeline_replays_and_rules_hold_through_cuda_py(folder):  # no
 
 def test_a_captured_kernel_that_faults_is_sticky_at_the_next_sync_through_cuda_py(folder):  # noqa: F811
     ok(run(folder, """
-        import gc
         import numpy as np
         import gpuarray
 
@@ -94,8 +93,7 @@ def test_a_captured_kernel_that_faults_is_sticky_at_the_next_sync_through_cuda_p
         s.begin_capture()
         y = x[::2].copy()
         g = s.end_capture()
-        del x
-        gc.collect()
+        x.gpu_data.owner.free()  # the graph keeps x alive: freed explicitly
         gpuarray.memory.get_memory_manager().deallocations.clear()
         g.launch()
         for call in (s.synchronize, lambda: gpuarray.zeros(1)):
@@ -104,5 +102,65 @@ def test_a_captured_kernel_that_faults_is_sticky_at_the_next_sync_through_cuda_p
                 raise AssertionError("the fault of the replay was lost")
             except CudaError as e:
                 assert e.code == 700, e
+        print("OK")
+    """))
+
+
+def test_instantiate_with_params_and_user_objects_through_the_bindings(folder):  # noqa: F811
+    """cuda.core's graph path: cuGraphInstantiateWithParams (its struct, upload flag and
+    result) and user objects a graph keeps alive, with cuda.h's codes for bad input."""
+    ok(run(folder, """
+        import ctypes
+        import threading
+        import numpy as np
+        import gpuarray
+        from cuda.bindings import driver as d
+
+        R = d.CUresult
+        s = gpuarray.stream(non_blocking=True)
+        x = gpuarray.zeros(4, np.float32, stream=s)
+        s.synchronize()
+        destroyed, done = [], threading.Event()
+
+        @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        def dtor(p):
+            destroyed.append(p)
+            done.set()
+
+        fn = d.CUhostFn(ctypes.cast(dtor, ctypes.c_void_p).value)
+        nosync = d.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+        assert d.cuUserObjectCreate(7, fn, 1, 0)[0] == R.CUDA_ERROR_INVALID_VALUE  # flag required
+        err, obj = d.cuUserObjectCreate(1234, fn, 1, nosync)
+        assert err == R.CUDA_SUCCESS
+        assert d.cuUserObjectRelease(obj, 2)[0] == R.CUDA_ERROR_INVALID_VALUE  # holds 1
+
+        d.cuStreamBeginCapture(s.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL)
+        x.fill(2)
+        err, status, _, graph, *_ = d.cuStreamGetCaptureInfo(s.handle)
+        move = d.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE
+        assert d.cuGraphRetainUserObject(graph, obj, 1, move)[0] == R.CUDA_SUCCESS
+        err, g = d.cuStreamEndCapture(s.handle)
+        assert err == R.CUDA_SUCCESS and int(g) == int(graph)
+
+        p = d.CUDA_GRAPH_INSTANTIATE_PARAMS()
+        p.flags = d.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH
+        err, _ = d.cuGraphInstantiateWithParams(g, p)
+        assert err == R.CUDA_ERROR_INVALID_VALUE, err
+        assert p.result_out == d.CUgraphInstantiateResult.CUDA_GRAPH_INSTANTIATE_ERROR
+        upload = d.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD
+        assert d.cuGraphInstantiate(g, upload)[0] == R.CUDA_ERROR_INVALID_VALUE  # WithFlags
+
+        p = d.CUDA_GRAPH_INSTANTIATE_PARAMS()
+        p.flags = upload
+        p.hUploadStream = d.CUstream(s.handle)
+        err, ex = d.cuGraphInstantiateWithParams(g, p)
+        assert err == R.CUDA_SUCCESS and int(ex) != 0, err
+        assert p.result_out == d.CUgraphInstantiateResult.CUDA_GRAPH_INSTANTIATE_SUCCESS
+        assert d.cuGraphDestroy(g)[0] == R.CUDA_SUCCESS
+        assert destroyed == []  # the executable graph took its own reference
+        assert d.cuGraphLaunch(ex, s.handle)[0] == R.CUDA_SUCCESS
+        assert d.cuGraphExecDestroy(ex)[0] == R.CUDA_SUCCESS
+        assert done.wait(30) and destroyed == [1234]  # after the launch, on a driver thread
+        assert (x.copy_to_host() == 2).all()
         print("OK")
     """))

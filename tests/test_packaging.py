@@ -143,6 +143,15 @@ def test_wheel_ships_every_module_and_py_typed(wheel: zipfile.ZipFile) -> None:
     assert "gpuarray/py.typed" in names
 
 
+def test_wheel_ships_the_standin_sources(wheel: zipfile.ZipFile) -> None:
+    from gpuarray._driver import standin
+
+    for path in (standin.SOURCE, *standin.HEADERS):
+        name = path.relative_to(ROOT).as_posix()
+        assert name in wheel.namelist(), f"{name} is not in the wheel (package-data)"
+        assert wheel.read(name) == path.read_bytes(), f"{name} differs in the wheel"
+
+
 def _requirement_name(req: str) -> str:
     match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
     assert match, f"unparsable Requires-Dist: {req!r}"

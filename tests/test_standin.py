@@ -332,6 +332,18 @@ def test_build_refuses_a_folder_others_may_write(tmp_path, monkeypatch):
         _standin.build()
 
 
+def test_the_build_key_covers_every_file_the_source_includes():
+    """A header _libcuda.c includes is hashed into the build's folder name and shipped:
+    a change of it rebuilds, and an installed gpuarray builds the stand-in (HEADERS)."""
+    import re
+
+    included = set()
+    for src in (_standin.SOURCE, *_standin.HEADERS):
+        included |= set(re.findall(r'^#include "([^"]+)"', src.read_text(), re.MULTILINE))
+    assert included == {h.name for h in _standin.HEADERS}
+    assert all(h.is_file() for h in _standin.HEADERS)
+
+
 def test_build_without_a_compiler_says_so(monkeypatch):
     monkeypatch.setenv("CC", "")
     monkeypatch.setattr(_standin.shutil, "which", lambda name: None)

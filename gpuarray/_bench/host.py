@@ -136,11 +136,12 @@ class NullBackend:
     them (a stub backend that burns ~4 us of Python a call raises the metered
     library time of ``to_device`` by ~0.4 us with no library change).  While
     this is active, the backend calls of the raw rows (``mem_alloc``,
-    ``memcpy_htod_async``, ``mem_free``), the context queries and the capture
-    mode exchange around allocations do nothing
-    but return what the library needs: a fresh fake address from
-    ``mem_alloc`` (never dereferenced: the copies and frees are stubs too) and
-    the context current on entry.  Any other backend call goes to the real
+    ``memcpy_htod_async``, ``mem_free``), the library's allocation in relaxed
+    capture mode (``mem_alloc_relaxed``: three driver calls, which a GPU run
+    times as the driver's), the context queries and the capture mode exchange
+    do nothing but return what the library needs: a fresh fake address from
+    the allocations (never dereferenced: the copies and frees are stubs too)
+    and the context current on entry.  Any other backend call goes to the real
     backend and is counted in :attr:`other_calls`: a row that makes one is not
     timed this way.  On exit, the deferred frees of the fake allocations are
     flushed through the stubs.
@@ -159,6 +160,7 @@ class NullBackend:
         fake = itertools.count(1 << 60, 256)  # far from any address the backend hands out
         stubs: dict[str, Callable[..., Any]] = {
             "mem_alloc": lambda nbytes: next(fake),
+            "mem_alloc_relaxed": lambda nbytes: next(fake),
             "memcpy_htod_async": lambda dst, src, nbytes, stream: None,
             "mem_free": lambda ptr: None,
             # gpuarray's allocations and frees run in relaxed capture mode (_capture.py):

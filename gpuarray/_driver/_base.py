@@ -242,6 +242,22 @@ class Backend(abc.ABC):
     def mem_alloc(self, nbytes: int) -> int:
         """``cuMemAlloc`` on the current context; ``nbytes`` > 0."""
 
+    def mem_alloc_relaxed(self, nbytes: int) -> int:
+        """``cuMemAlloc`` in relaxed capture mode: it never invalidates a capture.
+
+        The calling thread's capture mode is set to ``"relaxed"`` around the
+        allocation and restored after (``cuThreadExchangeStreamCaptureMode``),
+        so no capture in progress on any thread -- another library's global
+        capture included -- refuses it (``gpuarray._capture``).  The default
+        manager allocates every array this way; a backend may do the three
+        calls with less Python than this default.
+        """
+        prev = self.exchange_capture_mode("relaxed")
+        try:
+            return self.mem_alloc(nbytes)
+        finally:
+            self.exchange_capture_mode(prev)
+
     @abc.abstractmethod
     def mem_free(self, ptr: int) -> None:
         """``cuMemFree`` (implicitly waits for the device's pending work)."""

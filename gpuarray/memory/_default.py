@@ -333,10 +333,10 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         """
         b = get_backend()
         try:
-            ptr = call_relaxed(b, b.mem_alloc, size)  # never invalidates a capture (_capture.py)
+            ptr = b.mem_alloc_relaxed(size)  # never invalidates a capture (_capture.py)
         except CudaOutOfMemoryError:
             dev = self.context.id if self.context is not None else b.ctx_get_device()
-            ptr = _retry_after_flush(functools.partial(call_relaxed, b, b.mem_alloc, size),
+            ptr = _retry_after_flush(functools.partial(b.mem_alloc_relaxed, size),
                                      self.deallocations,
                                      f"{_fmt_size(size)} ({size} bytes) on device {dev}")
         rel = self._release_of

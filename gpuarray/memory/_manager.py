@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from .. import _capture, _config
+from .. import _capture, _capture_foreign, _config
 from .._device import Device, _current_primary, get_device
 from .._driver._finalize import remember
 from ._deallocs import _PendingDeallocs  # noqa: F401  (tests reach it here)
@@ -212,7 +212,7 @@ def allocate(nbytes: int, device: Device | None = None, stream: Any = None) -> M
         When the active manager's ``memalloc`` returns something that is not
         a :class:`MemoryPointer` (the message names the manager class).
     """
-    if _capture._captures and nbytes > 0:
+    if (_capture._captures or _capture_foreign.maybe_external(stream)) and nbytes > 0:
         mem = _capture_alloc(nbytes, device, stream)
         if mem is not None:
             return mem

@@ -66,6 +66,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .. import _capture_foreign
 from .._capture import call_relaxed
 from .._device import Device, get_device
 from .._driver import get_backend
@@ -122,10 +123,15 @@ def allocation_stream(stream: Any) -> Iterator[Stream | None]:
     s = None if stream is None else as_stream(stream)
     prev = _tls.stream
     _tls.stream = s
+    external = s is not None and s.kind == "external"
+    if external:  # allocations may be another library's graph memory (_capture_foreign.py)
+        _capture_foreign.enter_external_block()
     try:
         yield s
     finally:
         _tls.stream = prev
+        if external:
+            _capture_foreign.exit_external_block()
 
 
 def current_allocation_stream(device: Device | None = None) -> Stream | None:

@@ -77,16 +77,16 @@ NEEDS_KERNEL: dict[str, str] = {
         "test_cuda_core_stream_operations", "test_cuda_driver_basic",
         "test_cuda_driver_stream_operations", "test_cuda_set_shared_memory_carveout")},
     "test_cuda_driver::TestAcceleratedArchitecture::test_device_arch_specific": _JIT,
+    "test_cuda_driver::TestCudaDriver::test_cuda_core_graph_builder_launch_user_facing":
+        "captures a cuda.jit kernel into a cuda.core graph: the capture, cuda.core's "
+        "instantiation (cuGraphInstantiateWithParams, user objects) and the launch are served; "
+        "the replay of the kernel fails as every user kernel's launch does",
     **{f"test_linker::TestLinker::{t}": "launches a kernel linked from its sources"
        for t in ("test_linking_cu", "test_linking_eager_compile", "test_linking_lazy_compile")},
 }
 
 #: Failures for another reason than a kernel launch, with that reason.
 OTHER_EXPECTED: dict[str, str] = {
-    "test_cuda_driver::TestCudaDriver::test_cuda_core_graph_builder_launch_user_facing":
-        "cuda.core instantiates its graph with cuGraphInstantiateWithParams, which the stand-in "
-        "does not serve (the graph calls are the stream-capture work's); the graph holds a PTX "
-        "kernel, whose launch would then fail as every user kernel's does",
     "test_linker::TestLinker::test_set_registers_no_max":
         "needs the register count ptxas allocates for its kernel (> 57): the simulator "
         "compiles no machine code and reports 32 registers for every kernel",

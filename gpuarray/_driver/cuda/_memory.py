@@ -6,7 +6,7 @@ import ctypes
 
 from .._base import PointerInfo
 from . import _state as S
-from ._state import _ERR_INVALID_VALUE, _IPC_HANDLE_SIZE, CallsBase, _check, _fmt_bytes
+from ._state import _ERR_INVALID_VALUE, _IPC_HANDLE_SIZE, CallsBase, _check, _error, _fmt_bytes
 
 
 class MemoryCalls(CallsBase):
@@ -23,6 +23,21 @@ class MemoryCalls(CallsBase):
                 lambda: f"while allocating {_fmt_bytes(nbytes)}",
             )
         )
+
+    def mem_alloc_relaxed(self, nbytes: int) -> int:
+        # The three driver calls without the wrappers' Python: every array of
+        # the default manager is allocated here (issue 31: small to_device).
+        if not self._ready:
+            self.init()
+        d = S._d
+        err, prev = d.cuThreadExchangeStreamCaptureMode(S._CAPTURE_MODES[2])  # relaxed
+        if err:
+            raise _error(err, "cuThreadExchangeStreamCaptureMode")
+        try:
+            res = d.cuMemAlloc(nbytes)
+        finally:
+            d.cuThreadExchangeStreamCaptureMode(prev)
+        return int(_check(res, "cuMemAlloc", lambda: f"while allocating {_fmt_bytes(nbytes)}"))
 
     def mem_free(self, ptr: int) -> None:
         if not self._ready:

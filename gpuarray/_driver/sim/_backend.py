@@ -65,6 +65,7 @@ from ._graph import SimGraphCalls
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
 from ._stream_calls import SimStreamCalls
+from ._userobj import SimUserObjectCalls
 from ._visible import machine_uuid, parse_visible_devices
 
 
@@ -106,7 +107,7 @@ def _env_int(name: str, default: int | None, minimum: int) -> int | None:
 
 
 class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
-                 SimContextCalls):
+                 SimUserObjectCalls, SimContextCalls):
     """CPU simulator of the driver interface.
 
     Parameters

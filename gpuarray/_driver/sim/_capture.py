@@ -86,10 +86,12 @@ class Node:
     ``kind``: ``"op"`` (a kernel, copy or memset: ``fn`` is rerun at every
     launch), ``"alloc"`` / ``"free"`` (graph memory: ``alloc`` is the
     allocation), ``"host"`` (a host function: ``fn`` takes the status),
-    ``"wait"`` (an external event wait: ``event``).
+    ``"wait"`` (an external event wait: ``event``).  ``lane``: the index, in
+    its capture's streams, of the stream that captured it (a launch replays
+    each lane on a stream of its own, so unordered branches run concurrently).
     """
 
-    __slots__ = ("kind", "fn", "desc", "accesses", "deps", "on_ready", "alloc", "event")
+    __slots__ = ("kind", "fn", "desc", "accesses", "deps", "on_ready", "alloc", "event", "lane")
     #: Queued work returned by ``Scheduler.enqueue`` says whether it was captured.
     captured = True
     done = False
@@ -106,6 +108,7 @@ class Node:
         self.on_ready = on_ready
         self.alloc = alloc
         self.event = event
+        self.lane = 0
 
 
 class SimCapture:
@@ -209,6 +212,7 @@ def add_node(cap: SimCapture, stream: SimStream, node: Node, call: str) -> Node:
     """Append ``node`` to ``cap`` as the new tail of ``stream`` (901 if it was invalidated)."""
     if cap.status != "active":
         raise_invalidated(cap, call)
+    node.lane = cap.streams.index(stream)
     cap.graph.nodes.append(node)
     stream.cap_deps = [node]
     return node

@@ -95,6 +95,10 @@ class SimCore(Backend):
     #: Graph memory nodes of a capture (``_graph.py``; the memory calls use them).
     _capture_alloc: Any
     _capture_free: Any
+    #: Graphs by handle and user-object references (``_graph.py``, ``_userobj.py``).
+    _graph: Any
+    _take_user_refs: Any
+    _release_user_refs: Any
 
     def __init__(self, devices: int = 1, memory: int = 4 << 30,
                  compute_capability: Sequence[tuple[int, int]] = ((9, 0),),
@@ -137,6 +141,9 @@ class SimCore(Backend):
         self._captures: dict[int, Any] = {}
         self._graphs: dict[int, Any] = {}
         self._execs: dict[int, Any] = {}
+        #: User objects (``_userobj.py``) and the driver thread their destructors run on.
+        self._user_objects: dict[int, Any] = {}
+        self._user_object_worker = _hostfn.Worker()
         self.sched.capture_hook = functools.partial(_capture.captured, self)
         for d in range(devices):
             ctx = SimContext(0x0C00_0000 + 0x100 * (d + 1), d)

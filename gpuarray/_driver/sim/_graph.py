@@ -2,9 +2,10 @@
 
 One concern: the ``cuStream*Capture*``, ``cuThreadExchangeStreamCaptureMode``
 and ``cuGraph*`` calls of the driver interface (the capture rules are in
-``_capture.py``).  A launch replays the graph's nodes, in dependency order,
-as ordinary work queued on the launch stream, so everything the scheduler
-checks -- the race detector, sticky faults, poisoned page-locked
+``_capture.py``).  A launch replays the graph's nodes as ordinary queued
+work, each forked branch on a stream of its own with the graph's edges as
+dependencies (``_replay.py``), so everything the scheduler checks -- the
+race detector (between branches too), sticky faults, poisoned page-locked
 destinations, use after free -- sees every replay.  Launches of one
 executable graph are ordered one after another, as CUDA orders them.
 
@@ -20,7 +21,6 @@ left mapped stays valid after the graph is destroyed, until it is freed.
 
 from __future__ import annotations
 
-import functools
 import threading
 from typing import Any
 
@@ -31,6 +31,7 @@ from . import _capture
 from ._capture import Node, SimCapture
 from ._core import INVALID_VALUE, SimContext, SimCore, _api, _locked
 from ._memory import POISON_LIMIT, Allocation
+from ._replay import replay
 from ._sched import SimStream
 
 _RESERVED = "graph memory is mapped only from its allocation node in a launch of its graph to its free"
@@ -47,6 +48,8 @@ class SimGraph:
         self.destroyed = False
         #: Bases of its allocations that a launch made (in stream order) and nothing freed yet.
         self.unfreed: set[int] = set()
+        #: References it owns to user objects (``_userobj.py``): handle -> count.
+        self.user_refs: dict[int, int] = {}
 
     @property
     def allocations(self) -> list[Allocation]:
@@ -64,6 +67,10 @@ class SimGraphExec:
         self.auto_free = auto_free
         self.last_op: Any = None
         self.launches = 0
+        #: Hidden streams on which a launch replays the forked branches (``_replay.py``).
+        self.lanes: list[SimStream] = []
+        #: References to its graph's user objects, taken at instantiation.
+        self.user_refs: dict[int, int] = {}
 
 
 def map_graph_memory(b: SimCore, a: Allocation) -> None:
@@ -167,6 +174,8 @@ class SimGraphCalls(SimCore):
         return cap.graph.handle
 
     def _drop_graph(self, g: SimGraph) -> None:
+        refs, g.user_refs = g.user_refs, {}
+        self._release_user_refs(refs, "cuGraphDestroy", None)
         g.destroyed = True
         for a in g.allocations:
             release_if_unused(self, a)
@@ -229,6 +238,7 @@ class SimGraphCalls(SimCore):
             raise CudaError(INVALID_VALUE, call, "a graph with memory nodes has at most one "
                                                  "executable graph at a time")
         ex = SimGraphExec(self._handle(), g, bool(auto_free_on_launch))
+        ex.user_refs = self._take_user_refs(g.user_refs)
         g.execs += 1
         self._execs[ex.handle] = ex
         return ex.handle
@@ -264,33 +274,18 @@ class SimGraphCalls(SimCore):
         g.unfreed = {a.base for a in g.allocations if a.base not in freed}
         ex.launches += 1
         tag = f"(launch {ex.launches} of graph 0x{ex.graph.handle:x})"
-        sched = self.sched
         prev: list[Any] = [ex.last_op] if ex.last_op is not None and not ex.last_op.done else []
-        sched.enqueue(s, None, f"{call} {tag}", extra_deps=prev)
-        for n in ex.nodes:
-            desc = f"{n.desc} {tag}"
-            if n.kind == "alloc":
-                sched.enqueue(s, functools.partial(map_graph_memory, self, n.alloc), desc,
-                              [(n.alloc.base, n.alloc.size, True)])
-            elif n.kind == "free":
-                sched.enqueue(s, functools.partial(unmap_graph_memory, self, n.alloc,
-                                                   "freed by its graph's free node"),
-                              desc, [(n.alloc.base, n.alloc.size, True)])
-            elif n.kind == "host":
-                self._queue_host_fn(s, n.fn, desc)
-            elif n.kind == "wait":
-                ev = n.event
-                if ev.op is not None and not ev.destroyed:
-                    sched.enqueue(s, None, desc, extra_deps=[ev.op], extra_vc=ev.vc)
-            else:
-                sched.enqueue(s, n.fn, desc, n.accesses, on_ready=n.on_ready)
-        ex.last_op = s.tail
+        start = self.sched.enqueue(s, None, f"{call} {tag}", extra_deps=prev)
+        ex.last_op = replay(self, ex, s, start, tag, map_graph_memory, unmap_graph_memory)
 
     @_locked
     def graph_exec_destroy(self, graph_exec: int) -> None:
         ex = self._exec(graph_exec, "cuGraphExecDestroy")
         del self._execs[graph_exec]
         ex.graph.execs -= 1
+        for lane in ex.lanes:  # its queued work still runs
+            self.sched.forget_stream(lane)
+        self._release_user_refs(ex.user_refs, "cuGraphExecDestroy", ex.last_op)
         for a in ex.graph.allocations:
             release_if_unused(self, a)
 

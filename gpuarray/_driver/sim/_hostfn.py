@@ -99,6 +99,11 @@ CALL_NAMES: dict[str, str] = {
     "graph_upload": "cuGraphUpload",
     "graph_exec_destroy": "cuGraphExecDestroy",
     "graph_destroy": "cuGraphDestroy",
+    "user_object_create": "cuUserObjectCreate",
+    "user_object_retain": "cuUserObjectRetain",
+    "user_object_release": "cuUserObjectRelease",
+    "graph_retain_user_object": "cuGraphRetainUserObject",
+    "graph_release_user_object": "cuGraphReleaseUserObject",
 }
 
 

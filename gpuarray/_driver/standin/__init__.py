@@ -1,9 +1,10 @@
 """The stand-in driver: build ``libcuda.so.1`` from ``_libcuda.c`` and run commands over it.
 
 One concern: putting the stand-in CUDA driver in place.  :func:`build`
-compiles ``_libcuda.c`` (next to this file) with the machine's C compiler
-into a folder of the user cache, named after a hash of the source, the
-compiler and its flags, so a change of any rebuilds; :func:`environment`
+compiles ``_libcuda.c`` (next to this file, with the header it includes,
+``_libcuda_bridge.h``) with the machine's C compiler into a folder of the
+user cache, named after a hash of the sources, the compiler and its flags,
+so a change of any rebuilds; :func:`environment`
 is what a process needs to load it (``LD_LIBRARY_PATH`` first, because
 cuda.pathfinder finds ``libcuda.so.1`` by the system search only, and that is
 read when the process starts); :func:`run` execs a command with it
@@ -41,6 +42,8 @@ __all__ = ["StandinUnavailableError", "SOURCE", "active", "build", "environment"
 
 #: The C source of the stand-in library.
 SOURCE = Path(__file__).with_name("_libcuda.c")
+#: The headers it includes (next to it): part of the build's key, shipped with it.
+HEADERS = (Path(__file__).with_name("_libcuda_bridge.h"),)
 #: Environment variable naming the stand-in's folder in processes that run over it.
 MARK = "GPUARRAY_STANDIN"
 _CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
@@ -101,7 +104,7 @@ def build(verbose: bool = False) -> Path:
         output is in the message).
     """
     cc = _compiler()
-    source = SOURCE.read_bytes()
+    source = SOURCE.read_bytes() + b"".join(h.read_bytes() for h in HEADERS)
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=60).stdout.splitlines()[:1]

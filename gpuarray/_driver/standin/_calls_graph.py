@@ -6,6 +6,11 @@ forms: ``cuStreamBeginCapture_v2``, ``cuStreamGetCaptureInfo_v3`` ...), as
 (``sim/_capture.py``, ``sim/_graph.py``).  ``_ptsz`` forms reuse the plain
 function with ``ptsz=True``.
 
+User objects (``cuUserObjectCreate`` ...: cuda.core keeps its graphs'
+Python owners alive with them) are the simulator's (``sim/_userobj.py``);
+their destructors are called through the C function pointer, on a driver
+thread.
+
 ``cuStreamGetCaptureInfo`` answers the status, the capture id and the graph
 being built; the simulator does not hand out graph nodes, so the dependency
 set it reports is empty (a caller that builds nodes by hand on that set
@@ -13,6 +18,8 @@ gets no dependency edges: such code needs a GPU to be judged).
 """
 
 from __future__ import annotations
+
+import ctypes
 
 from ...errors import CudaError
 from .._base import CAPTURE_MODES, CAPTURE_STATUSES
@@ -31,6 +38,8 @@ from ._support import (
 #: ``CUDA_GRAPH_INSTANTIATE_FLAG_*`` of cuda.h: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 #: USE_NODE_PRIORITY.
 _AUTO_FREE, _UPLOAD, _DEVICE_LAUNCH, _NODE_PRIORITY = 1, 2, 4, 8
+#: ``CUgraphInstantiateResult`` of cuda.h: CUDA_GRAPH_INSTANTIATE_SUCCESS, _ERROR.
+_INSTANTIATE_SUCCESS, _INSTANTIATE_ERROR = 0, 1
 
 
 def _mode(call: str, value: int) -> str:
@@ -98,15 +107,47 @@ def cuThreadExchangeStreamCaptureMode(p: int) -> None:
     _I32.from_address(p).value = CAPTURE_MODES.index(prev)
 
 
-@_output_first
-def cuGraphInstantiateWithFlags(p: int, graph: int, flags: int) -> None:
-    call = "cuGraphInstantiateWithFlags"
+def _instantiate(call: str, p: int, graph: int, flags: int, with_params: bool) -> int:
     if flags & ~(_AUTO_FREE | _UPLOAD | _DEVICE_LAUNCH | _NODE_PRIORITY):
         raise CudaError(_INVALID_VALUE, call, f"flags {flags:#x}")
+    if flags & _UPLOAD and not with_params:  # cuda.h: "Only supported by cuGraphInstantiateWithParams"
+        raise CudaError(_INVALID_VALUE, call, "CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD needs "
+                                              "cuGraphInstantiateWithParams (its upload stream)")
     if flags & _DEVICE_LAUNCH:  # device launch is not simulated (and excludes auto-free)
         raise CudaError(_INVALID_VALUE, call, "CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH is "
                                               "not simulated")
-    _out(call, p, _U64, backend().graph_instantiate(graph, bool(flags & _AUTO_FREE)))
+    graph_exec = backend().graph_instantiate(graph, bool(flags & _AUTO_FREE))
+    _U64.from_address(p).value = graph_exec
+    return graph_exec
+
+
+@_output_first
+def cuGraphInstantiateWithFlags(p: int, graph: int, flags: int) -> None:
+    _instantiate("cuGraphInstantiateWithFlags", p, graph, flags, False)
+
+
+@_output_first
+def cuGraphInstantiateWithParams(p: int, graph: int, params: int, ptsz: bool = False) -> None:
+    """``CUDA_GRAPH_INSTANTIATE_PARAMS`` (cuda.h): ``cuuint64_t flags`` at 0, ``CUstream
+    hUploadStream`` at 8, ``CUgraphNode hErrNode_out`` at 16, ``CUgraphInstantiateResult
+    result_out`` at 24 (the struct is 32 bytes)."""
+    call = "cuGraphInstantiateWithParams"
+    if not params:
+        raise CudaError(_INVALID_VALUE, call, "(NULL instantiateParams)")
+    flags = _U64.from_address(params).value
+    upload = _U64.from_address(params + 8).value
+    _U64.from_address(params + 16).value = 0  # no node to blame: the simulator names none
+    result = _I32.from_address(params + 24)
+    result.value = _INSTANTIATE_ERROR  # "described in the return value of the function"
+    graph_exec = _instantiate(call, p, graph, flags, True)
+    if flags & _UPLOAD:
+        try:
+            backend().graph_upload(graph_exec, _stream(upload, ptsz))
+        except BaseException:
+            _U64.from_address(p).value = 0
+            backend().graph_exec_destroy(graph_exec)
+            raise
+    result.value = _INSTANTIATE_SUCCESS
 
 
 def cuGraphLaunch(graph_exec: int, stream: int, ptsz: bool = False) -> None:
@@ -123,3 +164,40 @@ def cuGraphExecDestroy(graph_exec: int) -> None:
 
 def cuGraphDestroy(graph: int) -> None:
     backend().graph_destroy(graph)
+
+
+# ------------------------------------------------------------- user objects
+#: ``CUhostFn``: the destructor of a user object, called with its pointer.
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+#: ``CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`` and ``CU_GRAPH_USER_OBJECT_MOVE`` of cuda.h.
+_NO_DESTRUCTOR_SYNC, _USER_OBJECT_MOVE = 1, 1
+
+
+@_output_first
+def cuUserObjectCreate(p: int, ptr: int, destroy: int, refs: int, flags: int) -> None:
+    call = "cuUserObjectCreate"
+    if not destroy:
+        raise CudaError(_INVALID_VALUE, call, "(NULL destroy callback)")
+    if flags != _NO_DESTRUCTOR_SYNC:  # cuda.h: "it is required to pass" it
+        raise CudaError(_INVALID_VALUE, call, f"flags {flags} (must be "
+                                              "CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)")
+    cfn = _HOST_FN(destroy)
+    _out(call, p, _U64, backend().user_object_create(lambda: cfn(ptr), refs))
+
+
+def cuUserObjectRetain(obj: int, count: int) -> None:
+    backend().user_object_retain(obj, count)
+
+
+def cuUserObjectRelease(obj: int, count: int) -> None:
+    backend().user_object_release(obj, count)
+
+
+def cuGraphRetainUserObject(graph: int, obj: int, count: int, flags: int) -> None:
+    if flags & ~_USER_OBJECT_MOVE:
+        raise CudaError(_INVALID_VALUE, "cuGraphRetainUserObject", f"flags {flags}")
+    backend().graph_retain_user_object(graph, obj, count, bool(flags & _USER_OBJECT_MOVE))
+
+
+def cuGraphReleaseUserObject(graph: int, obj: int, count: int) -> None:
+    backend().graph_release_user_object(graph, obj, count)

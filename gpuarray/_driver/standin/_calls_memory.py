@@ -143,7 +143,9 @@ def _attribute(b: Any, a: Any, attr: int, ptr: int) -> tuple[Any, Any] | None:
     if attr == 1:  # CONTEXT: the primary context of the memory's device (page-locked: NULL)
         return _U64, 0 if host else b.primary_ctx_handle(a.device)
     if attr == 2:  # MEMORY_TYPE
-        return _U32, _MT_HOST if host or a.kind == "managed" else _MT_DEVICE
+        # managed memory is device memory to the driver API (IS_MANAGED tells it
+        # apart; the runtime derives cudaMemoryTypeManaged from that)
+        return _U32, _MT_HOST if host else _MT_DEVICE
     if attr == 3:  # DEVICE_POINTER: device memory, mapped page-locked and managed memory
         return (_U64, ptr) if not host or a.mapped else None
     if attr == 4:  # HOST_POINTER: page-locked and managed memory

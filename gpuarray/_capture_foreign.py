@@ -1,0 +1,174 @@
+"""Captures gpuarray did not begin: another library's, on streams gpuarray knows as external.
+
+One concern: keeping another library's capture valid when gpuarray works on
+its stream.  PyTorch (``torch.cuda.graph``), CuPy (``Stream.begin_capture``)
+and cuda.core (``GraphBuilder``) capture on streams that gpuarray sees only
+as *external* streams (:func:`gpuarray.external_stream`, CAI and DLPack
+imports, ``stream=`` objects).  gpuarray's record of captures
+(``_capture.py``) does not know those captures, so for external streams --
+and only for them: gpuarray's own streams pay nothing -- it asks the driver
+(``cuStreamGetCaptureInfo``, a query that never invalidates a capture):
+
+- **Host waits are refused before the driver call** (:func:`refuse`,
+  :func:`check_funnel`): ``synchronize()``, ``query()``, downloads to the
+  host, uploads from pageable memory, ``sync`` imports and events recorded in
+  the capture (``Event.synchronize``/``query``) raise
+  :class:`~gpuarray.errors.StreamCaptureError`; the driver would refuse them
+  with ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` / ``CAPTURED_EVENT`` *and
+  invalidate the other library's capture*.
+- **Allocations are graph memory** (:func:`alloc`), as in gpuarray's own
+  captures: ``cuMemAllocAsync`` on the capturing stream, captured as an
+  allocation node.  CUDA's rule decides it: a ``cuMemAlloc`` "is not
+  enqueued asynchronously to a stream, and is not observed by stream
+  capture", so a graph that depends on it -- a temporary freed during the
+  capture, whose address the graph's nodes still use at every launch -- "would
+  be invalid" (``cuThreadExchangeStreamCaptureMode``).  A stream-ordered
+  allocation is replayed by each launch, and a free during the capture is a
+  free node.  So an array freed during the capture is freed by the graph
+  (``cuMemFreeAsync`` on the capturing stream); one that outlives the capture
+  is a *static output* owned by the other library's graph: it holds data
+  after a launch, and the graph's restrictions for memory nodes apply (one
+  executable graph at a time; a relaunch needs
+  ``CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`` -- PyTorch sets it,
+  cuda.core's ``GraphCompleteOptions(auto_free_on_launch=True)`` -- or a free
+  in between).  When such an array goes after the capture, gpuarray frees the
+  allocation a launch left (``cuMemFree``, relaxed mode); if no launch left one,
+  the driver says so (``CUDA_ERROR_INVALID_VALUE``) and the address goes
+  with the graph.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import _capture
+from ._driver import get_backend
+from .errors import CudaError, StreamCaptureError
+
+_INVALID_VALUE = 1
+
+#: Live ``allocation_stream`` blocks on external streams (all threads): while
+#: there are none, an allocation without ``stream=`` asks nothing.
+_external_blocks = 0
+_blocks_lock = threading.Lock()
+
+
+def enter_external_block() -> None:
+    global _external_blocks
+    with _blocks_lock:
+        _external_blocks += 1
+
+
+def exit_external_block() -> None:
+    global _external_blocks
+    with _blocks_lock:
+        _external_blocks -= 1
+
+
+def maybe_external(stream: Any) -> bool:
+    """Whether an allocation on ``stream`` (None: the published one) may need asking about."""
+    return _external_blocks > 0 if stream is None else getattr(stream, "kind", None) == "external"
+
+
+def capture_info(s: Any) -> tuple[str, int]:
+    """``(status, capture id)`` of external stream ``s`` ("none" for any other stream)."""
+    if s.kind != "external":
+        return "none", 0
+    with s.device.activate():
+        return get_backend().stream_capture_info(s.handle)
+
+
+def capturing(s: Any) -> bool:
+    """Whether ``s`` is an external stream that another library is capturing now."""
+    return capture_info(s)[0] != "none"
+
+
+def _error(s: Any, op: str, instead: str) -> StreamCaptureError:
+    return StreamCaptureError(
+        f"{op} on {s!r}, which another library is capturing into a graph: CUDA refuses it "
+        f"and the refusal would invalidate that capture. {instead}")
+
+
+def refuse(s: Any, op: str, instead: str) -> None:
+    """Raise StreamCaptureError when external stream ``s`` is capturing (``op`` waits on it)."""
+    if s.kind == "external" and capturing(s):
+        raise _error(s, op, instead)
+
+
+def check_funnel(s: Any, streams: tuple) -> None:
+    """An operation on external stream ``s`` ordered with the streams of its arrays.
+
+    While ``s`` captures, each of those streams would wait on captured work
+    after the operation -- joining the capture (CUDA then fails its end with
+    ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``, or invalidates it for the legacy
+    stream) -- unless it is a stream of the same capture: refused first.
+    """
+    others = [t for t in streams if t != s]
+    if not others:
+        return
+    status, cid = capture_info(s)
+    if status == "none":
+        return
+    for t in others:
+        if capture_info(t) != (status, cid):
+            raise _error(s, f"an operation using an array whose stream {t!r} is not part of the "
+                            "capture", "Bind the array to the capturing stream before the capture "
+                            "(arr.bind(s) after s.wait_stream(arr.stream)), or run it after the "
+                            "capture ends")
+
+
+def check_order(waiter: Any, producer: Any) -> None:
+    """``order_after(waiter, producer)`` where ``producer`` is external: refused when it
+    would fork ``waiter`` into another library's capture (a ``sync`` import of an array
+    whose producer stream is capturing, or any wait on it from outside the capture)."""
+    status, cid = capture_info(producer)
+    if status != "none" and capture_info(waiter) != (status, cid):
+        raise _error(producer, f"making {waiter!r} wait for it", "Import without ordering "
+                     "(sync=False) and order the streams after the capture, or use the array "
+                     "on the capturing stream")
+
+
+class ForeignGraphMemory:
+    """Graph memory allocated on another library's capturing stream (see the module docstring)."""
+
+    __slots__ = ("ptr", "device", "backend", "stream", "capture_id")
+
+    def __init__(self, ptr: int, device: Any, backend: Any, stream: Any, capture_id: int) -> None:
+        self.ptr, self.device, self.backend = ptr, device, backend
+        self.stream, self.capture_id = stream, capture_id  # the stream object keeps its owner alive
+
+    def release(self) -> None:
+        b = self.backend
+        if get_backend() is not b:
+            return  # the backend was replaced (tests): its memory went with it
+        with self.device.activate():
+            try:
+                in_capture = b.stream_capture_info(self.stream.handle) == ("active", self.capture_id)
+            except CudaError:  # the stream is gone: so is its capture
+                in_capture = False
+            if in_capture:
+                try:
+                    b.mem_free_async(self.ptr, self.stream.handle)  # a free node of the graph
+                except CudaError:  # invalidated meanwhile: the other library's end reports it
+                    pass
+                return
+            try:
+                _capture.call_relaxed(b, b.mem_free, self.ptr)
+            except CudaError as e:
+                if e.code != _INVALID_VALUE:  # INVALID_VALUE: no launch left it allocated
+                    raise
+
+
+def alloc(nbytes: int, device: Any, stream: Any) -> Any:
+    """Graph memory when ``stream`` is an external stream another library captures, else None."""
+    from .memory._pointer import MemoryPointer  # noqa: PLC0415  (memory sits above streams)
+
+    status, cid = capture_info(stream)
+    if status != "active":
+        return None  # not capturing (an invalidated capture fails the work itself)
+    b = get_backend()
+    with device.activate():
+        ptr = b.mem_alloc_async(nbytes, stream.handle)
+    rec = ForeignGraphMemory(ptr, device, b, stream, cid)
+    return MemoryPointer(device, ptr, nbytes, finalizer=rec.release)
