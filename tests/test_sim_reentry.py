@@ -54,8 +54,8 @@ def collector():
         gc.disable()
 
 
-def _backend() -> SimBackend:
-    b = SimBackend()
+def _backend(seed: int | None = None) -> SimBackend:
+    b = SimBackend(seed=seed)
     b.init()
     b.ctx_set_current(b.primary_ctx_retain(0))
     return b
@@ -169,13 +169,14 @@ def test_a_finalizer_that_frees_memory_device_work_uses_frees_it_after_that_work
 
 
 @sim_only
-def test_a_call_reentered_by_an_explicit_collection_never_runs_the_work_in_progress_again():
+@pytest.mark.parametrize("seed", [None, 1], ids=["in order", "seeded"])
+def test_a_call_reentered_by_an_explicit_collection_never_runs_the_work_in_progress_again(seed):
     # An explicit gc.collect() inside device work still runs finalizers there.
     # A synchronisation they make that needs the work in progress fails with
     # ReentryError (it cannot finish first), a query of it says "not ready",
     # and the work runs once; the simulator stays usable. Before: KeyError
     # from the scheduler, for both.
-    b = _backend()
+    b = _backend(seed)
     log: list[str] = []
     errors: list[Exception] = []
     x = b.mem_alloc(16)
@@ -205,13 +206,14 @@ def test_a_call_reentered_by_an_explicit_collection_never_runs_the_work_in_progr
 
 
 @sim_only
-def test_another_threads_call_waits_for_work_in_progress_while_its_runner_waits():
+@pytest.mark.parametrize("seed", [None, 1], ids=["in order", "seeded"])
+def test_another_threads_call_waits_for_work_in_progress_while_its_runner_waits(seed):
     # The runner of a kernel, re-entered by an explicit collection, waits in a
     # finalizer's synchronisation for a host function (the simulator's lock
     # released meanwhile). Another thread's call that needs the kernel waits
     # for it to finish there. Before: that thread ran the kernel again
     # (KeyError).
-    b = _backend()
+    b = _backend(seed)
     log: list[str] = []
     x = b.mem_alloc(16)
     b.memset_d8_async(x, 1, 16, LEGACY)
