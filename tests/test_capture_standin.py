@@ -1,4 +1,4 @@
-"""Stream capture and graphs through the real backend (``cuda.py``, cuda.bindings) over the stand-in.
+"""Stream capture and graphs through the real backend (``gpuarray/_driver/cuda/``, cuda.bindings) over the stand-in.
 
 A child process on the ``cuda`` backend over the stand-in ``libcuda.so.1``:
 the capture/graph forms the bindings resolve (``cuStreamBeginCapture_v2``,

@@ -1,5 +1,5 @@
 """Fault injection over the public operations (the simulator, or the cuda backend over
-the stand-in driver, where the faults come back through cuda.py and the real bindings).
+the stand-in driver, where the faults come back through the cuda backend and the real bindings).
 
 For every operation and every kind of driver call it makes, each of those
 calls is made to fail in turn.  After each failure: the error is a CudaError,
@@ -111,7 +111,7 @@ def test_injected_fault_names_the_call_and_is_typed():
     with pytest.raises(CudaError) as e:
         gpuarray.to_device(HOST)
     assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
-    if backend_is_sim():  # over the stand-in cuda.py words the error; the simulator's is kept
+    if backend_is_sim():  # over the stand-in the cuda backend words the error; the simulator's is kept
         assert "injected" in str(e.value)
     else:
         from gpuarray._driver.standin import _serve as _standin_serve

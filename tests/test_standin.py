@@ -206,7 +206,7 @@ def test_several_devices_and_visible_devices(folder):
         assert b.pointer_info(p1).device_ordinal == 1
         b.ctx_set_current(c0)
         b.ctx_enable_peer_access(c1)
-        b.ctx_enable_peer_access(c1)         # ALREADY_ENABLED is not an error for cuda.py
+        b.ctx_enable_peer_access(c1)         # ALREADY_ENABLED is not an error for the backend
         b.mem_free(p1)
         print('OK')
     """, GPUARRAY_SIM_DEVICES="3", CUDA_VISIBLE_DEVICES="2,0"))
@@ -351,7 +351,7 @@ def test_build_without_a_compiler_says_so(monkeypatch):
         _standin.build()
 
 
-# ------------------------------------------- cuda.py's lazy initialisation
+# --------------------------------- the cuda backend's lazy initialisation
 def test_every_backend_method_initialises_the_driver_when_called_first():
     """Each method of ``CudaBackend`` may be the first call: it runs ``cuInit`` itself.
 
@@ -467,7 +467,7 @@ def test_a_kept_error_does_not_keep_the_callers_objects_alive():
     """The error kept for ``last_error`` must not hold the failing call's frames.
 
     A traceback holds its frames and, through ``f_back``, every caller's:
-    over the stand-in the callers are cuda.py and the layers above it, whose
+    over the stand-in the callers are the cuda backend and the layers above it, whose
     locals (temporary device arrays) would then stay allocated until the
     thread's next failed call (found by tests/test_faults.py over the stand-in).
     """

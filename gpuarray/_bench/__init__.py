@@ -340,7 +340,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _print_peers(env: _Env) -> None:
-    """The host-overhead comparison with PyTorch CPU and NumPy (``_bench_host``)."""
+    """The host-overhead comparison with PyTorch CPU and NumPy (``host``)."""
     from . import host as _bench_host
 
     torch, why = _bench_host.load_torch()

@@ -1,4 +1,4 @@
-"""Benchmark rows for the DLPack C exchange table (issue 24), for ``_bench_host.compare``.
+"""Benchmark rows for the DLPack C exchange table (issue 24), for ``host.compare``.
 
 Two uses of the table, each timed in one process against its alternative:
 

@@ -1,7 +1,7 @@
 /* The stand-in CUDA driver: libcuda.so.1 over gpuarray's simulator.
  *
  * One concern: the C side of the driver entry points that gpuarray's cuda
- * backend (gpuarray/_driver/cuda.py) reaches through cuda.bindings.  Each
+ * backend (gpuarray/_driver/cuda/) reaches through cuda.bindings.  Each
  * entry point has cuda.h's signature; it takes the GIL, hands its arguments
  * (integers: pointers as addresses) to the Python serving function
  * gpuarray._driver.standin._serve.serve(name, args), and returns the CUresult

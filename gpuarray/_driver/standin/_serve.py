@@ -76,7 +76,7 @@ def _keep(e: BaseException) -> None:
     """Keep ``e`` for :func:`last_error`, without tracebacks.
 
     A traceback holds its frames and, through ``f_back``, every caller's
-    (cuda.py and the layers above it): keeping it would keep their locals --
+    (the cuda backend and the layers above it): keeping it would keep their locals --
     temporary device arrays -- allocated until this thread's next failure.
     """
     seen: set[int] = set()
