@@ -73,6 +73,7 @@ from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
 from .._stream import event as new_event
 from ..errors import CudaError, CudaOutOfMemoryError
+from . import _pool_held
 from ._default import SUPPORTED_INTERFACE_VERSION, HostOnlyCUDAMemoryManager, _fmt_size
 from ._pointer import MemoryInfo, MemoryPointer
 
@@ -386,9 +387,15 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
 
     def _release(self, backend, uses: StreamUses, ptr: int,
                  release: Callable[[Stream], None]) -> None:
-        self.allocations.pop(ptr, None)
         if get_backend() is not backend:
+            self.allocations.pop(ptr, None)
             return  # the backend was replaced (tests): its memory went with it
+        if _pool_held._held:
+            _pool_held.retry()
+        if _pool_held.blocked(uses):  # another library captures a stream of it (_pool_held.py)
+            _pool_held.hold(self, backend, uses, ptr, release)
+            return
+        self.allocations.pop(ptr, None)
         dev = uses.home.device
         with dev.activate():
             try:
@@ -467,6 +474,7 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
     def reset(self) -> None:
         """Release held frees and wait for the device, so every pending free completes."""
         super().reset()
+        _pool_held.retry()
         if self.context is not None:
             self.context.synchronize()
 
@@ -567,6 +575,8 @@ class PoolMemoryManager(StreamOrderedMemoryManager):
         CudaOutOfMemoryError
             Stating the size asked for and the device.
         """
+        if _pool_held._held:  # frees held for another library's capture, maybe ended
+            _pool_held.retry()
         dev = self.context if self.context is not None else get_device()
         b = get_backend()
         home = self.allocation_stream_for(dev)
