@@ -146,3 +146,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 __all__ = ["backend_is_sim", "fresh_sim", "gpuarray", "skip_summary"]
+
+
+@pytest.fixture
+def core():
+    """cuda.core and its device 0, made current (the driver-API peer tests; .venv-peers)."""
+    core = pytest.importorskip("cuda.core", reason="cuda.core is not installed "
+                                                   "(pip install -r tests/requirements-peers.txt)")
+    dev = core.Device(0)
+    dev.set_current()
+    return core, dev

@@ -26,15 +26,6 @@ pytestmark = pytest.mark.skipif(
     reason="needs the cuda backend over the stand-in driver (python -m gpuarray standin -- pytest)")
 
 
-@pytest.fixture
-def core():
-    core = pytest.importorskip("cuda.core", reason="cuda.core is not installed "
-                                                   "(pip install -r tests/requirements-peers.txt)")
-    dev = core.Device(0)
-    dev.set_current()
-    return core, dev
-
-
 def _options(**kwargs):
     from cuda.core.graph import GraphCompleteOptions
 

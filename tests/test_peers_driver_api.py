@@ -34,15 +34,6 @@ def nb_cuda():
     return cuda
 
 
-@pytest.fixture
-def core():
-    core = pytest.importorskip("cuda.core", reason="cuda.core is not installed "
-                                                   "(pip install -r tests/requirements-peers.txt)")
-    dev = core.Device(0)
-    dev.set_current()
-    return core, dev
-
-
 def test_numba_device_arrays_and_gpuarray_share_memory_both_ways(nb_cuda):
     host = np.arange(24, dtype=np.float64).reshape(4, 6)
     n = nb_cuda.to_device(host)
