@@ -64,6 +64,7 @@ typedef struct DLPackExchangeAPI {
 #define GA_DLPACK_MINOR 3 /* the table's version: 1.3 */
 #define GA_FLAG_READ_ONLY 1ULL
 #define GA_MAX_NDIM 64
+#define GA_NAME_LEGACY "dltensor"
 #define GA_NAME_VERSIONED "dltensor_versioned"
 #define GA_NAME_API "dlpack_exchange_api"
 

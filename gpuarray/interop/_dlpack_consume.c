@@ -23,9 +23,6 @@
 
 #include "_dlpack_abi.h"
 
-#define MAX_NDIM GA_MAX_NDIM
-static const char NAME_LEGACY[] = "dltensor";
-static const char NAME_VERSIONED[] = "dltensor_versioned";
 static const char USED_LEGACY[] = "used_dltensor";
 static const char USED_VERSIONED[] = "used_dltensor_versioned";
 
@@ -182,10 +179,10 @@ core_consume(PyObject *module, PyObject *capsule)
                      "is '%s'); a capsule can be consumed only once", name);
         return NULL;
     }
-    if (name != NULL && strcmp(name, NAME_VERSIONED) == 0) {
+    if (name != NULL && strcmp(name, GA_NAME_VERSIONED) == 0) {
         versioned = 1;
     }
-    else if (name != NULL && strcmp(name, NAME_LEGACY) == 0) {
+    else if (name != NULL && strcmp(name, GA_NAME_LEGACY) == 0) {
         versioned = 0;
     }
     else {
@@ -218,7 +215,7 @@ consume_tensor(void *manager, int versioned)
     DLTensor *t;
     unsigned long long major = 0, minor = 0, flags = 0;
     PyObject *shape, *strides;
-    int64_t ndim, i, n, itemsize, bs[MAX_NDIM];
+    int64_t ndim, i, n, itemsize, bs[GA_MAX_NDIM];
     wide size = 1, lo = 0, hi, acc, step, ptr;
     int empty = 0;
 
@@ -254,7 +251,7 @@ consume_tensor(void *manager, int versioned)
         t = &m->dl_tensor;
     }
     ndim = t->ndim;
-    if (ndim < 0 || ndim > MAX_NDIM || (ndim && t->shape == NULL)) {
+    if (ndim < 0 || ndim > GA_MAX_NDIM || (ndim && t->shape == NULL)) {
         releaser_run(rel);
         Py_DECREF(rel);
         PyErr_Format(PyExc_BufferError, "invalid DLPack tensor: ndim=%d, shape pointer %s",

@@ -39,9 +39,6 @@
 
 #include "_dlpack_abi.h"
 
-#define MAX_NDIM GA_MAX_NDIM
-static const char NAME_LEGACY[] = "dltensor";
-static const char NAME_VERSIONED[] = "dltensor_versioned";
 
 /* Counters of this module's exports; changed only with the GIL held. */
 static Py_ssize_t live_count = 0;
@@ -96,14 +93,14 @@ ga_capsule_destructor(PyObject *capsule)
 
     PyErr_Fetch(&type, &value, &tb);
     name = PyCapsule_GetName(capsule);
-    if (name != NULL && strcmp(name, NAME_VERSIONED) == 0) {
-        ptr = PyCapsule_GetPointer(capsule, NAME_VERSIONED);
+    if (name != NULL && strcmp(name, GA_NAME_VERSIONED) == 0) {
+        ptr = PyCapsule_GetPointer(capsule, GA_NAME_VERSIONED);
         if (ptr != NULL && ((DLManagedTensorVersioned *)ptr)->deleter != NULL) {
             ((DLManagedTensorVersioned *)ptr)->deleter((DLManagedTensorVersioned *)ptr);
         }
     }
-    else if (name != NULL && strcmp(name, NAME_LEGACY) == 0) {
-        ptr = PyCapsule_GetPointer(capsule, NAME_LEGACY);
+    else if (name != NULL && strcmp(name, GA_NAME_LEGACY) == 0) {
+        ptr = PyCapsule_GetPointer(capsule, GA_NAME_LEGACY);
         if (ptr != NULL && ((DLManagedTensor *)ptr)->deleter != NULL) {
             ((DLManagedTensor *)ptr)->deleter((DLManagedTensor *)ptr);
         }
@@ -165,7 +162,7 @@ ga_parse_layout(PyObject *const *args, GaLayout *out)
         return -1;
     }
     ndim = PyTuple_Size(shape);
-    if (ndim > MAX_NDIM || PyTuple_Size(strides) != ndim) {
+    if (ndim > GA_MAX_NDIM || PyTuple_Size(strides) != ndim) {
         PyErr_Format(PyExc_ValueError, "invalid export: shape %R, byte_strides %R", shape,
                      strides);
         return -1;
@@ -313,7 +310,7 @@ core_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_INCREF(owner);
     live_count++;
-    capsule = PyCapsule_New(block, versioned ? NAME_VERSIONED : NAME_LEGACY,
+    capsule = PyCapsule_New(block, versioned ? GA_NAME_VERSIONED : GA_NAME_LEGACY,
                             ga_capsule_destructor);
     if (capsule == NULL) {
         live_count--;

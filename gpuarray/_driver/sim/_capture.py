@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 from ...errors import CudaError
+from .._base import CAPTURE_MODES
 
 # The simulator's classes are imported by nothing here (they import this module):
 # the backend (``SimCore``), its contexts and streams are typed as Any.
@@ -65,7 +66,7 @@ IMPLICIT = 906
 CAPTURED_EVENT = 907
 WRONG_THREAD = 908
 
-MODES = ("global", "thread_local", "relaxed")
+MODES = CAPTURE_MODES  # the driver interface's names, in CUstreamCaptureMode order
 
 #: The driver-interface calls CUDA counts as "potentially unsafe" during a capture
 #: (not stream-ordered, so not observed by it): ``cuThreadExchangeStreamCaptureMode``'s
