@@ -407,12 +407,7 @@ def report(args: argparse.Namespace) -> str:
 
     if args.steps:
         steps = load_steps(args.steps)
-        try:
-            with open(args.log, errors="replace") as f:
-                log = split_log(f.read())
-        except (OSError, TypeError):
-            log = {}
-        out += steps_sections(steps, log, parse_junit(args.junit))
+        out += steps_sections(steps, _read_log(args.log), parse_junit(args.junit))
         bench = next((e for e in steps if e["name"] == "bench"), {})
         bench_status = ("skipped" if bench.get("skipped") or not bench
                         else "timed out" if bench.get("timed_out") else str(bench.get("rc")))
@@ -457,15 +452,20 @@ def report(args: argparse.Namespace) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _read_log(path: str | None) -> dict[str, str]:
+    """The run's log split by step (``split_log``); empty when there is none."""
+    try:
+        with open(path, errors="replace") as f:  # type: ignore[arg-type]  # None: TypeError
+            return split_log(f.read())
+    except (OSError, TypeError):
+        return {}
+
+
 def summary(args: argparse.Namespace) -> list[str]:
     """The few lines printed last: steps, counts, failures, sanitizers, ratios."""
     steps = load_steps(args.steps)
     junit = parse_junit(args.junit)
-    try:
-        with open(args.log, errors="replace") as f:
-            log = split_log(f.read())
-    except (OSError, TypeError):
-        log = {}
+    log = _read_log(args.log)
     out = ["gpu-check summary:"]
     for e in steps:
         if e["name"] != "report":
