@@ -307,6 +307,7 @@ def test_a_function_the_standin_lacks_fails_naming_itself(folder):
 
 # ------------------------------------------------------- the serving side
 def test_serve_never_raises_and_keeps_the_error(capsys):
+    assert _standin_serve.serve("cuInit", (0,)) == 0  # before it every call is NOT_INITIALIZED
     assert _standin_serve.serve("cuMemAlloc_v2", (0, 16)) == 1  # NULL output pointer
     assert "NULL output pointer" in str(_standin_serve.last_error())
     assert _standin_serve.serve("cuNoSuchCall", ()) == 999
@@ -478,6 +479,7 @@ def test_a_kept_error_does_not_keep_the_callers_objects_alive():
 
     def caller():
         obj = Held()
+        assert _standin_serve.serve("cuInit", (0,)) == 0
         assert _standin_serve.serve("cuMemAlloc_v2", (0, 16)) == 1
         return weakref.ref(obj)
 

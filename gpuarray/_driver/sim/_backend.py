@@ -60,7 +60,7 @@ from .. import _fork
 from .._base import DEVICE_ATTRIBUTES
 from . import _capture, _profile, _sticky
 from ._context_calls import SimContextCalls
-from ._core import INVALID_CONTEXT, INVALID_VALUE, _api, _locked
+from ._core import INVALID_CONTEXT, _api, _locked
 from ._graph import SimGraphCalls
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
@@ -242,7 +242,9 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
 
     @_api
     def device_can_access_peer(self, ordinal: int, peer: int) -> bool:
-        return self._dev(ordinal, "cuDeviceCanAccessPeer") != self._dev(peer, "cuDeviceCanAccessPeer")
+        d, p = self._dev(ordinal, "cuDeviceCanAccessPeer"), self._dev(peer, "cuDeviceCanAccessPeer")
+        # cuda.h (cuCtxEnablePeerAccess): devices of the same compute capability major
+        return d != p and self.compute_capability[d][0] == self.compute_capability[p][0]
 
     # ------------------------------------------------------------ contexts
     @_locked
@@ -294,8 +296,11 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
     def ctx_enable_peer_access(self, peer_ctx: int) -> None:
         ctx = self._current("cuCtxEnablePeerAccess")
         peer = self._ctx_by_handle(peer_ctx, "cuCtxEnablePeerAccess")
-        if peer is ctx:
-            raise CudaError(INVALID_VALUE, "cuCtxEnablePeerAccess", "a context cannot be its own peer")
+        if peer is ctx:  # cuda.h: INVALID_CONTEXT "if the current context is peerContext"
+            raise CudaError(INVALID_CONTEXT, "cuCtxEnablePeerAccess", "a context cannot be its own peer")
+        if not self.device_can_access_peer(ctx.device, peer.device):
+            raise CudaError(217, "cuCtxEnablePeerAccess", f"device {ctx.device} cannot access device "
+                                                          f"{peer.device} (cuDeviceCanAccessPeer is 0)")
         if peer.device in ctx.peers:
             raise CudaError(704, "cuCtxEnablePeerAccess", f"device {ctx.device} -> {peer.device}")
         ctx.peers.add(peer.device)

@@ -19,7 +19,17 @@ One concern: the calls about which context is current beyond
   ``CUDA_ERROR_INVALID_CONTEXT`` from every call that works in it (see
   ``SimCore._current``); destroying a primary context is
   ``CUDA_ERROR_INVALID_CONTEXT`` too (``cuDevicePrimaryCtxRelease`` is its
-  way out).
+  way out).  A thread on which a destroyed context is still current gets
+  ``CUDA_ERROR_CONTEXT_IS_DESTROYED`` from every call that works in it, as
+  does a thread whose current context is a primary context no one retains
+  (``SimCore._current``);
+- flags (``CUctx_flags``): at most one scheduling flag (SPIN, YIELD,
+  BLOCKING_SYNC); ``cuCtxCreate``'s and ``cuDevicePrimaryCtxSetFlags``'s are
+  kept and ``cuCtxGetFlags`` answers them;
+- peer access (``cuCtxEnablePeerAccess``/``cuCtxDisablePeerAccess``) is
+  granted per device pair that ``cuDeviceCanAccessPeer`` allows: two
+  different devices of the same compute capability major (cuda.h: "same
+  major compute capability").
 """
 
 from __future__ import annotations
@@ -28,6 +38,10 @@ from ...errors import CudaError
 from .._base import STREAM_LEGACY
 from . import _sticky
 from ._core import INVALID_CONTEXT, INVALID_VALUE, SimContext, SimCore, _api, _locked
+
+PEER_ACCESS_NOT_ENABLED = 705
+#: ``CU_CTX_SCHED_MASK`` and ``CU_CTX_FLAGS_MASK`` of cuda.h.
+SCHED_MASK, FLAGS_MASK = 0x07, 0xFF
 
 #: Stream priorities the simulator accepts: CUDA's range on an H100 (least, greatest).
 STREAM_PRIORITY_RANGE = (0, -5)
@@ -76,9 +90,9 @@ class SimContextCalls(SimCore):
         """``cuCtxCreate``: a new context on device ``ordinal``, pushed on this thread's stack."""
         call = "cuCtxCreate"
         d = self._dev(ordinal, call)
-        if flags & ~0xFF:
-            raise CudaError(INVALID_VALUE, call, f"flags {flags:#x}")
+        check_ctx_flags(call, flags)
         ctx = SimContext(self._handle(), d)
+        self._ctx_flags[ctx.handle] = int(flags)
         ctx.primary = False
         ctx.legacy = self.sched.new_stream(STREAM_LEGACY, ctx, "legacy")
         self._created[ctx.handle] = ctx
@@ -118,6 +132,46 @@ class SimContextCalls(SimCore):
         return self._contexts[self._dev(ordinal, "cuDevicePrimaryCtxGetState")].refs
 
     @_api
+    def ctx_get_flags(self) -> int:
+        """``cuCtxGetFlags``: the flags of the current context."""
+        return self._ctx_flags.get(self._current("cuCtxGetFlags", work=False).handle, 0)
+
+    @_locked
+    def primary_ctx_set_flags(self, ordinal: int, flags: int) -> None:
+        """``cuDevicePrimaryCtxSetFlags``: the flags of device ``ordinal``'s primary context."""
+        call = "cuDevicePrimaryCtxSetFlags"
+        ctx = self._contexts[self._dev(ordinal, call)]
+        check_ctx_flags(call, flags)
+        self._ctx_flags[ctx.handle] = int(flags)
+
+    @_api
+    def primary_ctx_flags(self, ordinal: int) -> int:
+        """``cuDevicePrimaryCtxGetState``'s flags: those of device ``ordinal``'s primary context."""
+        return self._ctx_flags.get(self._contexts[self._dev(ordinal, "cuDevicePrimaryCtxGetState")].handle, 0)
+
+    @_locked
+    def ctx_disable_peer_access(self, peer_ctx: int) -> None:
+        """``cuCtxDisablePeerAccess``: end the current context's access to ``peer_ctx``'s memory."""
+        call = "cuCtxDisablePeerAccess"
+        ctx = self._current(call)
+        peer = self._ctx_by_handle(int(peer_ctx), call) if peer_ctx else None
+        if peer is None:
+            raise CudaError(INVALID_CONTEXT, call, "(NULL peer context)")
+        if peer.device not in ctx.peers:
+            raise CudaError(PEER_ACCESS_NOT_ENABLED, call, f"device {ctx.device} -> {peer.device}")
+        ctx.peers.discard(peer.device)
+
+    @_api
     def primary_ctx_handle(self, ordinal: int) -> int:
         """Simulator only: the handle of device ``ordinal``'s primary context (retained or not)."""
         return self._contexts[self._dev(ordinal, "cuPointerGetAttribute")].handle
+
+
+def check_ctx_flags(call: str, flags: int) -> None:
+    """Context flags as cuda.h allows them: ``CU_CTX_FLAGS_MASK``, one scheduling flag at most."""
+    if flags & ~FLAGS_MASK:
+        raise CudaError(INVALID_VALUE, call, f"flags {flags:#x} (CU_CTX_FLAGS_MASK is {FLAGS_MASK:#x})")
+    sched = flags & SCHED_MASK
+    if sched & (sched - 1):
+        raise CudaError(INVALID_VALUE, call, f"flags {flags:#x} set more than one of CU_CTX_SCHED_SPIN, "
+                                             "CU_CTX_SCHED_YIELD and CU_CTX_SCHED_BLOCKING_SYNC")

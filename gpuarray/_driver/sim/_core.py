@@ -36,6 +36,7 @@ INVALID_HANDLE = 400
 NOT_FOUND = 500
 NOT_READY = 600
 ILLEGAL_ADDRESS = 700
+CONTEXT_IS_DESTROYED = 709
 
 
 
@@ -121,6 +122,9 @@ class SimCore(Backend):
         self._contexts: list[SimContext] = []  # the primary context of each device
         #: Contexts of ``cuCtxCreate``, by handle (``_context_calls.py``).
         self._created: dict[int, SimContext] = {}
+        #: The flags of each context (``CUctx_flags``), by handle: ``cuCtxCreate``'s, and
+        #: ``cuDevicePrimaryCtxSetFlags``'s for primary contexts (``_context_calls.py``).
+        self._ctx_flags: dict[int, int] = {}
         self._streams: dict[int, SimStream] = {}
         self._events: dict[int, SimEvent] = {}
         self._modules: dict[int, tuple[SimContext, bytes]] = {}
@@ -178,8 +182,12 @@ class SimCore(Backend):
         ctx = getattr(self._tls, "ctx", None)
         if ctx is None:
             raise CudaError(INVALID_CONTEXT, call, "(no context is current on this thread)")
-        if ctx.destroyed:
-            raise CudaError(INVALID_CONTEXT, call, "(the current context was destroyed)")
+        if ctx.destroyed:  # cuda.h (cuCtxDestroy): current elsewhere, it is CONTEXT_IS_DESTROYED
+            raise CudaError(CONTEXT_IS_DESTROYED, call, "(the current context was destroyed)")
+        if ctx.primary and ctx.refs <= 0:  # cuda.h: "a primary context which has not yet been initialized"
+            raise CudaError(CONTEXT_IS_DESTROYED, call, f"(the current context is device {ctx.device}'s "
+                                                        "primary context, which no one retains: its last "
+                                                        "retain was released, or it was never retained)")
         if work and ctx.sticky is not None:
             _sticky.check(ctx, call)
         return ctx

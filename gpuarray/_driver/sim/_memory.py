@@ -69,6 +69,10 @@ class Allocation:
     owner: Any = None
     #: Unique in the process (``CU_POINTER_ATTRIBUTE_BUFFER_ID``).
     serial: int = dataclasses.field(default_factory=itertools.count(1).__next__)
+    #: ``cuMemHostAlloc``'s flags (``CU_MEMHOSTALLOC_*``) of page-locked memory ("pinned").
+    flags: int = 0
+    #: ``CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`` as ``cuPointerSetAttribute`` set it.
+    sync_memops: bool = False
 
     @property
     def is_host(self) -> bool:
@@ -162,12 +166,16 @@ class AddressSpace:
         return a
 
     # ------------------------------------------------------------- host side
-    def alloc_host(self, nbytes: int, mapped: bool) -> Allocation:
+    def alloc_host(self, nbytes: int, mapped: bool, flags: int = 0, owner: Any = None) -> Allocation:
         if nbytes <= 0:
             raise CudaError(INVALID_VALUE, "cuMemHostAlloc", f"size {nbytes} is not positive")
-        buf = np.zeros(nbytes + 4096, dtype=np.uint8)
+        try:
+            buf = np.zeros(nbytes + 4096, dtype=np.uint8)
+        except (MemoryError, ValueError, OverflowError) as e:  # the host cannot give that much
+            raise CudaOutOfMemoryError(2, "cuMemHostAlloc", f"while allocating {nbytes} bytes of "
+                                                            f"page-locked host memory ({e})") from None
         base = (buf.ctypes.data + 4095) & ~4095
-        a = Allocation(base, nbytes, -1, "pinned", None, mapped=mapped)
+        a = Allocation(base, nbytes, -1, "pinned", None, mapped=mapped, owner=owner, flags=flags)
         self._host_buffers[base] = buf
         self._insert(a)
         return a
@@ -181,14 +189,25 @@ class AddressSpace:
         self._remove(a)
         del self._host_buffers[ptr]
 
-    def register_host(self, ptr: int, nbytes: int, mapped: bool) -> Allocation:
-        if ptr == 0 or nbytes <= 0 or self.is_device_address(ptr):
-            raise CudaError(INVALID_VALUE, "cuMemHostRegister", f"cannot register 0x{ptr:x}+{nbytes}")
-        for probe in (ptr, ptr + nbytes - 1):
-            a = self.find(probe)
-            if a is not None and a.alive and a.is_host:
-                raise CudaError(712, "cuMemHostRegister", f"0x{ptr:x}+{nbytes} overlaps {a.describe()}")
-        a = Allocation(ptr, nbytes, -1, "registered", None, mapped=mapped)
+    def register_host(self, ptr: int, nbytes: int, mapped: bool, owner: Any = None) -> Allocation:
+        call = "cuMemHostRegister"
+        if ptr == 0 or nbytes <= 0 or self.is_device_address(ptr + nbytes - 1):
+            raise CudaError(INVALID_VALUE, call, f"cannot register 0x{ptr:x}+{nbytes}")
+        # Entries never overlap and are sorted: only the last one starting
+        # below the range's end can reach into it.
+        i = bisect.bisect_left(self._starts, ptr + nbytes) - 1
+        if i >= 0:
+            a = self._allocs[i]
+            if a.alive and a.base + a.size > ptr:
+                if a.is_host:
+                    raise CudaError(712, call, f"0x{ptr:x}+{nbytes} overlaps {a.describe()}")
+                raise CudaError(INVALID_VALUE, call, f"0x{ptr:x}+{nbytes} overlaps {a.describe()}: "
+                                                     "only pageable host memory can be registered")
+        why = unmapped(ptr, nbytes)
+        if why:
+            raise CudaError(INVALID_VALUE, call, f"0x{ptr:x}+{nbytes} is not host memory this "
+                                                 f"process may register: {why}")
+        a = Allocation(ptr, nbytes, -1, "registered", None, mapped=mapped, owner=owner)
         self._insert(a)
         return a
 
@@ -246,7 +265,7 @@ class AddressSpace:
             ctypes.memmove(a.base + offset, src.ctypes.data, src.size)
 
     # ---------------------------------------------------------- managed memory
-    def alloc_managed(self, device: int, nbytes: int) -> Allocation:
+    def alloc_managed(self, device: int, nbytes: int, owner: Any = None) -> Allocation:
         """Managed (unified) memory: real host memory that device work may also access.
 
         Its address is a host address (host code reads and writes it), it is
@@ -261,7 +280,7 @@ class AddressSpace:
                          f"{device} ({self.capacities[device] - self.used[device]} bytes free)")
         buf = np.full(nbytes + 4096, 0xFF, dtype=np.uint8)  # unwritten memory reads as garbage
         base = (buf.ctypes.data + 4095) & ~4095
-        a = Allocation(base, nbytes, device, "managed", None)
+        a = Allocation(base, nbytes, device, "managed", None, owner=owner)
         self.used[device] += nbytes
         self._host_buffers[base] = buf
         self._insert(a)
@@ -280,3 +299,40 @@ def write_host(address: int, data: np.ndarray) -> None:
     """Write bytes to real host memory at ``address``."""
     if data.size:
         ctypes.memmove(address, data.ctypes.data, data.size)
+
+
+def unmapped(address: int, nbytes: int) -> str:
+    """Why ``[address, address+nbytes)`` is not readable and writable memory of this process ("" if it is).
+
+    Read from ``/proc/self/maps`` (Linux): every byte must lie in a mapping
+    with read and write permission, so registering an address the process
+    has not mapped (``0x1000``) or a range running past the end of its
+    mapping is refused when called, not a crash of the first copy that
+    touches it.  Where the table cannot be read, nothing is refused here.
+    """
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            lines = f.read().split(b"\n")
+    except OSError:
+        return ""
+    spans = []
+    for line in lines:
+        parts = line.split(None, 2)
+        if len(parts) >= 2:
+            lo, _, hi = parts[0].partition(b"-")
+            spans.append((int(lo, 16), int(hi, 16), parts[1].decode()))
+    spans.sort()
+    at, end = address, address + nbytes
+    for lo, hi, perms in spans:
+        if hi <= at:
+            continue
+        if lo > at:
+            break
+        if not (perms.startswith("rw")):
+            return f"0x{at:x} is in a mapping without read and write permission ({perms})"
+        at = hi
+        if at >= end:
+            return ""
+    if at == address:
+        return f"0x{address:x} is not mapped in this process"
+    return f"the range runs past the mapped memory at 0x{at:x}"

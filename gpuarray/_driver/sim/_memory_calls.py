@@ -101,9 +101,22 @@ class SimMemoryCalls(SimCore):
     @_locked
     def mem_host_alloc(self, nbytes: int, mapped: bool = False, portable: bool = False,
                        write_combined: bool = False) -> int:
-        self._current("cuMemHostAlloc")  # allocates for the current context (see _current)
+        ctx = self._current("cuMemHostAlloc")  # allocates for the current context (see _current)
         self._fault("alloc", "cuMemHostAlloc")
-        return self.memory.alloc_host(int(nbytes), mapped).base
+        flags = int(portable) | int(mapped) << 1 | int(write_combined) << 2  # CU_MEMHOSTALLOC_*
+        return self.memory.alloc_host(int(nbytes), mapped, flags, owner=ctx).base
+
+    @_locked
+    def mem_host_get_flags(self, ptr: int) -> int:
+        """``cuMemHostGetFlags``: the ``CU_MEMHOSTALLOC_*`` flags ``cuMemHostAlloc`` was given."""
+        self._check_current("cuMemHostGetFlags")
+        a = self.memory.find(int(ptr))
+        if a is None or not a.alive or a.kind != "pinned":
+            what = "registered memory" if a is not None and a.alive and a.kind == "registered" else \
+                "not page-locked memory"
+            raise CudaError(INVALID_VALUE, "cuMemHostGetFlags", f"0x{int(ptr):x} is {what} "
+                                                                "(cuMemHostAlloc/cuMemAllocHost only)")
+        return a.flags
 
     @_locked
     def mem_free_host(self, ptr: int) -> None:
@@ -113,9 +126,9 @@ class SimMemoryCalls(SimCore):
 
     @_locked
     def mem_host_register(self, ptr: int, nbytes: int, mapped: bool = False, portable: bool = False) -> None:
-        self._current("cuMemHostRegister")
+        ctx = self._current("cuMemHostRegister")
         self._fault("alloc", "cuMemHostRegister")
-        self.memory.register_host(int(ptr), int(nbytes), mapped)
+        self.memory.register_host(int(ptr), int(nbytes), mapped, owner=ctx)
 
     @_locked
     def mem_host_unregister(self, ptr: int) -> None:
@@ -351,6 +364,34 @@ class SimMemoryCalls(SimCore):
         self.sched.enqueue(s, run, f"{call} of {count} x {size} bytes at 0x{dst:x}", [(dst, nbytes, True)])
 
     @_locked
+    def memset_2d_async(self, bits: int, dst: int, pitch: int, value: int, width: int, height: int,
+                        stream: int) -> None:
+        """``cuMemsetD2D8/16/32Async``: ``height`` rows of ``width`` ``bits``-bit values, ``pitch`` bytes apart."""
+        call = f"cuMemsetD2D{bits}Async"
+        s = self._stream(stream, call)
+        self._fault("copy", call)
+        size = bits // 8
+        if dst % size or (height > 1 and pitch % size):
+            raise CudaError(INVALID_VALUE, call, f"0x{dst:x} or pitch {pitch} is not {size}-byte aligned")
+        if width == 0 or height == 0:
+            return
+        if pitch < width * size:
+            raise CudaError(INVALID_VALUE, call, f"pitch {pitch} is less than a row of {width} x {size} bytes")
+        span = (height - 1) * pitch + width * size
+        self._check_range(dst, span, call, "destination")
+        dtype = {8: np.uint8, 16: np.uint16, 32: np.uint32}[bits]
+        row = np.full(width, value & ((1 << bits) - 1), dtype=dtype).view(np.uint8)
+
+        def run():
+            a, off = self._mem_rw(dst, span)
+            buf = self.memory.read(a, off, span)
+            np.lib.stride_tricks.as_strided(buf, (height, width * size), (pitch, 1))[...] = row
+            self.memory.write(a, off, buf)
+
+        self.sched.enqueue(s, run, f"{call} of {height} rows of {width} x {size} bytes at 0x{dst:x}",
+                           [(dst, span, True)])
+
+    @_locked
     def memset_d8_async(self, dst: int, value: int, count: int, stream: int) -> None:
         self._memset(8, dst, value, count, stream)
 
@@ -367,4 +408,4 @@ class SimMemoryCalls(SimCore):
     def mem_alloc_managed(self, nbytes: int, attach_global: bool = True) -> int:
         ctx = self._current("cuMemAllocManaged")
         self._fault("alloc", "cuMemAllocManaged")
-        return self.memory.alloc_managed(ctx.device, int(nbytes)).base
+        return self.memory.alloc_managed(ctx.device, int(nbytes), owner=ctx).base

@@ -95,8 +95,7 @@ def cuCtxGetDevice_v2(p: int, ctx: int) -> None:
 
 
 def cuCtxGetFlags(p: int) -> None:
-    backend().ctx_get_device()  # INVALID_CONTEXT without one
-    _out("cuCtxGetFlags", p, _U32, 0)
+    _out("cuCtxGetFlags", p, _U32, backend().ctx_get_flags())  # INVALID_CONTEXT without one
 
 
 def cuCtxGetApiVersion(ctx: int, p: int) -> None:
@@ -118,17 +117,54 @@ def cuCtxGetStreamPriorityRange(pleast: int, pgreatest: int) -> None:
         _I32.from_address(pgreatest).value = greatest
 
 
-#: cuCtxGetLimit values: stack size, printf FIFO, malloc heap, sync depth, pending launches,
-#: max L2 fetch granularity, persisting L2 size (an H100's defaults).
-_LIMITS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 128, 6: 0}
+#: ``CUlimit`` of cuda.h 13.0: the default of each (an H100's), by value: stack size, printf
+#: FIFO, malloc heap, device-runtime sync depth and pending launches, max L2 fetch
+#: granularity, persisting L2 size, CIG shared memory, CIG enabled, CIG shared-memory fallback.
+_LIMITS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 128, 6: 0, 7: 0, 8: 0, 9: 1}
+_QUERY_ONLY = (7, 8)  # cuda.h: "Can only be queried, cannot be set"
+_SYNC_DEPTH, _L2_FETCH, _PERSISTING_L2, _CIG_SHMEM = 3, 5, 6, 7
+#: What cuCtxSetLimit set, by context handle, then limit.
+_SET: dict[int, dict[int, int]] = {}
+
+
+def _limit(call: str, limit: int) -> int:
+    lim = _signed(limit)
+    if lim not in _LIMITS:
+        raise CudaError(_INVALID_VALUE, call, f"{lim} is not a CUlimit")
+    return lim
 
 
 def cuCtxGetLimit(p: int, limit: int) -> None:
-    backend().ctx_get_device()
-    v = _LIMITS.get(_signed(limit))
-    if v is None:
-        raise CudaError(_UNSUPPORTED_LIMIT, "cuCtxGetLimit", f"limit {_signed(limit)}")
-    _out("cuCtxGetLimit", p, _SIZE, v)
+    call = "cuCtxGetLimit"
+    lim = _limit(call, limit)
+    b = backend()
+    dev = b.ctx_get_device()  # INVALID_CONTEXT without a current context
+    value = _SET.get(b.ctx_get_current(), {}).get(lim)
+    if value is None:
+        value = _LIMITS[lim]
+        if lim == _CIG_SHMEM:  # not a CIG context: all a block may opt in to
+            value = b.device_attribute("max_shared_memory_per_block_optin", dev)
+    _out(call, p, _SIZE, value)
+
+
+def cuCtxSetLimit(limit: int, value: int) -> None:
+    call = "cuCtxSetLimit"
+    lim = _limit(call, limit)
+    b = backend()
+    dev = b.ctx_get_device()
+    if lim in _QUERY_ONLY:
+        raise CudaError(_INVALID_VALUE, call, f"limit {lim} can only be queried (cuda.h)")
+    if lim == _SYNC_DEPTH:
+        if b.device_attribute("compute_capability_major", dev) >= 9:  # cuda.h: CC < 9.0 only
+            raise CudaError(_UNSUPPORTED_LIMIT, call, "CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH is only "
+                                                      "applicable to compute capability < 9.0")
+        if not 1 <= value <= 24:
+            raise CudaError(_INVALID_VALUE, call, f"sync depth {value} (1 to 24)")
+    elif lim == _L2_FETCH:
+        value = min(value, 128)  # cuda.h: 0 to 128 bytes, "ignored or clamped"
+    elif lim == _PERSISTING_L2:
+        value = min(value, b.device_attribute("max_persisting_l2_cache_size", dev))
+    _SET.setdefault(b.ctx_get_current(), {})[lim] = value
 
 
 def cuCtxGetCacheConfig(p: int) -> None:
@@ -148,6 +184,10 @@ def cuCtxSynchronize() -> None:
 
 def cuCtxSynchronize_v2(ctx: int) -> None:
     _with_ctx(ctx, backend().ctx_synchronize)
+
+
+def cuCtxDisablePeerAccess(ctx: int) -> None:
+    backend().ctx_disable_peer_access(ctx)
 
 
 def cuCtxEnablePeerAccess(ctx: int, flags: int) -> None:

@@ -3,7 +3,9 @@
 One concern: moving and setting bytes -- ``cuMemcpyHtoD_v2``/``DtoH_v2``/
 ``DtoD_v2`` and their ``Async`` forms, ``cuMemcpy``/``cuMemcpyAsync``
 (unified addressing: the direction from the pointers), the 2-D copies and
-``cuMemsetD8``/``D16``/``D32`` (``_v2``) with their ``Async`` forms.
+``cuMemsetD8``/``D16``/``D32`` (``_v2``) and the 2-D ``cuMemsetD2D8``/``16``/``32``
+with their ``Async`` forms, and the peer copies ``cuMemcpyPeer``/``Async``
+(device memory of two contexts' devices; no peer access needed).
 
 The synchronous forms are the stream-ordered ones on the legacy default
 stream, as CUDA documents them: a copy returns once it is done (so it
@@ -19,7 +21,7 @@ import ctypes
 
 from ...errors import CudaError
 from .._base import STREAM_LEGACY
-from ._support import _INVALID_VALUE, _stream, backend
+from ._support import _INVALID_CONTEXT, _INVALID_VALUE, _stream, _with_ctx, backend
 
 
 def cuMemcpyHtoDAsync_v2(dst: int, src: int, n: int, stream: int, ptsz: bool = False) -> None:
@@ -95,10 +97,20 @@ class _Memcpy2D(ctypes.Structure):
     ]
 
 
+_MAX_PITCH = 0x7FFFFFFF  # CU_DEVICE_ATTRIBUTE_MAX_PITCH of the simulator's profile
+
+
 def _side(p: _Memcpy2D, which: str) -> tuple[int, bool]:
     mtype = getattr(p, which + "MemoryType")
     x, y = getattr(p, which + "XInBytes"), getattr(p, which + "Y")
     pitch = getattr(p, which + "Pitch")
+    if mtype in (1, 2, 4) and (pitch < p.WidthInBytes + x or pitch > _MAX_PITCH):
+        # cuda.h (cuMemcpy2D): "srcPitch must be greater than or equal to WidthInBytes +
+        # srcXInBytes" (dst likewise), and no pitch beyond CU_DEVICE_ATTRIBUTE_MAX_PITCH
+        raise CudaError(_INVALID_VALUE, "cuMemcpy2DAsync",
+                        f"{which}Pitch {pitch} with WidthInBytes {p.WidthInBytes} and "
+                        f"{which}XInBytes {x} (the pitch must hold the row and be at most "
+                        f"{_MAX_PITCH})")
     if mtype == 1:  # HOST
         base, device = getattr(p, which + "Host") or 0, False
     elif mtype in (2, 4):  # DEVICE, UNIFIED
@@ -157,3 +169,66 @@ def cuMemsetD16_v2(dst: int, v: int, n: int) -> None:
 
 def cuMemsetD32_v2(dst: int, v: int, n: int) -> None:
     _memset(dst, lambda: cuMemsetD32Async(dst, v, n, STREAM_LEGACY))
+
+
+def _memset_2d(bits: int, dst: int, pitch: int, v: int, width: int, height: int, stream: int,
+               ptsz: bool) -> None:
+    backend().memset_2d_async(bits, dst, pitch, v & ((1 << bits) - 1), width, height,
+                              _stream(stream, ptsz))
+
+
+def cuMemsetD2D8Async(dst: int, pitch: int, v: int, w: int, h: int, stream: int,
+                      ptsz: bool = False) -> None:
+    _memset_2d(8, dst, pitch, v, w, h, stream, ptsz)
+
+
+def cuMemsetD2D16Async(dst: int, pitch: int, v: int, w: int, h: int, stream: int,
+                       ptsz: bool = False) -> None:
+    _memset_2d(16, dst, pitch, v, w, h, stream, ptsz)
+
+
+def cuMemsetD2D32Async(dst: int, pitch: int, v: int, w: int, h: int, stream: int,
+                       ptsz: bool = False) -> None:
+    _memset_2d(32, dst, pitch, v, w, h, stream, ptsz)
+
+
+def cuMemsetD2D8_v2(dst: int, pitch: int, v: int, w: int, h: int) -> None:
+    _memset(dst, lambda: cuMemsetD2D8Async(dst, pitch, v, w, h, STREAM_LEGACY))
+
+
+def cuMemsetD2D16_v2(dst: int, pitch: int, v: int, w: int, h: int) -> None:
+    _memset(dst, lambda: cuMemsetD2D16Async(dst, pitch, v, w, h, STREAM_LEGACY))
+
+
+def cuMemsetD2D32_v2(dst: int, pitch: int, v: int, w: int, h: int) -> None:
+    _memset(dst, lambda: cuMemsetD2D32Async(dst, pitch, v, w, h, STREAM_LEGACY))
+
+
+# ---------------------------------------------------------------- peer copies
+def _peer_side(call: str, ptr: int, ctx: int, n: int, role: str) -> None:
+    """``ptr`` is device memory of ``ctx``'s device (``INVALID_CONTEXT``: ``ctx`` is none)."""
+    b = backend()
+    if not ctx:
+        raise CudaError(_INVALID_CONTEXT, call, f"(NULL {role} context)")
+    c = b._ctx_by_handle(ctx, call)
+    a = b.allocation_of(ptr)
+    if n and (a is None or a.is_host or a.kind == "managed" or a.device != c.device):
+        raise CudaError(_INVALID_VALUE, call, f"{role} 0x{ptr:x} is not device memory of the "
+                                              f"{role} context's device {c.device}")
+
+
+def cuMemcpyPeerAsync(dst: int, dst_ctx: int, src: int, src_ctx: int, n: int, stream: int,
+                      ptsz: bool = False) -> None:
+    call = "cuMemcpyPeerAsync"
+    _peer_side(call, dst, dst_ctx, n, "destination")
+    _peer_side(call, src, src_ctx, n, "source")
+    backend().memcpy_dtod_async(dst, src, n, _stream(stream, ptsz))
+
+
+def cuMemcpyPeer(dst: int, dst_ctx: int, src: int, src_ctx: int, n: int) -> None:
+    call = "cuMemcpyPeer"
+    _peer_side(call, dst, dst_ctx, n, "destination")
+    _peer_side(call, src, src_ctx, n, "source")
+    # Synchronous: on the destination context's legacy stream, waited for.
+    _with_ctx(dst_ctx, lambda: _synchronously(
+        lambda: backend().memcpy_dtod_async(dst, src, n, STREAM_LEGACY)))

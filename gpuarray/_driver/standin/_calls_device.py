@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import _DESCRIPTIONS, CUDA_ERROR_NAMES, CudaError
 from ..sim import _profile
+from . import _support
 from ._support import (
     _I32,
     _INVALID_VALUE,
@@ -38,6 +39,7 @@ def cuInit(flags: int) -> None:
     if flags:
         raise CudaError(_INVALID_VALUE, "cuInit", f"flags {flags} (must be 0)")
     backend().init()
+    _support.initialized = True
 
 
 def cuDriverGetVersion(p: int) -> None:
@@ -116,18 +118,18 @@ def cuDevicePrimaryCtxReset_v2(dev: int) -> None:
     backend().primary_ctx_reset(_signed(dev))
 
 
-def cuDevicePrimaryCtxGetState(pflags: int, pactive: int, dev: int) -> None:
+def cuDevicePrimaryCtxGetState(dev: int, pflags: int, pactive: int) -> None:
     call = "cuDevicePrimaryCtxGetState"
     d = _device(call, dev)
-    _out(call, pflags, _U32, 0)
-    _out(call, pactive, _I32, int(backend().primary_ctx_refs(d) > 0))
+    if not pflags or not pactive:
+        raise CudaError(_INVALID_VALUE, call, "(NULL output pointer)")
+    b = backend()
+    _out(call, pflags, _U32, b.primary_ctx_flags(d))
+    _out(call, pactive, _I32, int(b.primary_ctx_refs(d) > 0))
 
 
 def cuDevicePrimaryCtxSetFlags_v2(dev: int, flags: int) -> None:
-    call = "cuDevicePrimaryCtxSetFlags"
-    _device(call, dev)
-    if flags & ~0x3F:  # scheduling (0x07), map host (0x08), resize local mem (0x10), coredump (0x20)
-        raise CudaError(_INVALID_VALUE, call, f"flags {flags:#x}")
+    backend().primary_ctx_set_flags(_device("cuDevicePrimaryCtxSetFlags", dev), flags)
 
 
 def cuDeviceGetDefaultMemPool(p: int, dev: int) -> None:
@@ -189,5 +191,5 @@ def cuGetErrorString(code: int, p: int) -> None:
         _out("cuGetErrorString", p, ctypes.c_void_p, None)
         raise CudaError(_INVALID_VALUE, "cuGetErrorString", f"{_signed(code)} is not a CUresult "
                                                             "the stand-in knows")
-    text = _DESCRIPTIONS.get(name, "no error" if name == "CUDA_SUCCESS" else name)
+    text = _DESCRIPTIONS.get(name, name)
     _str_out("cuGetErrorString", p, text.encode(), _STRINGS)

@@ -4,7 +4,9 @@ One concern: the driver forms that make, free and describe memory --
 ``cuMemAlloc_v2``/``Free``, stream-ordered allocation, page-locked and
 registered host memory, managed memory, ``cuMemGetInfo``,
 ``cuMemGetAddressRange_v2``, ``cuPointerGetAttribute`` and
-``cuPointerGetAttributes`` (every ``CUpointer_attribute``), and the
+``cuPointerGetAttributes`` (every ``CUpointer_attribute``),
+``cuPointerSetAttribute`` (SYNC_MEMOPS, the one cuda.h lets one set),
+pitched allocations (``cuMemAllocPitch_v2``), and the
 ``cuIpc*`` memory handles.  Copies and memsets are in ``_calls_copy.py``.
 
 Pointer attributes follow cuda.h: ``cuPointerGetAttribute`` refuses an
@@ -31,6 +33,7 @@ from ._support import (
     _U64,
     _out,
     _output_first,
+    _signed,
     _stream,
     backend,
 )
@@ -38,6 +41,7 @@ from ._support import (
 _BOOL = ctypes.c_bool
 _MT_HOST, _MT_DEVICE = 1, 2
 _ACCESS_READWRITE = 3  # CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
+_SYNC_MEMOPS = 6  # CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: the one cuPointerSetAttribute sets
 
 
 @_output_first
@@ -112,10 +116,30 @@ def cuMemHostGetDevicePointer_v2(p: int, host: int, flags: int) -> None:
 
 
 def cuMemHostGetFlags(p: int, host: int) -> None:
-    a = backend().allocation_of(host)
-    if a is None or not a.is_host:
-        raise CudaError(_INVALID_VALUE, "cuMemHostGetFlags", f"{host:#x} is not page-locked memory")
-    _out("cuMemHostGetFlags", p, _U32, (2 if a.mapped else 0) | 1)  # portable (one context each)
+    _out("cuMemHostGetFlags", p, _U32, backend().mem_host_get_flags(host))
+
+
+#: cuMemAllocPitch: the pitch is the width rounded up to this (an H100's texture pitch
+#: alignment is 32 bytes; drivers pad rows to 512), and the element sizes cuda.h allows.
+_PITCH_ALIGN = 512
+_ELEMENT_SIZES = (4, 8, 16)
+
+
+def cuMemAllocPitch_v2(p: int, ppitch: int, width: int, height: int, element: int) -> None:
+    call = "cuMemAllocPitch"
+    if not p or not ppitch:
+        raise CudaError(_INVALID_VALUE, call, "(NULL output pointer)")
+    if element not in _ELEMENT_SIZES:
+        raise CudaError(_INVALID_VALUE, call, f"ElementSizeBytes {element} (cuda.h: 4, 8 or 16)")
+    b = backend()
+    max_pitch = b.device_attribute("max_pitch", b.ctx_get_device())
+    if not width or not height or width > max_pitch:
+        raise CudaError(_INVALID_VALUE, call, f"{width} x {height} bytes (the width may be at most "
+                                              f"CU_DEVICE_ATTRIBUTE_MAX_PITCH, {max_pitch})")
+    pitch = -(-width // _PITCH_ALIGN) * _PITCH_ALIGN
+    ptr = b.mem_alloc(pitch * height)
+    _U64.from_address(p).value = ptr
+    _SIZE.from_address(ppitch).value = pitch
 
 
 @_output_first
@@ -140,8 +164,10 @@ def _attribute(b: Any, a: Any, attr: int, ptr: int) -> tuple[Any, Any] | None:
     """``(ctype, value)`` of pointer attribute ``attr`` of allocation ``a``; None: it has none."""
     host = a.is_host
     device = b.ctx_get_device() if host and b.ctx_get_current() else (0 if host else a.device)
-    if attr == 1:  # CONTEXT: the primary context of the memory's device (page-locked: NULL)
-        return _U64, 0 if host else b.primary_ctx_handle(a.device)
+    if attr == 1:  # CONTEXT: the one it was allocated or registered in
+        if a.owner is not None:
+            return _U64, a.owner.handle
+        return _U64, 0 if host else b.primary_ctx_handle(a.device)  # graph and IPC memory
     if attr == 2:  # MEMORY_TYPE
         # managed memory is device memory to the driver API (IS_MANAGED tells it
         # apart; the runtime derives cudaMemoryTypeManaged from that)
@@ -152,8 +178,8 @@ def _attribute(b: Any, a: Any, attr: int, ptr: int) -> tuple[Any, Any] | None:
         return (_U64, ptr) if host or a.kind == "managed" else None
     if attr == 5:  # P2P_TOKENS: RDMA is not simulated
         return None
-    if attr == 6:  # SYNC_MEMOPS
-        return _BOOL, False
+    if attr == _SYNC_MEMOPS:  # cuPointerSetAttribute sets it
+        return _BOOL, a.sync_memops
     if attr in (7, 20):  # BUFFER_ID, MEMORY_BLOCK_ID
         return _U64, a.serial
     if attr == 8:  # IS_MANAGED
@@ -195,6 +221,23 @@ def cuPointerGetAttribute(data: int, attr: int, ptr: int) -> None:
     if got is None:
         raise CudaError(_INVALID_VALUE, call, f"{a.describe()} has no pointer attribute {attr}")
     got[0].from_address(data).value = got[1]
+
+
+def cuPointerSetAttribute(value: int, attr: int, ptr: int) -> None:
+    call = "cuPointerSetAttribute"
+    if _signed(attr) != _SYNC_MEMOPS:  # cuda.h: "The supported attributes are: SYNC_MEMOPS"
+        raise CudaError(_INVALID_VALUE, call, f"attribute {_signed(attr)} (only "
+                                              "CU_POINTER_ATTRIBUTE_SYNC_MEMOPS can be set)")
+    if not value:
+        raise CudaError(_INVALID_VALUE, call, "(NULL value)")
+    b = backend()
+    a = b.allocation_of(ptr)
+    if a is None:
+        raise CudaError(_INVALID_VALUE, call, f"{ptr:#x} is not memory CUDA knows")
+    on = bool(_U32.from_address(value).value)
+    if on and not a.sync_memops and b.ctx_get_current():
+        b.ctx_synchronize()  # cuda.h: pending synchronous memory operations complete first
+    a.sync_memops = on
 
 
 def cuPointerGetAttributes(n: int, attrs: int, data: int, ptr: int) -> None:

@@ -94,6 +94,9 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
     F3(fn##_ptsz, T1, C1, T2, C2, T3, C3)
 #define S4(fn, T1, C1, T2, C2, T3, C3, T4, C4) F4(fn, T1, C1, T2, C2, T3, C3, T4, C4) \
     F4(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4)
+#define S6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
+    F6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
+    F6(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6)
 
 typedef void *H; /* any opaque handle or pointer */
 
@@ -163,7 +166,7 @@ F1(cuIpcCloseMemHandle, CUdeviceptr, U)
 
 /* Issue 29: the rest of the host API numba-cuda's and cuda.core's driver layers call. */
 F3(cuDeviceGetPCIBusId, char *, P, int, U, CUdevice, U)
-F3(cuDevicePrimaryCtxGetState, unsigned int *, P, int *, P, CUdevice, U)
+F3(cuDevicePrimaryCtxGetState, CUdevice, U, unsigned int *, P, int *, P)
 F2(cuDevicePrimaryCtxSetFlags_v2, CUdevice, U, unsigned int, U)
 F2(cuDeviceGetMemPool, H *, P, CUdevice, U)
 F3(cuMemPoolGetAttribute, H, P, int, U, H, P)
@@ -234,6 +237,19 @@ F7(cuOccupancyMaxPotentialBlockSizeWithFlags, int *, P, int *, P, H, P, H, P, si
 F4(cuOccupancyAvailableDynamicSMemPerBlock, size_t *, P, H, P, int, U, int, U)
 S4(cuLaunchKernelEx, const void *, P, H, P, void **, P, void **, P)
 S4(cuMemAllocFromPoolAsync, CUdeviceptr *, P, size_t, U, H, P, H, P)
+/* Issue 38: pitched memory, 2-D memsets, peer copies, limits, peer access, pointer attributes. */
+F5(cuMemAllocPitch_v2, CUdeviceptr *, P, size_t *, P, size_t, U, size_t, U, unsigned int, U)
+F5(cuMemsetD2D8_v2, CUdeviceptr, U, size_t, U, unsigned char, U, size_t, U, size_t, U)
+F5(cuMemsetD2D16_v2, CUdeviceptr, U, size_t, U, unsigned short, U, size_t, U, size_t, U)
+F5(cuMemsetD2D32_v2, CUdeviceptr, U, size_t, U, unsigned int, U, size_t, U, size_t, U)
+S6(cuMemsetD2D8Async, CUdeviceptr, U, size_t, U, unsigned char, U, size_t, U, size_t, U, H, P)
+S6(cuMemsetD2D16Async, CUdeviceptr, U, size_t, U, unsigned short, U, size_t, U, size_t, U, H, P)
+S6(cuMemsetD2D32Async, CUdeviceptr, U, size_t, U, unsigned int, U, size_t, U, size_t, U, H, P)
+F5(cuMemcpyPeer, CUdeviceptr, U, H, P, CUdeviceptr, U, H, P, size_t, U)
+S6(cuMemcpyPeerAsync, CUdeviceptr, U, H, P, CUdeviceptr, U, H, P, size_t, U, H, P)
+F2(cuCtxSetLimit, int, U, size_t, U)
+F1(cuCtxDisablePeerAccess, H, P)
+F3(cuPointerSetAttribute, const void *, P, int, U, CUdeviceptr, U)
 /* Stream capture and graphs (issue 28): served by _calls_graph.py. */
 S2(cuStreamBeginCapture_v2, H, P, int, U)
 S2(cuStreamEndCapture, H, P, H *, P)
@@ -442,6 +458,19 @@ static const Entry table[] = {
     E("cuOccupancyAvailableDynamicSMemPerBlock", 10020, cuOccupancyAvailableDynamicSMemPerBlock),
     ES("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
     ES("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync),
+    /* Issue 38 */
+    E("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+    E("cuMemsetD2D8", 3020, cuMemsetD2D8_v2),
+    E("cuMemsetD2D16", 3020, cuMemsetD2D16_v2),
+    E("cuMemsetD2D32", 3020, cuMemsetD2D32_v2),
+    ES("cuMemsetD2D8Async", 3020, cuMemsetD2D8Async),
+    ES("cuMemsetD2D16Async", 3020, cuMemsetD2D16Async),
+    ES("cuMemsetD2D32Async", 3020, cuMemsetD2D32Async),
+    E("cuMemcpyPeer", 4000, cuMemcpyPeer),
+    ES("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync),
+    E("cuCtxSetLimit", 3010, cuCtxSetLimit),
+    E("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
+    E("cuPointerSetAttribute", 6000, cuPointerSetAttribute),
     /* Stream capture and graphs (issue 28). */
     ES("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
     ES("cuStreamEndCapture", 10000, cuStreamEndCapture),

@@ -30,6 +30,8 @@ Conventions
   main thread) is :data:`INTERRUPTED`: the C side fails the call with
   ``CUDA_ERROR_UNKNOWN`` and raises SIGINT again (``PyErr_SetInterrupt``)
   once it has returned, so the caller gets the interrupt: never lost.
+- Before ``cuInit`` succeeds every call but the version and the error
+  strings (``_support.BEFORE_INIT``) answers ``CUDA_ERROR_NOT_INITIALIZED``.
 - The C wrapper runs on the caller's thread, so the simulator's per-thread
   current context is the caller's, as with a real driver.
 """
@@ -51,10 +53,12 @@ from . import (
     _calls_module,
     _calls_stream,
 )
-from ._support import STANDIN_DEVICE_MARK, backend
+from . import _support
+from ._support import BEFORE_INIT, STANDIN_DEVICE_MARK, backend
 
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
 
+_NOT_INITIALIZED = 3
 _NO_DEVICE = 100
 _UNKNOWN = 999
 #: What :func:`serve` returns for a call interrupted by Ctrl-C (not a CUresult;
@@ -97,7 +101,13 @@ def serve(name: str, args: tuple[int, ...]) -> int:
     """Serve driver call ``name`` with ``args``; return its ``CUresult`` (never raises)."""
     try:
         ptsz = name.endswith("_ptsz")
-        handler = _HANDLERS[name[:-5] if ptsz else name]
+        base = name[:-5] if ptsz else name
+        if not _support.initialized and base not in BEFORE_INIT:
+            # cuda.h (cuInit): "If cuInit() has not been called, any function from the
+            # driver API will return CUDA_ERROR_NOT_INITIALIZED".
+            _keep(CudaError(_NOT_INITIALIZED, base, "(cuInit has not been called)"))
+            return _NOT_INITIALIZED
+        handler = _HANDLERS[base]
         if ptsz:
             handler(*args, ptsz=True)
         else:

@@ -32,6 +32,14 @@ _NOT_SUPPORTED = 801
 
 _lock = threading.Lock()
 _sim: SimBackend | None = None
+#: Whether ``cuInit`` succeeded in this process: until then every call but
+#: those of :data:`BEFORE_INIT` answers ``CUDA_ERROR_NOT_INITIALIZED``.
+initialized = False
+#: The calls a driver answers before ``cuInit``: cuInit itself, and those
+#: whose cuda.h documentation lists neither a context, a device nor
+#: ``CUDA_ERROR_NOT_INITIALIZED`` -- the version and the error strings
+#: (``cuGetProcAddress`` and ``cuGetExportTable`` are answered in C).
+BEFORE_INIT = frozenset({"cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"})
 
 
 def backend() -> SimBackend:
