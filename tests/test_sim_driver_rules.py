@@ -112,7 +112,9 @@ def test_the_context_stack_and_created_contexts_follow_cuda():
     assert b.ctx_get_current() == 0
 
 
-def test_a_thread_left_with_a_destroyed_context_gets_invalid_context():
+def test_a_thread_left_with_a_destroyed_context_gets_context_is_destroyed():
+    # cuda.h (cuCtxDestroy): "attempting to access ctx from those threads will result in
+    # the error CUDA_ERROR_CONTEXT_IS_DESTROYED" (issue 38; INVALID_CONTEXT before)
     import threading
 
     b = _backend()
@@ -135,7 +137,7 @@ def test_a_thread_left_with_a_destroyed_context_gets_invalid_context():
     b.ctx_destroy(c)
     done.set()
     t.join(10)
-    assert got == ["CUDA_ERROR_INVALID_CONTEXT"]
+    assert got == ["CUDA_ERROR_CONTEXT_IS_DESTROYED"]
 
 
 def test_every_device_attribute_has_a_value_per_device_and_visible_ordinal():

@@ -257,6 +257,10 @@ def test_releasing_the_last_reference_resets_the_context():
         b.mem_alloc(16)
     b.primary_ctx_release(0)                   # the last one: reset
     b.ctx_set_current(c0)
+    with pytest.raises(CudaError) as e:        # cuda.h: an uninitialised primary context
+        b.mem_alloc(16)
+    assert e.value.name == "CUDA_ERROR_CONTEXT_IS_DESTROYED"
+    assert b.primary_ctx_retain(0) == c0       # retained again: reset, no sticky error
     b.mem_free(b.mem_alloc(16))
 
 

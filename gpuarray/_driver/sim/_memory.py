@@ -315,12 +315,12 @@ def unmapped(address: int, nbytes: int) -> str:
             lines = f.read().split(b"\n")
     except OSError:
         return ""
-    spans = []
+    spans: list[tuple[int, int, str]] = []
     for line in lines:
         parts = line.split(None, 2)
         if len(parts) >= 2:
-            lo, _, hi = parts[0].partition(b"-")
-            spans.append((int(lo, 16), int(hi, 16), parts[1].decode()))
+            start, _, stop = parts[0].partition(b"-")
+            spans.append((int(start, 16), int(stop, 16), parts[1].decode()))
     spans.sort()
     at, end = address, address + nbytes
     for lo, hi, perms in spans:
@@ -328,7 +328,7 @@ def unmapped(address: int, nbytes: int) -> str:
             continue
         if lo > at:
             break
-        if not (perms.startswith("rw")):
+        if not perms.startswith("rw"):
             return f"0x{at:x} is in a mapping without read and write permission ({perms})"
         at = hi
         if at >= end:

@@ -52,8 +52,8 @@ from . import (
     _calls_memory,
     _calls_module,
     _calls_stream,
+    _support,
 )
-from . import _support
 from ._support import BEFORE_INIT, STANDIN_DEVICE_MARK, backend
 
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
