@@ -187,6 +187,7 @@ def user():
     destroyed.wait()
     got["alloc"] = int(d.cuMemAlloc(16)[0])
     got["device"] = int(d.cuCtxGetDevice()[0])
+    got["device of ctx0"] = int(chk(d.cuCtxGetDevice_v2(ctx0)))   # CUDA 13: names its context
     got["sync"] = int(d.cuCtxSynchronize()[0])
     got["current"] = int(chk(d.cuCtxGetCurrent()))
 t = threading.Thread(target=user)
@@ -197,7 +198,7 @@ destroyed.set()
 t.join()
 IS_DESTROYED = int(E.CUDA_ERROR_CONTEXT_IS_DESTROYED)
 assert got == {"alloc": IS_DESTROYED, "device": IS_DESTROYED, "sync": IS_DESTROYED,
-               "current": int(other)}, got
+               "device of ctx0": 0, "current": int(other)}, got
 
 # a primary context whose last retain was released, still current
 assert int(chk(d.cuCtxGetCurrent())) == int(ctx0)

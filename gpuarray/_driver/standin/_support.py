@@ -99,12 +99,15 @@ def _with_ctx(ctx: int, fn: Callable[[], Any]) -> Any:
     b = backend()
     if not ctx:
         return fn()
-    prev = b.ctx_get_current()
+    # The top of this thread's stack is put back as it was, not set again by
+    # handle: a context destroyed by another thread stays current here (its
+    # handle no longer names a context, so cuCtxSetCurrent would refuse it).
+    prev = getattr(b._tls, "ctx", None)
     b.ctx_set_current(ctx)
     try:
         return fn()
     finally:
-        b.ctx_set_current(prev)
+        b._tls.ctx = prev
 
 
 _U32, _I32, _U64, _SIZE = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t
