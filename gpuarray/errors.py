@@ -535,3 +535,19 @@ _DESCRIPTIONS.update({
     "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION": "one or more resources are insufficient or non-applicable for the operation",
     "CUDA_ERROR_KEY_ROTATION": "an error happened during the key rotation sequence",
 })
+# The codes CUDA 13.5 added (the cuda-bindings 13.5 enum), which a driver
+# reporting that version names too.
+CUDA_ERROR_NAMES.update({
+    47: "CUDA_ERROR_MULTICAST_RESOURCE_FULL",
+    227: "CUDA_ERROR_INSUFFICIENT_LOADER_VERSION",
+    917: "CUDA_ERROR_STREAM_DETACHED",
+    918: "CUDA_ERROR_GRAPH_RECAPTURE_FAILURE",
+    919: "CUDA_ERROR_FABRIC_NOT_READY",
+})
+_DESCRIPTIONS.update({
+    "CUDA_ERROR_MULTICAST_RESOURCE_FULL": "no hardware resource left to bind memory to a multicast object",
+    "CUDA_ERROR_INSUFFICIENT_LOADER_VERSION": "the loader version is insufficient for the fatbin",
+    "CUDA_ERROR_STREAM_DETACHED": "the stream is detached (its green context was destroyed)",
+    "CUDA_ERROR_GRAPH_RECAPTURE_FAILURE": "a graph recapture failed and was terminated",
+    "CUDA_ERROR_FABRIC_NOT_READY": "the GPU fabric is not ready yet",
+})

@@ -255,6 +255,8 @@ def test_every_cuda_h_result_code_has_a_name_and_a_string(folder):
         assert chk(d.cuGetErrorName(E(code))).decode() == name, (code, name)
         s = chk(d.cuGetErrorString(E(code))).decode()
         assert s and s != name and not s.startswith("CUDA_"), (code, s)
+    for code in E:   # and those of the bindings' CUDA (newer codes included)
+        assert chk(d.cuGetErrorName(code)).decode() == code.name, code
     chk(d.cuInit(0))
     assert chk(d.cuGetErrorString(E.CUDA_ERROR_UNSUPPORTED_LIMIT)) == \\
         b"limit is not supported on this architecture"
