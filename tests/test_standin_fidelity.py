@@ -422,6 +422,9 @@ for lim, v in ((L.CU_LIMIT_STACK_SIZE, 4096), (L.CU_LIMIT_PRINTF_FIFO_SIZE, 1 <<
     assert chk(d.cuCtxGetLimit(lim)) == v, lim
 chk(d.cuCtxSetCurrent(ctx1))
 assert chk(d.cuCtxGetLimit(L.CU_LIMIT_STACK_SIZE)) == 1024   # per context
+chk(d.cuCtxSetLimit(L.CU_LIMIT_STACK_SIZE, 2048))
+chk(d.cuDevicePrimaryCtxReset(1))                              # a reset forgets them
+assert chk(d.cuCtxGetLimit(L.CU_LIMIT_STACK_SIZE)) == 1024
 chk(d.cuCtxSetCurrent(ctx0))
 chk(d.cuCtxSetLimit(L.CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 4), E.CUDA_ERROR_UNSUPPORTED_LIMIT)  # sm_90
 chk(d.cuCtxSetLimit(L.CU_LIMIT_CIG_ENABLED, 1), E.CUDA_ERROR_INVALID_VALUE)   # query only

@@ -84,6 +84,7 @@ def cuCtxCreate_v4(p: int, params: int, flags: int, dev: int) -> None:
 
 def cuCtxDestroy_v2(ctx: int) -> None:
     backend().ctx_destroy(ctx)
+    forget_limits(ctx)
 
 
 def cuCtxGetDevice(p: int) -> None:
@@ -125,6 +126,11 @@ _QUERY_ONLY = (7, 8)  # cuda.h: "Can only be queried, cannot be set"
 _SYNC_DEPTH, _L2_FETCH, _PERSISTING_L2, _CIG_SHMEM = 3, 5, 6, 7
 #: What cuCtxSetLimit set, by context handle, then limit.
 _SET: dict[int, dict[int, int]] = {}
+
+
+def forget_limits(ctx: int) -> None:
+    """What ``cuCtxSetLimit`` set in context ``ctx`` goes (destroyed, or a primary context reset)."""
+    _SET.pop(ctx, None)
 
 
 def _limit(call: str, limit: int) -> int:

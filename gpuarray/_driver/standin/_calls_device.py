@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import _DESCRIPTIONS, CUDA_ERROR_NAMES, CudaError
 from ..sim import _profile
-from . import _support
+from . import _calls_context, _support
 from ._support import (
     _I32,
     _INVALID_VALUE,
@@ -111,11 +111,16 @@ def cuDevicePrimaryCtxRetain(p: int, dev: int) -> None:
 
 
 def cuDevicePrimaryCtxRelease_v2(dev: int) -> None:
-    backend().primary_ctx_release(_signed(dev))
+    b = backend()
+    b.primary_ctx_release(_signed(dev))
+    if not b.primary_ctx_refs(_signed(dev)):  # the last retain: reset, limits included
+        _calls_context.forget_limits(b.primary_ctx_handle(_signed(dev)))
 
 
 def cuDevicePrimaryCtxReset_v2(dev: int) -> None:
-    backend().primary_ctx_reset(_signed(dev))
+    b = backend()
+    b.primary_ctx_reset(_signed(dev))
+    _calls_context.forget_limits(b.primary_ctx_handle(_signed(dev)))
 
 
 def cuDevicePrimaryCtxGetState(dev: int, pflags: int, pactive: int) -> None:
