@@ -16,13 +16,11 @@ One concern: the calls about which context is current beyond
 - ``cuCtxDestroy`` destroys a created context -- its queued work is waited
   for, its streams, events and modules go -- and pops it if it is current on
   the calling thread.  A thread that still has it current gets
-  ``CUDA_ERROR_INVALID_CONTEXT`` from every call that works in it (see
-  ``SimCore._current``); destroying a primary context is
-  ``CUDA_ERROR_INVALID_CONTEXT`` too (``cuDevicePrimaryCtxRelease`` is its
-  way out).  A thread on which a destroyed context is still current gets
   ``CUDA_ERROR_CONTEXT_IS_DESTROYED`` from every call that works in it, as
   does a thread whose current context is a primary context no one retains
-  (``SimCore._current``);
+  (``SimCore._current``); passing a destroyed context's handle is
+  ``CUDA_ERROR_INVALID_CONTEXT``, and so is destroying a primary context
+  (``cuDevicePrimaryCtxRelease`` is its way out);
 - flags (``CUctx_flags``): at most one scheduling flag (SPIN, YIELD,
   BLOCKING_SYNC); ``cuCtxCreate``'s and ``cuDevicePrimaryCtxSetFlags``'s are
   kept and ``cuCtxGetFlags`` answers them;
