@@ -81,3 +81,38 @@ def test_compare_measures_paired_and_null_library_times_for_raw_rows():
     assert td.paired_library_us is not None and td.null_library_us is not None
     assert td.backend_calls >= 3  # allocation, copy and context query at least
     assert view.paired_library_us is None and view.null_library_us is None
+    # the raw path: cuMemAlloc + cuMemcpyHtoDAsync + cuMemFree, counted the same way
+    assert td.raw_backend_calls == 3
+    line = next(x for x in format_peer_table(list(rows.values()), "sim").splitlines()
+                if x.startswith("| `to_device 8 B`"))
+    assert f"| {td.backend_calls:.1f}, 3.0 (" in line
+
+
+def test_the_meter_counts_driver_calls_not_interface_methods(monkeypatch):
+    # A relaxed allocation is three driver calls whether the backend makes them
+    # through the interface (the default: each metered, never timed twice) or
+    # itself (the cuda backend: the meter counts them for it).
+    import gpuarray
+    from gpuarray._bench.host import BackendMeter
+    from gpuarray._driver import get_backend
+
+    gpuarray.get_device()
+    b = get_backend()
+    with BackendMeter() as meter:
+        b.mem_free(b.mem_alloc_relaxed(8))
+    assert meter.by_name == {"exchange_capture_mode": 2, "mem_alloc": 1, "mem_free": 1}
+    assert meter.calls == 4
+    assert meter.backend_seconds() > 0
+
+    def native(nbytes: int) -> int:  # the three calls through the class: unseen by the meter
+        prev = type(b).exchange_capture_mode(b, "relaxed")
+        try:
+            return type(b).mem_alloc(b, nbytes)
+        finally:
+            type(b).exchange_capture_mode(b, prev)
+
+    monkeypatch.setattr(type(b), "mem_alloc_relaxed", lambda self, nbytes: native(nbytes))
+    with BackendMeter() as meter:
+        b.mem_free(b.mem_alloc_relaxed(8))
+    assert meter.by_name == {"exchange_capture_mode": 2, "mem_alloc": 1, "mem_free": 1}
+    assert meter.calls == 4
