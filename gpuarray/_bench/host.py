@@ -13,8 +13,9 @@ gpuarray's time per call less the time spent inside backend calls.
 
 The goals are PERF.md's: ``__dlpack__`` at most half of PyTorch's,
 ``from_dlpack`` and views at most PyTorch's, ``as_cuda_array`` at most twice
-``torch.as_tensor`` of an ndarray, and a small ``to_device`` within 3 us of
-library time over the raw allocation and copy.
+``torch.as_tensor`` of an ndarray, and a small ``to_device`` within 2 us of
+library time over the raw allocation and copy.  Each row says how many
+driver calls gpuarray made per operation, and the raw path.
 """
 
 from __future__ import annotations
@@ -392,7 +393,7 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
             return gpuarray.to_device(host, stream=stream)
 
         cases.append((f"to_device {n} B", "raw: cuMemAlloc + cuMemcpyHtoDAsync + cuMemFree",
-                      3.0, "raw", {"gpuarray": ours, "raw": raw}))
+                      2.0, "raw", {"gpuarray": ours, "raw": raw}))
     return cases
 
 
