@@ -201,6 +201,24 @@ def host_table(rows: list[dict]) -> list[str]:
             + table(["case", "size"] + [f"{i} us" for i in impls] + ["target"], lines))
 
 
+def managers_table(rows: list[dict]) -> list[str]:
+    """The memory-manager rows (``bench/test_memory_managers.py``): host us and driver calls."""
+    ms = [m for r in rows if r.get("suite") == "managers" for m in r.get("rows", [])]
+    if not ms:
+        return []
+    lines = []
+    for m in ms:
+        which = ", ".join(f"{k} {v:.2f}" for k, v in m.get("by_call", {}).items() if v >= 0.005)
+        lines.append([m["case"], m["manager"], num(m.get("host_us"), ".2f"),
+                      num(m.get("calls"), ".2f"), which])
+    return (["### Memory managers", "",
+             "The NBEP 7 default (cuMemAlloc + deferred cuMemFree) against the stream-ordered "
+             "pool (cuMemAllocAsync): host microseconds and driver calls per operation "
+             "(medians of interleaved rounds). The faster manager on this GPU, without more "
+             "driver calls, is the one docs/guide/memory.rst recommends as the default.", ""]
+            + table(["case", "manager", "host us", "driver calls", "of which"], lines))
+
+
 def plots(bench_json: str | None) -> list[str]:
     """Make the PNGs with bench/plot.py when matplotlib is there; say what happened."""
     if not bench_json:
@@ -445,10 +463,10 @@ def report(args: argparse.Namespace) -> str:
             out.append("")
         if args.plots or not args.steps:
             out += plots(args.bench_json if data else None)
-        bt, ht = bandwidth_tables(rows), host_table(rows)
-        if not (bt or ht):
+        bt, ht, mt = bandwidth_tables(rows), host_table(rows), managers_table(rows)
+        if not (bt or ht or mt):
             out += ["No benchmark results in the JSON.", ""]
-        out += bt + ([""] if bt else []) + ht + ([""] if ht else [])
+        out += bt + ([""] if bt else []) + ht + ([""] if ht else []) + mt + ([""] if mt else [])
     return "\n".join(out).rstrip() + "\n"
 
 
