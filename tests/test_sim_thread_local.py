@@ -159,3 +159,50 @@ def test_bad_mode_is_refused_without_the_lock():
         b.exchange_capture_mode("sometimes")
     assert e.value.code == 1  # CUDA_ERROR_INVALID_VALUE
     assert b.exchange_capture_mode("global") == "global"  # unchanged by the refused call
+
+
+def test_the_relaxed_allocation_switches_the_threads_mode_inline_and_restores_it():
+    # The simulator's mem_alloc_relaxed does the two mode exchanges on the
+    # thread's own state (no wrapper, no lock): another thread's global capture
+    # is not invalidated (a plain cuMemAlloc in global mode would invalidate
+    # it), and the thread's mode is back to what it was.
+    b, ctx = _backend()
+    s = b.stream_create(non_blocking=True)
+    errors: list[BaseException] = []
+    begun, done = threading.Event(), threading.Event()
+
+    def capture():
+        try:
+            b.ctx_set_current(ctx)
+            b.stream_begin_capture(s, "global")
+            begun.set()
+            done.wait(TIMEOUT)
+            b.graph_destroy(b.stream_end_capture(s))
+        except BaseException as e:  # noqa: BLE001 -- reported by the assertion
+            errors.append(e)
+            begun.set()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    try:
+        assert begun.wait(TIMEOUT)
+        ptr = b.mem_alloc_relaxed(64)
+        assert b.exchange_capture_mode("global") == "global"  # restored
+        assert b.stream_capture_info(s)[0] == "active"  # not invalidated
+    finally:
+        done.set()
+        t.join(TIMEOUT)
+    assert not errors, errors  # the capture ended normally: it was never invalidated
+    b.exchange_capture_mode("relaxed")
+    b.mem_free(ptr)
+    b.exchange_capture_mode("global")
+
+
+def test_the_relaxed_allocation_inside_a_host_function_is_refused_as_the_mode_exchange(monkeypatch):
+    from gpuarray._driver.sim import _hostfn
+
+    b, _ = _backend()
+    monkeypatch.setattr(_hostfn._state, "active", True)
+    with pytest.raises(CudaError, match="cuThreadExchangeStreamCaptureMode") as e:
+        b.mem_alloc_relaxed(64)
+    assert e.value.code == 800  # CUDA_ERROR_NOT_PERMITTED

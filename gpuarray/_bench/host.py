@@ -56,6 +56,9 @@ COMPOSITE_CALLS: dict[str, tuple[str, ...]] = {
 }
 
 
+_OUTSIDE, _IN_CALL, _IN_DEFAULT = 0, 1, 2
+
+
 class BackendMeter:
     """Count and time every call into the driver backend while active.
 
@@ -63,9 +66,10 @@ class BackendMeter:
     the ``with`` block, by wrappers that add the call's wall time to
     :attr:`seconds` and its driver calls to :attr:`calls` (by interface name
     in :attr:`by_name`): one for a driver call, and for a method that makes
-    several (:data:`COMPOSITE_CALLS`) each of them, once.  A call made inside
-    another metered call (the composite's default) is counted but not timed
-    again.  The wrappers' own cost is measured once, inside and outside their
+    several (:data:`COMPOSITE_CALLS`) each of them, once.  A backend's own
+    calls through the interface inside a driver call are part of that call
+    (neither counted nor timed again); those of a composite's default are the
+    driver calls it makes (counted, timed as the composite).  The wrappers' own cost is measured once, inside and outside their
     clock reads, and subtracted.
     """
 
@@ -79,54 +83,68 @@ class BackendMeter:
         self._names: list[str] = []
         self._overhead = 0.0
         self._outside = 0.0
-        self._depth = 0
+        self._where = _OUTSIDE
         self._outer = 0  # wrapper calls that timed themselves
         self._nested = 0  # wrapper calls inside another (their cost is in its time)
 
+    # Where the running wrapper is: _OUTSIDE every metered call; _IN_CALL a
+    # driver call, whose own calls through the interface (a backend's
+    # internals) are neither counted nor timed again; _IN_DEFAULT a composite's
+    # default, whose calls through the interface are the driver calls it makes
+    # (counted, timed by the composite's clock).
     def _wrap(self, name: str, fn: Callable[..., Any], makes: tuple[str, ...] = ()) -> Callable[..., Any]:
         clock = time.perf_counter
         counts = self.by_name
         names = makes or (name,)
         n = len(names)
 
+        def count() -> None:
+            self.calls += n
+            for k in names:
+                counts[k] = counts.get(k, 0) + 1
+
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if self._depth:  # inside another metered call: counted, timed by the outer one
+            where = self._where
+            if where == _IN_CALL:
                 self._nested += 1
-                self.calls += n
-                for k in names:
-                    counts[k] = counts.get(k, 0) + 1
                 return fn(*args, **kwargs)
-            self._depth = 1
+            if where == _IN_DEFAULT:
+                self._nested += 1
+                count()
+                self._where = _IN_CALL
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self._where = _IN_DEFAULT
+            self._where = _IN_CALL
             t0 = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds += clock() - t0
-                self._depth = 0
+                self._where = _OUTSIDE
                 self._outer += 1
-                self.calls += n
-                for k in names:
-                    counts[k] = counts.get(k, 0) + 1
+                count()
 
         return timed
 
-    def _passthrough(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A composite made of metered calls: timed as one, its calls counted by theirs."""
+    def _default(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A composite's default, made of metered calls: timed as one, its calls counted by theirs."""
         clock = time.perf_counter
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if self._depth:
+            if self._where != _OUTSIDE:
                 self._nested += 1
                 return fn(*args, **kwargs)
-            self._depth = 1
+            self._where = _IN_DEFAULT
             t0 = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds += clock() - t0
-                self._depth = 0
+                self._where = _OUTSIDE
                 self._outer += 1
 
         return timed
@@ -141,7 +159,7 @@ class BackendMeter:
             fn = getattr(b, name)
             if name in COMPOSITE_CALLS:
                 if getattr(type(b), name) is getattr(Backend, name):  # the default: metered calls
-                    wrapped = self._passthrough(fn)
+                    wrapped = self._default(fn)
                 else:
                     wrapped = self._wrap(name, fn, COMPOSITE_CALLS[name])
             else:
