@@ -76,6 +76,14 @@ from .memory import (
     set_memory_manager,
 )
 
+# IpcHandle.open_array builds arrays, and the memory layer cannot import them:
+# the array layer hands it the class here, with the package, not with the
+# (lazy) module of the IPC functions.
+from .memory import _ipc as _memory_ipc
+
+_memory_ipc._array_factory = DeviceNDArray
+del _memory_ipc
+
 if TYPE_CHECKING:  # the lazy names, for type checkers and readers
     from ._context import (
         Context,

@@ -100,6 +100,24 @@ print(json.dumps(out))
     assert set(gpuarray._LAZY) <= set(dir(gpuarray))
 
 
+def test_what_a_lazy_module_installed_is_installed_by_import_alone():
+    # The IPC handle's array factory was set by _hostdev at import; with
+    # _hostdev lazy, a spawned child's open_ipc_array failed ("array layer
+    # is not imported") until the package set it itself.
+    code = """
+import sys
+import gpuarray
+from gpuarray.memory import _ipc
+print(_ipc._array_factory is gpuarray.DeviceNDArray, "gpuarray._hostdev" in sys.modules)
+"""
+    env = dict(os.environ, GPUARRAY_BACKEND="sim")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False"]
+
+
 def test_an_unknown_name_is_an_attribute_error_naming_it():
     import gpuarray
 
