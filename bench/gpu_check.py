@@ -195,10 +195,15 @@ def host_table(rows: list[dict]) -> list[str]:
         for i in impls:
             r = g.get(i)
             cells.append(MISSING if r is None else num(r["host_us"].get("median"), ".2f"))
+        for i in ("gpuarray", "raw"):
+            r = g.get(i)
+            cells.append(MISSING if r is None else num(r.get("driver_calls"), ".2f"))
         cells.append(next(iter(g.values())).get("target", ""))
         lines.append(cells)
-    return (["### Host overheads", "", "Microseconds of host time per call (median).", ""]
-            + table(["case", "size"] + [f"{i} us" for i in impls] + ["target"], lines))
+    return (["### Host overheads", "", "Microseconds of host time per call (median), and the "
+             "driver calls per call of gpuarray and of the raw path.", ""]
+            + table(["case", "size"] + [f"{i} us" for i in impls]
+                    + ["gpuarray driver calls", "raw driver calls", "target"], lines))
 
 
 def managers_table(rows: list[dict]) -> list[str]:
