@@ -454,11 +454,34 @@ def host(benchmark: Any, *, suite: str, case: str, impl: str, op: Callable[[], A
     info.update(host_us={"median": us, "q1": st.q1 * 1e6, "q3": st.q3 * 1e6,
                          "min": st.min * 1e6, "max": st.max * 1e6,
                          "spread": (st.q3 - st.q1) / st.median if st.median else 0.0})
+    info["driver_calls"] = (None if impl in _NOT_OURS  # their calls bypass gpuarray's interface
+                            else _driver_calls(op, max(iterations, 100), teardown))
     key = f"{suite}/{case}/{size}"
     if impl == "raw":
         _host_raw[key] = us
+        _host_raw_calls[key] = info["driver_calls"]
     elif key in _host_raw:
         info["delta_vs_raw_us"] = us - _host_raw[key]
+        info["raw_driver_calls"] = _host_raw_calls.get(key)
+
+
+_host_raw_calls: dict[str, float | None] = {}
+_NOT_OURS = ("cupy", "torch", "numba", "jax", "numpy")
+
+
+def _driver_calls(op: Callable[[], Any], iterations: int, teardown: Callable[[], Any]) -> float | None:
+    """Driver calls per ``op`` through gpuarray's interface (``BackendMeter``), teardown included.
+
+    Not for a peer library's op (CuPy, PyTorch and Numba call CUDA
+    themselves: their calls are not seen).
+    """
+    from gpuarray._bench.host import BackendMeter
+
+    with BackendMeter() as meter:
+        for _ in range(iterations):
+            op()
+        teardown()
+    return meter.calls / iterations
 
 
 def results_path(name: str, suffix: str) -> Any:

@@ -195,10 +195,33 @@ def host_table(rows: list[dict]) -> list[str]:
         for i in impls:
             r = g.get(i)
             cells.append(MISSING if r is None else num(r["host_us"].get("median"), ".2f"))
+        for i in ("gpuarray", "raw"):
+            r = g.get(i)
+            cells.append(MISSING if r is None else num(r.get("driver_calls"), ".2f"))
         cells.append(next(iter(g.values())).get("target", ""))
         lines.append(cells)
-    return (["### Host overheads", "", "Microseconds of host time per call (median).", ""]
-            + table(["case", "size"] + [f"{i} us" for i in impls] + ["target"], lines))
+    return (["### Host overheads", "", "Microseconds of host time per call (median), and the "
+             "driver calls per call of gpuarray and of the raw path.", ""]
+            + table(["case", "size"] + [f"{i} us" for i in impls]
+                    + ["gpuarray driver calls", "raw driver calls", "target"], lines))
+
+
+def managers_table(rows: list[dict]) -> list[str]:
+    """The memory-manager rows (``bench/test_memory_managers.py``): host us and driver calls."""
+    ms = [m for r in rows if r.get("suite") == "managers" for m in r.get("rows", [])]
+    if not ms:
+        return []
+    lines = []
+    for m in ms:
+        which = ", ".join(f"{k} {v:.2f}" for k, v in m.get("by_call", {}).items() if v >= 0.005)
+        lines.append([m["case"], m["manager"], num(m.get("host_us"), ".2f"),
+                      num(m.get("calls"), ".2f"), which])
+    return (["### Memory managers", "",
+             "The NBEP 7 default (cuMemAlloc + deferred cuMemFree) against the stream-ordered "
+             "pool (cuMemAllocAsync): host microseconds and driver calls per operation "
+             "(medians of interleaved rounds). The faster manager on this GPU, without more "
+             "driver calls, is the one docs/guide/memory.rst recommends as the default.", ""]
+            + table(["case", "manager", "host us", "driver calls", "of which"], lines))
 
 
 def plots(bench_json: str | None) -> list[str]:
@@ -445,10 +468,10 @@ def report(args: argparse.Namespace) -> str:
             out.append("")
         if args.plots or not args.steps:
             out += plots(args.bench_json if data else None)
-        bt, ht = bandwidth_tables(rows), host_table(rows)
-        if not (bt or ht):
+        bt, ht, mt = bandwidth_tables(rows), host_table(rows), managers_table(rows)
+        if not (bt or ht or mt):
             out += ["No benchmark results in the JSON.", ""]
-        out += bt + ([""] if bt else []) + ht + ([""] if ht else [])
+        out += bt + ([""] if bt else []) + ht + ([""] if ht else []) + mt + ([""] if mt else [])
     return "\n".join(out).rstrip() + "\n"
 
 

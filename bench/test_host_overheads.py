@@ -275,6 +275,7 @@ def test_host_overheads_vs_peers(benchmark, capsys):
          op=lambda: a.__dlpack__(max_version=(1, 0)), target="see extra_info rows",
          rows=[{"case": r.case, "us": r.us, "spread": r.spread, "goal": r.goal,
                 "goal_vs": r.goal_vs, "ratio": r.ratio(), "backend_calls": r.backend_calls,
+                "raw_backend_calls": r.raw_backend_calls,
                 "backend_us": r.backend_us, "library_us": r.library_us,
                 "meets_goal": r.meets_goal()} for r in rows],
          simulator_note="sim: none of these ops reaches the backend except as_cuda_array "

@@ -7,14 +7,19 @@ simulator).  Importing gpuarray never initialises CUDA.
 """
 
 # This module only re-exports the public API; the logic lives in the layers
-# described in the design document.
+# described in the design document.  What the first ``to_device`` needs is
+# imported here; the modules of the rest of the API load on first use of one
+# of their names (``_LAZY``, PEP 562 ``__getattr__``), so ``import gpuarray``
+# stays cheap (PERF.md: NumPy's import + 30 ms; tests/test_import_cost.py
+# lists what it loads).
+
+from typing import TYPE_CHECKING
 
 from . import (
     _wire,  # noqa: F401  (installs DeviceNDArray's pickling: _array._REDUCE)
     errors,
 )
 from ._array import DeviceNDArray, is_device_array
-from ._context import Context, close, current_context, detect, gpus, list_devices, open_ipc_array
 from ._creation import (
     asarray,
     device_array,
@@ -31,15 +36,6 @@ from ._creation import (
 )
 from ._device import Device, device_count, get_device, select_device
 from ._graph import Graph
-from ._hostdev import (
-    ManagedNDArray,
-    MappedNDArray,
-    managed_array,
-    mapped,
-    mapped_array,
-    mapped_array_like,
-    pinned_array_like,
-)
 from ._stream import (
     Event,
     Stream,
@@ -50,13 +46,6 @@ from ._stream import (
     per_thread_default_stream,
     stream,
     synchronize,
-)
-from ._support import (
-    is_supported_version,
-    profile_start,
-    profile_stop,
-    profiling,
-    require_context,
 )
 from .errors import (
     CudaError,
@@ -86,6 +75,68 @@ from .memory import (
     pinned_array,
     set_memory_manager,
 )
+
+# IpcHandle.open_array builds arrays, and the memory layer cannot import them:
+# the array layer hands it the class here, with the package, not with the
+# (lazy) module of the IPC functions.
+from .memory import _ipc as _memory_ipc
+
+_memory_ipc._array_factory = DeviceNDArray
+del _memory_ipc
+
+if TYPE_CHECKING:  # the lazy names, for type checkers and readers
+    from ._context import (
+        Context,
+        close,
+        current_context,
+        detect,
+        gpus,
+        list_devices,
+        open_ipc_array,
+    )
+    from ._hostdev import (
+        ManagedNDArray,
+        MappedNDArray,
+        managed_array,
+        mapped,
+        mapped_array,
+        mapped_array_like,
+        pinned_array_like,
+    )
+    from ._support import (
+        is_supported_version,
+        profile_start,
+        profile_stop,
+        profiling,
+        require_context,
+    )
+
+#: Public names whose module loads on first use: name -> module (relative to gpuarray).
+_LAZY = {
+    **dict.fromkeys(("Context", "close", "current_context", "detect", "gpus", "list_devices",
+                     "open_ipc_array"), "._context"),
+    **dict.fromkeys(("ManagedNDArray", "MappedNDArray", "managed_array", "mapped", "mapped_array",
+                     "mapped_array_like", "pinned_array_like"), "._hostdev"),
+    **dict.fromkeys(("is_supported_version", "profile_start", "profile_stop", "profiling",
+                     "require_context"), "._support"),
+}
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562: called only for a name not (yet) in the module's namespace.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuarray' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later uses are plain lookups
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

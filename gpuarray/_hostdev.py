@@ -28,12 +28,10 @@ from ._device import get_device
 from ._stream import Stream, as_stream
 from .interop import _dlpack_capsule as _cap
 from .interop._cai_desc import make_cai
-from .memory import MemoryPointer, _ipc, host_pin
+from .memory import MemoryPointer, host_pin
 from .memory._host import _nbytes, host_array_over
 from .memory._managed import managed_alloc
 from .memory._manager import host_alloc
-
-_ipc._array_factory = DeviceNDArray  # IpcHandle.open_array builds arrays (the memory layer cannot import them)
 
 __all__ = ["MappedNDArray", "ManagedNDArray", "mapped_array", "managed_array", "mapped",
            "mapped_array_like", "pinned_array_like"]

@@ -81,3 +81,66 @@ def test_compare_measures_paired_and_null_library_times_for_raw_rows():
     assert td.paired_library_us is not None and td.null_library_us is not None
     assert td.backend_calls >= 3  # allocation, copy and context query at least
     assert view.paired_library_us is None and view.null_library_us is None
+    # the raw path: cuMemAlloc + cuMemcpyHtoDAsync + cuMemFree, counted the same way
+    assert td.raw_backend_calls == 3
+    line = next(x for x in format_peer_table(list(rows.values()), "sim").splitlines()
+                if x.startswith("| `to_device 8 B`"))
+    assert f"| {td.backend_calls:.1f}, 3.0 (" in line
+
+
+def test_the_meter_counts_driver_calls_not_interface_methods(monkeypatch):
+    # A relaxed allocation is three driver calls whether the backend makes them
+    # through the interface (the default: each metered, never timed twice) or
+    # itself (the cuda backend: the meter counts them for it).
+    import gpuarray
+    from gpuarray._bench.host import BackendMeter
+    from gpuarray._driver import get_backend
+
+    gpuarray.get_device()
+    b = get_backend()
+    with BackendMeter() as meter:
+        b.mem_free(b.mem_alloc_relaxed(8))
+    assert meter.by_name == {"exchange_capture_mode": 2, "mem_alloc": 1, "mem_free": 1}
+    assert meter.calls == 4
+    assert meter.backend_seconds() > 0
+
+    def native(nbytes: int) -> int:
+        # a backend's own version, calling the interface inside: those calls
+        # are the composite's three, not counted again
+        prev = b.exchange_capture_mode("relaxed")
+        try:
+            return b.mem_alloc(nbytes)
+        finally:
+            b.exchange_capture_mode(prev)
+
+    monkeypatch.setattr(type(b), "mem_alloc_relaxed", lambda self, nbytes: native(nbytes))
+    with BackendMeter() as meter:
+        b.mem_free(b.mem_alloc_relaxed(8))
+    assert meter.by_name == {"exchange_capture_mode": 2, "mem_alloc": 1, "mem_free": 1}
+    assert meter.calls == 4
+
+
+def test_the_memory_manager_rows_count_each_managers_driver_calls():
+    # The issue-37 table: the default manager's cuMemAlloc + deferred cuMemFree
+    # against the pool's cuMemAllocAsync + cuMemFreeAsync, and the manager is
+    # restored after.
+    import gpuarray
+    from gpuarray import memory
+    from gpuarray._bench import managers
+
+    gpuarray.get_device()
+    before = type(memory.get_memory_manager())
+    cases = [c for c in managers.manager_cases(small=256, large=4096)
+             if c[0].startswith(("alloc+free 256", "churn + memset"))]
+    rows = {(r.case, r.manager): r for r in managers.compare_managers(cases, rounds=1, number=22)}
+    assert type(memory.get_memory_manager()) is before
+    small, churn = cases[0][0], cases[1][0]
+    default, pool = rows[small, "default"].by_call, rows[small, "pool"].by_call
+    assert default["mem_alloc"] == 1 and default["mem_free"] == 1  # 22 frees: two flushes of 11
+    assert default["exchange_capture_mode"] >= 2  # the relaxed switch around each cuMemAlloc
+    assert "mem_alloc_async" not in default
+    assert pool["mem_alloc_async"] == 1 and pool["mem_free_async"] == 1
+    assert "mem_free" not in pool and "mem_alloc" not in pool
+    assert rows[churn, "pool"].by_call["memset_d8_async"] == 1
+    table = managers.format_manager_table(list(rows.values()), "sim")
+    assert "| alloc+free 256 B | pool |" in table and "cuMemAllocAsync 1" in table

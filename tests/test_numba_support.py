@@ -276,6 +276,7 @@ def test_import_gpuarray_leaves_package_metadata_unloaded():
 
     code = ("import sys, gpuarray\n"
             "print('importlib.metadata' in sys.modules)\n"
+            "import gpuarray._support\n"  # loads on first use (gpuarray._LAZY)
             "gpuarray._support._bindings_major()\n"
             "print('importlib.metadata' in sys.modules)\n")
     root = str(Path(__file__).resolve().parents[1])

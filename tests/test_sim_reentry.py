@@ -54,6 +54,11 @@ def collector():
         gc.disable()
 
 
+def _automatic() -> bool:
+    """Whether automatic collection runs now (switched on, first threshold above 0)."""
+    return gc.isenabled() and gc.get_threshold()[0] != 0
+
+
 def _backend(seed: int | None = None) -> SimBackend:
     b = SimBackend(seed=seed)
     b.init()
@@ -282,13 +287,13 @@ def test_the_simulators_lock_pauses_automatic_collection_while_held(collector):
     a, c = _lock.SimLock(), _lock.SimLock()
     with contextlib.ExitStack() as other:
         with a:
-            assert not gc.isenabled()
+            assert not _automatic()
             with a:  # reentrant
-                assert not gc.isenabled()
-            assert not gc.isenabled()
+                assert not _automatic()
+            assert not _automatic()
             other.enter_context(_held_by_another_thread(c))
-        assert not gc.isenabled()  # another simulator's lock is still held
-    assert gc.isenabled()
+        assert not _automatic()  # another simulator's lock is still held
+    assert _automatic()
 
 
 def test_a_wait_on_the_simulators_condition_resumes_collection(collector):
@@ -300,26 +305,54 @@ def test_a_wait_on_the_simulators_condition_resumes_collection(collector):
             def notify():
                 with cond:  # taken once the waiter released it completely
                     pass
-                seen.append(gc.isenabled())  # no simulator's lock is held now
+                seen.append(_automatic())  # no simulator's lock is held now
                 with cond:
-                    seen.append(gc.isenabled())
+                    seen.append(_automatic())
                     cond.notify_all()
 
             t = threading.Thread(target=notify)
             t.start()
             assert cond.wait(TIMEOUT)
-            assert not gc.isenabled()  # paused again with the lock, at its depth
-        assert not gc.isenabled()
+            assert not _automatic()  # paused again with the lock, at its depth
+        assert not _automatic()
     t.join(TIMEOUT)
     assert seen == [True, False]
-    assert gc.isenabled()
+    assert _automatic()
 
 
 def test_a_collector_the_program_disabled_stays_disabled(collector):
     gc.disable()
     with _lock.SimLock():
-        assert not gc.isenabled()
+        assert not _automatic()
     assert not gc.isenabled()
+    assert gc.get_threshold()[0] == 700  # the pause's own switch is undone
+
+
+def test_a_collector_another_thread_disabled_during_a_call_stays_disabled(collector):
+    # issue 35: the pause's end switched the collector back on (gc.enable())
+    # although the program had switched it off meanwhile.
+    with _held_by_another_thread(_lock.SimLock()):
+        assert not _automatic()
+        gc.disable()  # the program's own setting, on this thread, during the other's call
+    assert not gc.isenabled()
+    assert gc.get_threshold()[0] == 700
+
+
+def test_a_collector_another_thread_enables_during_a_call_collects_only_after_it(collector):
+    # The program's gc.enable() is kept, and does not start collections inside the call.
+    gc.disable()
+    ran: list[str] = []
+    with _held_by_another_thread(_lock.SimLock()):
+        gc.enable()
+        gc.collect()  # an explicit collection still collects
+        _garbage(lambda: ran.append("finalized"))
+        kept = [[] for _ in range(3 * 700)]  # past the threshold the pause replaced
+        del kept
+        assert ran == []  # no automatic collection while the other thread's call runs
+    assert gc.isenabled()
+    kept = [[] for _ in range(3 * 700)]
+    del kept
+    assert ran == ["finalized"]  # the first automatic collection after the call
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork exists on POSIX only")
@@ -329,8 +362,8 @@ def test_a_child_forked_while_another_thread_held_the_lock_collects(collector):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             with _lock.SimLock():
-                inside = gc.isenabled()
-            os.write(w, f"{gc.isenabled()} {inside}".encode())
+                inside = _automatic()
+            os.write(w, f"{_automatic()} {inside}".encode())
             os._exit(0)
         os.close(w)
         os.waitpid(pid, 0)

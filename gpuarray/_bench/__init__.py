@@ -52,6 +52,8 @@ class _Row:
     raw: Stats | None = None
     nbytes: int = 0                  # bytes moved, for bandwidth
     error: str = ""
+    calls: float | None = None       # driver calls per gpuarray op (host rows)
+    raw_calls: float | None = None   # driver calls per raw op (host rows)
 
 
 class _Env:
@@ -238,6 +240,9 @@ def run_suite(env: _Env, only: str | None = None) -> list[_Row]:
             if "raw" in ops:
                 row.raw = time_host(ops["raw"], iterations=env.iters, rounds=env.host_rounds,
                                     after_round=after_round)
+            row.calls = _driver_calls(ops["gpuarray"], env.iters, after_round)
+            if "raw" in ops:
+                row.raw_calls = _driver_calls(ops["raw"], env.iters, after_round)
         except Exception as e:
             row.error = f"{type(e).__name__}: {e}"
         rows.append(row)
@@ -246,6 +251,17 @@ def run_suite(env: _Env, only: str | None = None) -> list[_Row]:
         sys.stderr.write("\r\033[K")
         sys.stderr.flush()
     return rows
+
+
+def _driver_calls(op: Callable[[], Any], iterations: int, after_round: Callable[[], Any]) -> float:
+    """Driver calls per ``op``, the round's closing work (synchronisation, raw frees) included."""
+    from .host import BackendMeter
+
+    with BackendMeter() as meter:
+        for _ in range(iterations):
+            op()
+        after_round()
+    return meter.calls / iterations
 
 
 def _cell(st: Stats | None, fmt: Callable[[float], str]) -> str:
@@ -288,13 +304,16 @@ def format_table(rows: list[_Row], sim: bool) -> str:
         if sim:
             title += "; simulator host overheads: only export and view figures carry over to a GPU"
         lines.append(title)
-        htable: list[tuple[str, ...]] = [("case", "gpuarray us", "raw driver us")]
+        htable: list[tuple[str, ...]] = [("case", "gpuarray us", "raw driver us",
+                                          "driver calls", "raw driver calls")]
         for r in host:
             if r.error:
-                htable.append((r.name, "error: " + r.error, ""))
+                htable.append((r.name, "error: " + r.error, "", "", ""))
                 continue
             htable.append((r.name, _cell(r.gpuarray, lambda us: f"{us:.2f}"),
-                           _cell(r.raw, lambda us: f"{us:.2f}")))
+                           _cell(r.raw, lambda us: f"{us:.2f}"),
+                           "" if r.calls is None else f"{r.calls:.2f}",
+                           "" if r.raw_calls is None else f"{r.raw_calls:.2f}"))
         lines += _columns(htable)
     return "\n".join(lines)
 

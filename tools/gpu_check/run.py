@@ -23,7 +23,11 @@ Steps, in order (``--only`` picks some, by name):
               output compared with the one the README shows;
 ``bench``     ``bench/`` in quick mode (``GPUARRAY_BENCH_MODE=quick``): on a
               GPU each bandwidth case at its PERF.md size, ratios to the raw
-              driver call, CuPy and PyTorch in the same process;
+              driver call, CuPy and PyTorch in the same process; and the
+              memory-manager rows (``bench/test_memory_managers.py``: the
+              default manager against the stream-ordered pool, host time and
+              driver calls per operation), which decide the default manager
+              (docs/guide/memory.rst);
 ``memcheck``  ``compute-sanitizer --tool memcheck`` over the kernel
               differential tests (tests/test_kernels_reference.py, cuda
               launches), on a reduced case set (``-k``; see MEMCHECK_K);

@@ -58,7 +58,7 @@ from typing import overload
 from ...errors import CudaError, CudaUnavailableError
 from .. import _fork
 from .._base import DEVICE_ATTRIBUTES
-from . import _capture, _profile, _sticky
+from . import _capture, _hostfn, _profile, _sticky
 from ._context_calls import SimContextCalls
 from ._core import INVALID_CONTEXT, _api, _locked
 from ._graph import SimGraphCalls
@@ -245,6 +245,28 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
         d, p = self._dev(ordinal, "cuDeviceCanAccessPeer"), self._dev(peer, "cuDeviceCanAccessPeer")
         # cuda.h (cuCtxEnablePeerAccess): devices of the same compute capability major
         return d != p and self.compute_capability[d][0] == self.compute_capability[p][0]
+
+    # ------------------------------------------------------------- memory
+    def mem_alloc_relaxed(self, nbytes: int) -> int:
+        """``cuMemAlloc`` with the thread in relaxed capture mode (``_base.Backend``).
+
+        The three driver calls of the interface's default, with the two mode
+        exchanges done here as a driver does them: on the calling thread's
+        own state, with no lock (``_lock.THREAD_LOCAL_CALLS``).  Refused as
+        the first of the three would be: in a forked child, inside a host
+        function.
+        """
+        call = "cuThreadExchangeStreamCaptureMode"
+        if self._forked_from is not None:
+            raise _fork.error(call)
+        if _hostfn._state.active:
+            _hostfn.refuse(call)
+        tls, prev = self._tls, _capture.thread_mode(self)
+        tls.capture_mode = "relaxed"
+        try:
+            return self.mem_alloc(nbytes)
+        finally:
+            tls.capture_mode = prev
 
     # ------------------------------------------------------------ contexts
     @_locked

@@ -23,12 +23,22 @@ released -- host code between driver calls, as on a GPU.  A thread waiting
 inside a call for a host function releases the lock (``Condition.wait``), and
 collection resumes meanwhile if no other thread holds a simulator's lock.
 
-What a program sees: ``gc.isenabled()`` is False during simulated driver
-calls, on every thread; a collector the program disabled stays disabled (but a
-switch of it made by another thread during a simulated call is undone when the
-call ends); an explicit ``gc.collect()`` still collects at once (a driver call
-re-entered that way never runs device work a second time:
-``Scheduler.complete``).
+The pause sets the first generation's threshold to 0 (which turns automatic
+collection off, as ``gc.set_threshold`` documents) and puts it back after,
+rather than ``gc.disable()`` / ``gc.enable()``: the collector's switch stays
+the program's own.  A ``gc.disable()`` another thread makes during a
+simulated call survives the call (before, the end of the pause switched the
+collector back on), and a ``gc.enable()`` made then does not start
+collections inside the call.
+
+What a program sees: ``gc.get_threshold()[0]`` is 0 during simulated driver
+calls, on every thread, and ``gc.isenabled()`` is whatever the program set; a
+threshold another thread sets during a call is kept (except a threshold of 0,
+which cannot be told from the pause's own); an explicit ``gc.collect()`` still
+collects at once (a driver call re-entered that way never runs device work a
+second time: ``Scheduler.complete``).  Calls that only read or write the
+calling thread's state (:data:`THREAD_LOCAL_CALLS`) take no lock and pause
+nothing, as a driver serves them from thread-local state.
 """
 
 from __future__ import annotations
@@ -37,34 +47,52 @@ import gc
 import os
 import threading
 
-__all__ = ["SimLock"]
+__all__ = ["SimLock", "THREAD_LOCAL_CALLS"]
+
+#: The driver interface's calls that only read or write the calling thread's
+#: state (its capture mode, its current context and the stack below it): a
+#: driver serves them from thread-local storage, and the simulator without its
+#: lock and without pausing the collector (``_core._api``; checked by
+#: ``tests/test_sim_thread_local.py``).
+THREAD_LOCAL_CALLS = frozenset({
+    "exchange_capture_mode",  # cuThreadExchangeStreamCaptureMode
+    "ctx_get_current",        # cuCtxGetCurrent
+    "ctx_set_current",        # cuCtxSetCurrent
+    "ctx_push_current",       # cuCtxPushCurrent
+    "ctx_pop_current",        # cuCtxPopCurrent
+    "ctx_get_device",         # cuCtxGetDevice
+})
 
 _guard = threading.RLock()  # reentrant: a signal handler may run in between
 _holders = 0  # simulator locks held now, all threads and simulators together
-_paused = False  # whether the collector was on when the first holder came (so paused here)
+_saved = 0  # the first generation's threshold the pause replaced with 0 (0: not paused here)
 
 
 def _pause() -> None:
-    global _holders, _paused
+    global _holders, _saved
     with _guard:
-        if _holders == 0 and gc.isenabled():
-            gc.disable()
-            _paused = True
+        if _holders == 0:
+            threshold = gc.get_threshold()[0]
+            if threshold:  # else the program keeps automatic collection off itself
+                gc.set_threshold(0)
+                _saved = threshold
         _holders += 1
 
 
 def _resume() -> None:
-    global _holders, _paused
+    global _holders, _saved
     with _guard:
         _holders -= 1
-        if _holders == 0 and _paused:
-            _paused = False
-            gc.enable()
+        if _holders == 0 and _saved:
+            # A threshold another thread set meanwhile is the program's: it stays.
+            if gc.get_threshold()[0] == 0:
+                gc.set_threshold(_saved)
+            _saved = 0
 
 
 def paused() -> bool:
     """Whether a simulator's lock holds automatic garbage collection off now."""
-    return _paused
+    return bool(_saved)
 
 
 class SimLock:
@@ -119,12 +147,13 @@ def _after_fork_in_child() -> None:
     # Only the forking thread lives on: the locks other threads held are
     # theirs (a forked child's simulator refuses every call before its lock),
     # and the collector they paused must run again here.
-    global _guard, _holders, _paused
+    global _guard, _holders, _saved
     _guard = threading.RLock()
     _holders = 0
-    if _paused:
-        _paused = False
-        gc.enable()
+    if _saved:
+        if gc.get_threshold()[0] == 0:
+            gc.set_threshold(_saved)
+        _saved = 0
 
 
 if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
