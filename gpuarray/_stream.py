@@ -23,7 +23,7 @@ from typing import Any
 
 from . import _capture, _capture_foreign, _config, _graph
 from ._device import Device, get_device
-from ._driver import get_backend
+from ._driver import checkpoint, get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
 from ._driver._finalize import call_now, run_finalizer
 from ._graph import _captured_events as _capture_events
@@ -98,6 +98,8 @@ class Stream(CaptureMethods, HostCallbacks):
             self._finalizer = weakref.finalize(self, run_finalizer, _destroy_stream, device,
                                                get_backend(), self.handle)
             self._finalizer.atexit = False
+        elif kind == "external":  # another library may capture on it: the checkpoint asks
+            checkpoint().foreign_stream(self.handle, self)
         return self
 
     @property
