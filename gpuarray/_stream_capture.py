@@ -18,7 +18,7 @@ from . import _capture
 from ._device import Device
 from ._driver import get_backend
 from ._driver._base import CAPTURE_MODES
-from ._graph import Capture, Graph, _unlaunched, check_use
+from ._graph import Capture, Graph, _unlaunched
 from .errors import CudaError, StreamCaptureError
 
 # ``_stream.py`` imports this module (Stream's base class): Stream is typed as Any here.
@@ -115,7 +115,6 @@ class CaptureMethods:
         key = (s.device.id, s.handle)
         if _capture.capture_of(*key) is not None:
             raise StreamCaptureError(f"begin_capture on {s!r}: it is capturing already")
-        check_use(s, "begin_capture")
         with s.device.activate():
             get_backend().stream_begin_capture(s.handle, mode)
         _capture.add(key, Capture(s, mode))

@@ -34,9 +34,10 @@ library's global capture on another thread is never visible).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import CudaError, StreamCaptureError
@@ -198,6 +199,7 @@ class Checkpoint:
         self._b = backend
         self.name = backend.name
         self._lock = threading.RLock()
+        self._tls = threading.local()  # .relaxed: inside relaxed(), already relaxed
         #: Capture key (stream handle; (2, ctx, thread) for the per-thread stream) -> _Capture.
         self._captures: dict[Any, _Capture] = {}
         #: External stream handle -> number of live gpuarray Stream objects over it.
@@ -272,10 +274,30 @@ class Checkpoint:
         make = getattr(self, "_k_" + kind.replace("-", "_"))
         return make(name, call, fn, _STREAM_ARG.get(name, -1))
 
+    @contextlib.contextmanager
+    def relaxed(self) -> Iterator[None]:
+        """A block whose potentially unsafe calls share one switch to relaxed mode (a batch
+        of frees): two driver calls for the block instead of two a call."""
+        tls = self._tls
+        if getattr(tls, "relaxed", False):
+            yield
+            return
+        exchange = self._b.exchange_capture_mode
+        prev = exchange("relaxed")
+        tls.relaxed = True
+        try:
+            yield
+        finally:
+            tls.relaxed = False
+            exchange(prev)
+
     def _relaxed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         exchange = self._b.exchange_capture_mode
+        tls = self._tls
 
         def relaxed(*args: Any, **kwargs: Any) -> Any:
+            if getattr(tls, "relaxed", False):
+                return fn(*args, **kwargs)
             prev = exchange("relaxed")
             try:
                 return fn(*args, **kwargs)

@@ -22,6 +22,7 @@ import operator
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from .. import _capture, _config, _driver
 from .._device import Device
@@ -132,10 +133,10 @@ class _PendingDeallocs:
         # ten releases), with the queue's device current.
         depth = _tls.depth
         _tls.depth = depth + 1
-        b = _driver._backend
+        b: Any = _driver._backend  # the capture checkpoint
         try:
             with self._device.activate() if self._device is not None else contextlib.nullcontext(), \
-                    _capture.relaxed(b) if b is not None else contextlib.nullcontext():
+                    b.relaxed() if b is not None else contextlib.nullcontext():  # one switch
                 for free, handle, _ in items:
                     try:
                         free(handle)

@@ -67,7 +67,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import _capture_foreign
-from .._capture import call_relaxed
 from .._device import Device, get_device
 from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
@@ -552,7 +551,7 @@ class PoolMemoryManager(StreamOrderedMemoryManager):
             raise RuntimeError(f"device {dev} does not support stream-ordered memory pools "
                                "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): use the "
                                "default memory manager")
-        call_relaxed(b, b.mempool_set_release_threshold, dev, self.release_threshold)
+        b.mempool_set_release_threshold(dev, self.release_threshold)
         self._ready = True
 
     def memalloc(self, size: int) -> MemoryPointer:
