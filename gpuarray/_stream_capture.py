@@ -18,6 +18,7 @@ from . import _capture
 from ._device import Device
 from ._driver import get_backend
 from ._driver._base import CAPTURE_MODES
+from ._driver._finalize import cleanup
 from ._graph import Capture, Graph, _unlaunched
 from .errors import CudaError, StreamCaptureError
 
@@ -225,7 +226,10 @@ class CaptureMethods:
         b = get_backend()
         cap.open = False
         try:
-            with s.device.activate():
+            # The capture ends on the driver first, whatever else is pending: an
+            # error a finalizer left is raised by the next call (cleanup() keeps
+            # the activation from raising it here, before cuStreamEndCapture).
+            with cleanup(), s.device.activate():
                 try:
                     graph = b.stream_end_capture(s.handle)
                 except CudaError as e:

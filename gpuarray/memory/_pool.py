@@ -71,7 +71,7 @@ from .._device import Device, get_device
 from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
 from .._stream import event as new_event
-from ..errors import CudaError, CudaOutOfMemoryError
+from ..errors import CudaError, CudaOutOfMemoryError, StreamCaptureError
 from . import _pool_held
 from ._default import SUPPORTED_INTERFACE_VERSION, HostOnlyCUDAMemoryManager, _fmt_size
 from ._pointer import MemoryInfo, MemoryPointer
@@ -394,7 +394,7 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
         if _pool_held.blocked(uses):  # another library captures a stream of it (_pool_held.py)
             _pool_held.hold(self, backend, uses, ptr, release)
             return
-        self.allocations.pop(ptr, None)
+        size = self.allocations.pop(ptr, None)
         dev = uses.home.device
         with dev.activate():
             try:
@@ -403,8 +403,16 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
                 if e.code != _INVALID_HANDLE:
                     raise
                 # A recorded stream (or home) was destroyed: nothing can be
-                # ordered after it any more.  Wait for everything instead.
-                dev.synchronize()
+                # ordered after it any more.  Wait for everything instead --
+                # unless a capture runs (the capture checkpoint refuses the
+                # device-wide wait): then the free is held and retried later.
+                try:
+                    dev.synchronize()
+                except StreamCaptureError:
+                    if size is not None:
+                        self.allocations[ptr] = size
+                    _pool_held.hold(self, backend, uses, ptr, release)
+                    return
                 stream = legacy_default_stream(dev)
             release(stream)
 
@@ -456,7 +464,10 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
         except oom:
             pass
         self.deallocations.clear()
-        device.synchronize()
+        try:
+            device.synchronize()  # pending stream-ordered frees complete
+        except StreamCaptureError:
+            pass  # a capture runs (the capture checkpoint refused the wait): retry without it
         try:
             return attempt()
         except oom as e:
