@@ -38,7 +38,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from . import _capture
 from ._driver import get_backend
+from ._driver._finalize import run_finalizer
 from .errors import CudaError
 
 _INVALID_VALUE = 1
@@ -103,11 +105,27 @@ class ForeignGraphMemory:
                 except CudaError:  # invalidated meanwhile: the other library's end reports it
                     pass
                 return
+            if _capture.holding():  # a free of gpuarray's capture time: made at its end
+                _held.append(self)
+                return
             try:
                 b.mem_free(self.ptr)  # relaxed at the capture checkpoint
             except CudaError as e:
                 if e.code != _INVALID_VALUE:  # INVALID_VALUE: no launch left it allocated
                     raise
+
+
+#: Releases waiting for the end of gpuarray's captures (``_capture.py``).
+_held: list[ForeignGraphMemory] = []
+
+
+def _release_held() -> None:
+    items, _held[:] = list(_held), []
+    for rec in items:
+        run_finalizer(rec.release)
+
+
+_capture.on_idle(_release_held)
 
 
 def alloc(nbytes: int, device: Any, stream: Any) -> Any:
