@@ -13,9 +13,10 @@ import re
 import pytest
 
 from gpuarray import _driver
-from gpuarray._driver import _checkpoint
+from gpuarray._driver import _call_kinds
 from gpuarray._driver._base import Backend
-from gpuarray._driver._checkpoint import KINDS, RULES, Checkpoint
+from gpuarray._driver._call_kinds import KINDS, RULES
+from gpuarray._driver._checkpoint import Checkpoint
 
 GUIDE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guide" / "testing.rst"
 
@@ -95,4 +96,4 @@ def test_quiet_checkpoint_hands_out_the_backends_own_methods():
     assert b.memcpy_htod_async == b.backend.memcpy_htod_async
     assert b.stream_synchronize == b.backend.stream_synchronize
     assert b.mem_free != b.backend.mem_free  # potentially unsafe: always relaxed
-    assert _checkpoint.QUERY in RULES
+    assert _call_kinds.QUERY in RULES

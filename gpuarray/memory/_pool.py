@@ -402,17 +402,13 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
             except CudaError as e:
                 if e.code != _INVALID_HANDLE:
                     raise
-                # A recorded stream (or home) was destroyed: nothing can be
-                # ordered after it any more.  Wait for everything instead --
-                # unless a capture runs (the capture checkpoint refuses the
-                # device-wide wait): then the free is held and retried later.
+                # A recorded stream (or home) was destroyed: wait for everything
+                # instead, unless a capture forbids it: then hold the free.
                 try:
                     dev.synchronize()
                 except StreamCaptureError:
-                    if size is not None:
-                        self.allocations[ptr] = size
-                    _pool_held.hold(self, backend, uses, ptr, release)
-                    return
+                    self.allocations[ptr] = size
+                    return _pool_held.hold(self, backend, uses, ptr, release)
                 stream = legacy_default_stream(dev)
             release(stream)
 
@@ -464,10 +460,8 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
         except oom:
             pass
         self.deallocations.clear()
-        try:
+        with contextlib.suppress(StreamCaptureError):  # refused while a capture runs
             device.synchronize()  # pending stream-ordered frees complete
-        except StreamCaptureError:
-            pass  # a capture runs (the capture checkpoint refused the wait): retry without it
         try:
             return attempt()
         except oom as e:
