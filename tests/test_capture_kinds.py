@@ -253,3 +253,34 @@ def test_a_graph_launches_after_its_capture_stream_was_closed():
     with pytest.raises(ValueError, match="was closed"):
         g.launch()
     g.close()
+
+
+# ------------------------------------------------- frees held by an open capture
+def test_another_thread_allocating_and_dropping_survives_an_open_capture(make_sim):
+    """One open capture of gpuarray's holds the deferred frees: a thread that allocates and
+    drops 8 MiB arrays on a 64 MiB device ran out of memory (its flush was a no-op). The
+    out-of-memory retry frees them in relaxed mode, which CUDA does not prohibit."""
+    make_sim(memory=64 << 20)
+    s = gpuarray.stream(non_blocking=True)
+    x = gpuarray.to_device(np.arange(4.0), stream=s)
+    s.begin_capture()  # global mode: the strictest
+    y = x.copy()
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(24):  # 192 MiB in all
+                a = gpuarray.empty(8 << 20, np.uint8)
+                a.fill(1)
+                del a
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(120)
+    assert errors == []
+    g = s.end_capture()  # still valid
+    g.launch()
+    assert y.copy_to_host().tolist() == [0.0, 1.0, 2.0, 3.0]
+    g.close()

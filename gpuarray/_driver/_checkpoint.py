@@ -170,21 +170,31 @@ class Checkpoint:
         return make(name, call, fn, _STREAM_ARG.get(name, -1))
 
     @contextlib.contextmanager
-    def relaxed(self) -> Iterator[None]:
+    def relaxed(self, now: bool = False) -> Iterator[None]:
         """A block whose potentially unsafe calls share one switch to relaxed mode (a batch
-        of frees): two driver calls for the block instead of two a call."""
+        of frees): two driver calls for the block instead of two a call.  ``now``: its
+        frees are made even while gpuarray captures (an out-of-memory retry)."""
         tls = self._tls
         if getattr(tls, "relaxed", False):
             yield
             return
         exchange = self._b.exchange_capture_mode
         prev = exchange("relaxed")
-        tls.relaxed = True
+        tls.relaxed, tls.now = True, now
         try:
             yield
         finally:
-            tls.relaxed = False
+            tls.relaxed = tls.now = False
             exchange(prev)
+
+    def run_deferred_frees(self) -> None:
+        """Make the frees deferred while gpuarray captures now, in relaxed mode (an
+        out-of-memory retry: CUDA documents a relaxed thread as "not prohibited from
+        potentially unsafe API calls", and no capture uses memory freed here)."""
+        if self._deferred:
+            with self._lock:
+                items, self._deferred = self._deferred, []
+            self._run_deferred(items)
 
     def _relaxed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         exchange = self._b.exchange_capture_mode
@@ -204,7 +214,7 @@ class Checkpoint:
         relaxed = self._relaxed(fn)
 
         def free(*args: Any) -> None:
-            if self._captures:
+            if self._captures and not getattr(self._tls, "now", False):
                 with self._lock:
                     if self._captures:
                         self._deferred.append((name, args, self._b.ctx_get_current()))

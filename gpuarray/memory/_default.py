@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import _driver
 from .._device import Device
-from .._driver import get_backend
+from .._driver import checkpoint, get_backend
 from ..errors import CudaOutOfMemoryError
 from ._deallocs import _PendingDeallocs
 from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory, _QueuedRelease
@@ -48,7 +48,11 @@ def _retry_after_flush(alloc: Callable[[], int], queue: Any, what: str) -> int:
     the caller (every allocation makes it; only a failed one gets here).
     """
     if queue is not None:
-        queue.clear()
+        if isinstance(queue, _PendingDeallocs):  # frees held by a capture of gpuarray's too
+            queue.clear(during_capture=True)
+        else:
+            queue.clear()
+        checkpoint().run_deferred_frees()
     try:
         return alloc()
     except CudaOutOfMemoryError as e:
