@@ -106,7 +106,9 @@ class Checkpoint:
         #: Stream-ordered frees on the legacy stream deferred while it is unusable.
         self._legacy_frees: list[tuple[tuple, int]] = []
         self._watching = False
-        self._install()
+        self._foreign_seen = False
+        self._maps: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._install(False)
         object.__setattr__(backend, "_checkpoint", self)  # told of replaced methods (_base.py)
 
     # ------------------------------------------------------------ the switch
@@ -127,26 +129,33 @@ class Checkpoint:
         """Take the backend's methods again (after they were replaced on its instance:
         the benchmarks' meters, tests)."""
         with self._lock:
-            self._install()
+            self._maps = None
+            self._install(self._needed())
 
-    def _install(self) -> None:
-        watch = bool(self._captures or self._foreign or self._captured_events
-                     or self._legacy_frees)
+    def _needed(self) -> bool:
+        """Whether a capture may exist now.  Once another library's stream has been
+        seen, the checkpoint keeps watching: streams of interop come and go with
+        each call, and switching back and forth would cost more than the checks."""
+        return bool(self._captures or self._foreign or self._captured_events
+                    or self._legacy_frees or self._foreign_seen)
+
+    def _install(self, watch: bool) -> None:
+        maps = self._maps
+        if maps is None:  # both sets of attributes, built once
+            b = self._b
+            quiet, watched = {}, {}
+            for name, (kind, call) in KINDS.items():
+                watched[name] = self._wrap(name, kind, call)
+                quiet[name] = getattr(b, name) if kind in _WATCHED else watched[name]
+            maps = self._maps = (quiet, watched)
         self._watching = watch
-        d = self.__dict__
-        b = self._b
-        for name, (kind, call) in KINDS.items():
-            if kind in _WATCHED and not watch:
-                d[name] = getattr(b, name)
-            else:
-                d[name] = self._wrap(name, kind, call)
+        self.__dict__.update(maps[watch])
 
     def _update(self) -> None:
         with self._lock:
-            watch = bool(self._captures or self._foreign or self._captured_events
-                         or self._legacy_frees)
+            watch = self._needed()
             if watch != self._watching:
-                self._install()
+                self._install(watch)
 
     def _wrap(self, name: str, kind: str, call: str) -> Callable[..., Any]:
         fn = getattr(self._b, name)
@@ -260,7 +269,9 @@ class Checkpoint:
             return
         with self._lock:
             self._foreign[handle] = self._foreign.get(handle, 0) + 1
-            self._update()
+            self._foreign_seen = True
+            if not self._watching:
+                self._install(True)
         weakref.finalize(owner, self._forget_foreign, handle)
 
     def _forget_foreign(self, handle: int) -> None:
@@ -270,7 +281,6 @@ class Checkpoint:
                 self._foreign[handle] = n
             else:
                 self._foreign.pop(handle, None)
-            self._update()
 
     def _legacy_blocked(self) -> bool:
         """Whether a blocking stream of the current context captures (the legacy stream is
@@ -284,7 +294,7 @@ class Checkpoint:
         return False
 
     def _check_legacy(self, call: str) -> None:
-        if self._legacy_blocked():
+        if (self._captures or self._foreign) and self._legacy_blocked():
             raise _error(
                 f"{call} on the legacy default stream while a blocking stream captures: CUDA "
                 "refuses any use of the legacy stream then (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) "
@@ -504,7 +514,8 @@ class Checkpoint:
         with self._lock:
             self._captures[self._key(stream)] = _Capture(stream, b.ctx_get_current(), cid or -1,
                                                          mode)
-            self._install()
+            if not self._watching:
+                self._install(True)
 
     def _end(self, stream: int) -> int:
         """``cuStreamEndCapture``; the record goes whatever the driver answers, except a
@@ -527,7 +538,7 @@ class Checkpoint:
             items: list = []
             if idle:
                 items, self._deferred = self._deferred, []
-            self._install()
+            self._update()
         if items:
             self._run_deferred(items)
 
