@@ -91,9 +91,13 @@ def test_the_testing_guide_tables_are_the_code():
 
 def test_quiet_checkpoint_hands_out_the_backends_own_methods():
     """No capture can exist: stream work costs what it cost without the checkpoint."""
-    b = _driver.get_backend()
-    assert not b._watching
-    assert b.memcpy_htod_async == b.backend.memcpy_htod_async
-    assert b.stream_synchronize == b.backend.stream_synchronize
-    assert b.mem_free != b.backend.mem_free  # potentially unsafe: always relaxed
+    raw = _driver.get_backend().backend
+    b = Checkpoint(raw)  # fresh: no capture, no external stream seen
+    try:
+        assert not b._watching
+        assert b.memcpy_htod_async == raw.memcpy_htod_async
+        assert b.stream_synchronize == raw.stream_synchronize
+        assert b.mem_free != raw.mem_free  # potentially unsafe: always relaxed
+    finally:
+        object.__setattr__(raw, "_checkpoint", _driver.get_backend())
     assert _call_kinds.QUERY in RULES
