@@ -284,3 +284,34 @@ def test_another_thread_allocating_and_dropping_survives_an_open_capture(make_si
     g.launch()
     assert y.copy_to_host().tolist() == [0.0, 1.0, 2.0, 3.0]
     g.close()
+
+
+def test_with_the_pool_another_thread_allocating_and_dropping_survives_an_open_capture(make_sim):
+    """The same loop with the stream-ordered pool: its frees on streams that do not
+    capture are made by the out-of-memory retry; those on the capturing stream wait."""
+    make_sim(memory=64 << 20)
+    gpuarray.set_memory_manager("pool")
+    s = gpuarray.stream(non_blocking=True)
+    x = gpuarray.to_device(np.arange(4.0), stream=s)
+    s.synchronize()
+    s.begin_capture()
+    y = x.copy()
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(24):  # 192 MiB in all, on the worker's default stream
+                a = gpuarray.empty(8 << 20, np.uint8)
+                a.fill(1)
+                del a
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(120)
+    assert errors == []
+    g = s.end_capture()  # still valid
+    g.launch()
+    assert y.copy_to_host().tolist() == [0.0, 1.0, 2.0, 3.0]
+    g.close()

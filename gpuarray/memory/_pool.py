@@ -66,7 +66,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import _capture_foreign
+from .. import _capture, _capture_foreign
 from .._device import Device, get_device
 from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
@@ -380,9 +380,21 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
                   release: Callable[[Stream], None]) -> None:
         if self.deallocations.is_disabled:
             self.deallocations.add_item(
-                lambda _ptr: self._release(backend, uses, ptr, release), ptr, size)
+                lambda _ptr: self._release_queued(backend, uses, ptr, size, release), ptr, size)
         else:
             self._release(backend, uses, ptr, release)
+
+    def _release_queued(self, backend, uses: StreamUses, ptr: int, size: int,
+                        release: Callable[[Stream], None]) -> None:
+        # An out-of-memory retry flushes during gpuarray's capture: a free whose
+        # streams include a capturing one would join it, so it waits again.
+        if _capture.holding() and any(_capture.capture_of(t.device.id, t.handle) is not None
+                                      for t in (uses.home, *uses.others)):
+            return self._finalize(backend, uses, ptr, size, release)
+        self._release(backend, uses, ptr, release)
+        if _capture.holding():  # the retry may not wait for the device: wait for this free
+            with contextlib.suppress(StreamCaptureError, CudaError):
+                uses.home.synchronize()
 
     def _release(self, backend, uses: StreamUses, ptr: int,
                  release: Callable[[Stream], None]) -> None:
@@ -459,7 +471,7 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
             return attempt()
         except oom:
             pass
-        self.deallocations.clear()
+        self.deallocations.clear(during_capture=True)  # what no capture uses (_release_queued)
         with contextlib.suppress(StreamCaptureError):  # refused while a capture runs
             device.synchronize()  # pending stream-ordered frees complete
         try:
