@@ -1,20 +1,23 @@
-"""Which streams gpuarray is capturing, and how its own calls stay out of every capture's way.
+"""Which streams gpuarray is capturing: the graphs' record, and the frees held meanwhile.
 
 One concern: the process-wide record of the captures gpuarray began
-(:meth:`gpuarray.Stream.begin_capture`), the checks the array and memory
-layers make against it before any driver call, and the two rules that keep
-gpuarray from invalidating a capture -- its own or another library's:
+(:meth:`gpuarray.Stream.begin_capture`) with what each captured (graph
+memory, what the graph keeps alive).  The capture rules themselves are
+applied where every driver call passes, the capture checkpoint
+(``_driver/_checkpoint.py``); the two that keep gpuarray from invalidating a
+capture -- its own or another library's -- are:
 
-- **Relaxed mode around potentially unsafe calls** (:func:`relaxed`).  CUDA
+- **Relaxed mode around potentially unsafe calls**.  CUDA
   refuses ``cuMemAlloc``, ``cuMemFree``, page-locked allocation and
   registration, pool attributes and module loads on a thread in the default
   *global* capture mode while *any* thread captures in global mode (PyTorch's
   default), and the refusal invalidates that capture.  The driver's own
   control for this is ``cuThreadExchangeStreamCaptureMode``: a thread in
   *relaxed* mode "is not prohibited from potentially unsafe API calls".  So
-  gpuarray makes these calls in relaxed mode and restores the thread's mode
-  after (the pattern CCCL's relaxed capture scope and PyTorch's allocator
-  use); whatever other thread captures, they never touch its capture.
+  the checkpoint makes these calls in relaxed mode and restores the thread's
+  mode after (the pattern CCCL's relaxed capture scope and PyTorch's
+  allocator use); whatever other thread captures, they never touch its
+  capture.
 - **Frees held while gpuarray captures** (:func:`holding`).  A free
   (``cuMemFree``) synchronises the device; while a capture of gpuarray's is in
   progress the deferred-free queues and the stream-ordered pool hold their
@@ -25,13 +28,9 @@ gpuarray from invalidating a capture -- its own or another library's:
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-from ._driver import get_backend
-from .errors import StreamCaptureError
 
 #: ``(device id, stream handle)`` -> the capture gpuarray began there (``_graph.Capture``).
 _captures: dict[tuple[int, int], Any] = {}
@@ -72,33 +71,3 @@ def remove(key: tuple[int, int]) -> None:
     if idle:
         for hook in list(_idle_hooks):
             hook()
-
-
-@contextlib.contextmanager
-def relaxed(backend: Any = None) -> Iterator[None]:
-    """Run the block's driver calls in relaxed capture mode (see the module docstring)."""
-    b = backend if backend is not None else get_backend()
-    prev = b.exchange_capture_mode("relaxed")
-    try:
-        yield
-    finally:
-        b.exchange_capture_mode(prev)
-
-
-def call_relaxed(b: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` in relaxed capture mode (a driver call of ``b``)."""
-    prev = b.exchange_capture_mode("relaxed")
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        b.exchange_capture_mode(prev)
-
-
-def check_device(device_id: int, op: str) -> None:
-    """A device-wide synchronisation while gpuarray captures on that device: refused."""
-    for (dev, _), cap in list(_captures.items()):
-        if dev == device_id:
-            raise StreamCaptureError(
-                f"{op} of device {dev} while {cap.stream!r} captures a graph: a device-wide "
-                "synchronisation would invalidate the capture (CUDA_ERROR_STREAM_CAPTURE_"
-                "UNSUPPORTED). Synchronise a stream that is not capturing, or after end_capture()")

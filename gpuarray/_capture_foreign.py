@@ -9,13 +9,9 @@ imports, ``stream=`` objects).  gpuarray's record of captures
 and only for them: gpuarray's own streams pay nothing -- it asks the driver
 (``cuStreamGetCaptureInfo``, a query that never invalidates a capture):
 
-- **Host waits are refused before the driver call** (:func:`refuse`,
-  :func:`check_funnel`): ``synchronize()``, ``query()``, downloads to the
-  host, uploads from pageable memory, ``sync`` imports and events recorded in
-  the capture (``Event.synchronize``/``query``) raise
-  :class:`~gpuarray.errors.StreamCaptureError`; the driver would refuse them
-  with ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` / ``CAPTURED_EVENT`` *and
-  invalidate the other library's capture*.
+- **Host waits are refused before the driver call** by the capture
+  checkpoint (``_driver/_checkpoint.py``), which asks the driver about the
+  external streams this module's callers registered.
 - **Allocations are graph memory** (:func:`alloc`), as in gpuarray's own
   captures: ``cuMemAllocAsync`` on the capturing stream, captured as an
   allocation node.  CUDA's rule decides it: a ``cuMemAlloc`` "is not
@@ -44,7 +40,8 @@ from typing import Any
 
 from . import _capture
 from ._driver import get_backend
-from .errors import CudaError, StreamCaptureError
+from ._driver._finalize import run_finalizer
+from .errors import CudaError
 
 _INVALID_VALUE = 1
 
@@ -84,51 +81,6 @@ def capturing(s: Any) -> bool:
     return capture_info(s)[0] != "none"
 
 
-def _error(s: Any, op: str, instead: str) -> StreamCaptureError:
-    return StreamCaptureError(
-        f"{op} on {s!r}, which another library is capturing into a graph: CUDA refuses it "
-        f"and the refusal would invalidate that capture. {instead}")
-
-
-def refuse(s: Any, op: str, instead: str) -> None:
-    """Raise StreamCaptureError when external stream ``s`` is capturing (``op`` waits on it)."""
-    if s.kind == "external" and capturing(s):
-        raise _error(s, op, instead)
-
-
-def check_funnel(s: Any, streams: tuple) -> None:
-    """An operation on external stream ``s`` ordered with the streams of its arrays.
-
-    While ``s`` captures, each of those streams would wait on captured work
-    after the operation -- joining the capture (CUDA then fails its end with
-    ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``, or invalidates it for the legacy
-    stream) -- unless it is a stream of the same capture: refused first.
-    """
-    others = [t for t in streams if t != s]
-    if not others:
-        return
-    status, cid = capture_info(s)
-    if status == "none":
-        return
-    for t in others:
-        if capture_info(t) != (status, cid):
-            raise _error(s, f"an operation using an array whose stream {t!r} is not part of the "
-                            "capture", "Bind the array to the capturing stream before the capture "
-                            "(arr.bind(s) after s.wait_stream(arr.stream)), or run it after the "
-                            "capture ends")
-
-
-def check_order(waiter: Any, producer: Any) -> None:
-    """``order_after(waiter, producer)`` where ``producer`` is external: refused when it
-    would fork ``waiter`` into another library's capture (a ``sync`` import of an array
-    whose producer stream is capturing, or any wait on it from outside the capture)."""
-    status, cid = capture_info(producer)
-    if status != "none" and capture_info(waiter) != (status, cid):
-        raise _error(producer, f"making {waiter!r} wait for it", "Import without ordering "
-                     "(sync=False) and order the streams after the capture, or use the array "
-                     "on the capturing stream")
-
-
 class ForeignGraphMemory:
     """Graph memory allocated on another library's capturing stream (see the module docstring)."""
 
@@ -153,11 +105,27 @@ class ForeignGraphMemory:
                 except CudaError:  # invalidated meanwhile: the other library's end reports it
                     pass
                 return
+            if _capture.holding():  # a free of gpuarray's capture time: made at its end
+                _held.append(self)
+                return
             try:
-                _capture.call_relaxed(b, b.mem_free, self.ptr)
+                b.mem_free(self.ptr)  # relaxed at the capture checkpoint
             except CudaError as e:
                 if e.code != _INVALID_VALUE:  # INVALID_VALUE: no launch left it allocated
                     raise
+
+
+#: Releases waiting for the end of gpuarray's captures (``_capture.py``).
+_held: list[ForeignGraphMemory] = []
+
+
+def _release_held() -> None:
+    items, _held[:] = list(_held), []
+    for rec in items:
+        run_finalizer(rec.release)
+
+
+_capture.on_idle(_release_held)
 
 
 def alloc(nbytes: int, device: Any, stream: Any) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 
-from . import _capture
 from ._driver import _fork, get_backend
 from ._driver._finalize import _pending as _finalizer_errors
 from ._driver._finalize import raise_pending
@@ -147,8 +146,6 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all work queued on this device (``cuCtxSynchronize``)."""
-        if _capture._captures:
-            _capture.check_device(self.id, "synchronize()")
         with self.activate():
             get_backend().ctx_synchronize()
 

@@ -2,13 +2,10 @@
 
 One concern: the graphs gpuarray's captures make and replay -- a
 :class:`Graph` with ``launch``, ``upload`` and ``close`` (the capture methods
-of ``Stream`` that make one are in ``_stream_capture.py``) -- and the checks
-that keep a capture valid: what may not run on (or next to) a capturing
-stream is refused with :class:`~gpuarray.errors.StreamCaptureError` before
-any driver call (:func:`refuse_if_capturing`, :func:`check_funnel`,
-:func:`check_use`).  The record of captures in progress and the rules that
-keep gpuarray's own frees and allocations out of every capture's way are in
-``_capture.py``.
+of ``Stream`` that make one are in ``_stream_capture.py``) -- and their
+memory.  What a capture forbids is refused by the capture checkpoint, where
+every driver call passes (``_driver/_checkpoint.py``); the record of captures
+in progress is in ``_capture.py``.
 
 Memory allocated on a capturing stream is *graph memory* (``cuMemAllocAsync``
 captured as an allocation node): its address is fixed for the graph's life,
@@ -41,25 +38,6 @@ def use_stream_helpers(**helpers: Any) -> None:
 
 __all__ = ["Graph"]
 
-#: Events last recorded on a capturing stream (the host cannot wait on them).
-_captured_events: weakref.WeakSet = weakref.WeakSet()
-#: Owned streams created non-blocking (a capture on them leaves the legacy stream usable),
-#: by identity (streams compare by handle, and a handle is reused once destroyed).
-_non_blocking: dict[int, weakref.ref] = {}
-
-
-def note_non_blocking(stream: Stream) -> None:
-    key = id(stream)
-
-    def forget(_ref: weakref.ref) -> None:
-        _non_blocking.pop(key, None)
-
-    _non_blocking[key] = weakref.ref(stream, forget)
-
-
-def _is_non_blocking(stream: Stream) -> bool:
-    ref = _non_blocking.get(id(stream))
-    return ref is not None and ref() is stream
 #: Graph memory not mapped yet (no launch so far): base -> (size, graph memory record).
 _unlaunched: dict[int, Any] = {}
 #: Releases of graph memory waiting for the end of the captures in progress.
@@ -73,8 +51,6 @@ class Capture:
         self.stream = stream
         self.mode = mode
         self.thread = threading.get_ident()
-        self.blocking = stream.kind == "per_thread" or (
-            stream.kind != "legacy" and not _is_non_blocking(stream))
         self.memory: list[_GraphMemory] = []
         #: What the captured operations read and write (device memory, page-locked host
         #: buffers), by identity: the graph keeps it alive (:func:`keep`).
@@ -121,7 +97,7 @@ class _GraphMemory:
             self.state = "held"
             return
         with self.device.activate():
-            _capture.call_relaxed(self.backend, self.backend.mem_free, self.ptr)
+            self.backend.mem_free(self.ptr)  # relaxed at the checkpoint
 
 
 def _release_held() -> None:
@@ -143,7 +119,6 @@ def _reset_for_tests() -> None:
     _capture._captures.clear()
     _unlaunched.clear()
     _held.clear()
-    _captured_events.clear()
 
 
 def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
@@ -188,94 +163,18 @@ def keep(s: Stream, *objs: Any) -> None:
             cap.keep[id(mem)] = mem
 
 
-def _where(stream: Stream) -> str:
-    return f"{stream!r}"
-
-
-def _blocking_capture(device_id: int) -> Capture | None:
-    for (dev, _), cap in list(_capture._captures.items()):
-        if dev == device_id and cap.blocking:
-            return cap
-    return None
-
-
-def refuse_if_capturing(stream: Stream, op: str, instead: str) -> None:
-    """Raise StreamCaptureError when ``op`` would make the host wait on a capture's work.
-
-    A capture of gpuarray's, or another library's on an external stream
-    (``_capture_foreign.py``: the driver is asked for external streams only).
-    """
-    cap = _capture.capture_of(stream.device.id, stream.handle)
-    if cap is not None:
-        raise StreamCaptureError(
-            f"{op} on {_where(stream)}, which is capturing a graph: CUDA refuses it and the "
-            f"refusal would invalidate the capture. {instead}")
-    if stream.kind == "legacy":
-        check_use(stream, op)
-    elif stream.kind == "external":
-        _capture_foreign.refuse(stream, op, instead)
-
-
-def check_use(stream: Stream, op: str, *ptrs: int) -> None:
-    """Work on ``stream`` (not capturing): refused where CUDA would invalidate a capture, or fault."""
-    if stream.kind == "legacy":
-        cap = _blocking_capture(stream.device.id)
-        if cap is not None:
-            raise StreamCaptureError(
-                f"{op} on the legacy default stream while blocking stream {_where(cap.stream)} "
-                "captures: CUDA refuses any use of the legacy stream then "
-                "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) and the capture would be invalidated. "
-                "Capture on a non-blocking stream (gpuarray.stream(non_blocking=True)), or run "
-                "this after end_capture()")
+def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> None:
+    """Work on ``stream`` using graph memory no launch has mapped yet: refused (the memory
+    holds nothing and touching it faults); the capture's own stream may use it."""
     if _unlaunched and _capture.capture_of(stream.device.id, stream.handle) is None:
         for p in ptrs:
             for base, (size, rec) in list(_unlaunched.items()):
                 if base <= p < base + size and rec.backend is get_backend():
                     raise StreamCaptureError(
                         f"{op} uses an array allocated during the capture on "
-                        f"{_where(rec.capture.stream)} before its graph was launched: its memory "
+                        f"{rec.capture.stream!r} before its graph was launched: its memory "
                         "belongs to the graph and holds data only from the first launch on "
                         "(launch the graph first)")
-
-
-def check_funnel(s: Stream, streams: tuple) -> None:
-    """An operation on ``s`` ordered with the default streams of its arrays, during captures."""
-    cap = _capture.capture_of(s.device.id, s.handle)
-    for t in streams:
-        if t == s:
-            continue
-        tcap = _capture.capture_of(t.device.id, t.handle)
-        if cap is not None and tcap is not cap:
-            raise StreamCaptureError(
-                f"an operation captured on {_where(s)} uses an array whose stream {_where(t)} "
-                "is not part of the capture: waiting on its work would cross the capture's "
-                "boundary (CUDA invalidates the capture). Order the streams before "
-                "begin_capture() (s.wait_stream(t)) and use a view bound to the capturing "
-                "stream (arr.bind(s))")
-        if cap is None and tcap is not None:
-            raise StreamCaptureError(
-                f"an operation on {_where(s)} uses an array whose stream {_where(t)} is "
-                "capturing a graph: its captured work has not run and never will outside a "
-                "launch. Run the operation on the capturing stream, or after end_capture()")
-    if cap is None:
-        check_use(s, "an operation")
-
-
-def note_record(ev: Event, stream: Stream) -> None:
-    """``Event.record`` on ``stream``: remember events recorded in a capture."""
-    if _capture.capture_of(stream.device.id, stream.handle) is not None or (
-            stream.kind == "external" and _capture_foreign.capturing(stream)):
-        _captured_events.add(ev)
-    else:
-        _captured_events.discard(ev)
-
-
-def check_event(ev: Event, op: str) -> None:
-    if ev in _captured_events:
-        raise StreamCaptureError(
-            f"{op} of {ev!r}, last recorded on a capturing stream: the host cannot wait for "
-            "captured work (CUDA_ERROR_CAPTURED_EVENT would invalidate the capture). Wait "
-            "after end_capture() and a launch, or record the event again outside the capture")
 
 
 class Graph:
@@ -356,19 +255,34 @@ class Graph:
         Raises
         ------
         ValueError
-            If the graph is closed.
+            If the graph is closed, or ``stream`` is omitted and the stream
+            it was captured on was closed (the graph does not need that
+            stream: launch it on another one).
+        StreamCaptureError
+            Into a capturing stream (gpuarray's graphs hold memory nodes,
+            which CUDA does not nest into another graph).
         """
         s = self._stream_for(stream, "launch")
         b = get_backend()
-        if s is self.stream:
+        home = self.stream
+        fin = home._finalizer
+        home_open = fin is None or fin.alive
+        if s is home or s == home:
+            if not home_open:
+                raise ValueError(f"Graph.launch: the stream it was captured on, {home!r}, was "
+                                 "closed; launch it on another stream (launch(stream=s))")
             with s.device.activate():
                 b.graph_launch(self._handles[1], s.handle)
         else:
+            # The graph needs nothing of its capture stream; it is ordered with the
+            # stream's work only while that stream exists.
             order_after = _helpers["order_after"]
-            order_after(s, self.stream)
+            if home_open:
+                order_after(s, home)
             with s.device.activate():
                 b.graph_launch(self._handles[1], s.handle)
-            order_after(self.stream, s)
+            if home_open:
+                order_after(home, s)
         if _unlaunched:
             for m in self._memory:
                 _unlaunched.pop(m.ptr, None)

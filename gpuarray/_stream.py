@@ -21,16 +21,14 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import _capture, _capture_foreign, _config, _graph
+from . import _capture, _config, _graph
 from ._device import Device, get_device
-from ._driver import get_backend
+from ._driver import checkpoint, get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
 from ._driver._finalize import call_now, run_finalizer
-from ._graph import _captured_events as _capture_events
-from ._graph import check_event, note_non_blocking, note_record
-from ._graph import refuse_if_capturing as _refuse
 from ._stream_capture import CaptureMethods
 from ._stream_host import HostCallbacks
+from .errors import StreamCaptureError
 
 __all__ = [
     "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
@@ -98,6 +96,8 @@ class Stream(CaptureMethods, HostCallbacks):
             self._finalizer = weakref.finalize(self, run_finalizer, _destroy_stream, device,
                                                get_backend(), self.handle)
             self._finalizer.atexit = False
+        elif kind == "external":  # another library may capture on it: the checkpoint asks
+            checkpoint().foreign_stream(self.handle, self)
         return self
 
     @property
@@ -114,15 +114,11 @@ class Stream(CaptureMethods, HostCallbacks):
 
     def synchronize(self) -> None:
         """Block the host until all work queued on this stream has completed."""
-        if _capture._captures or self.kind == "external":
-            _refuse(self, "synchronize()", "Synchronise after end_capture() and a launch.")
         with self.device.activate():
             get_backend().stream_synchronize(self.handle)
 
     def query(self) -> bool:
         """Return True when all work queued on this stream has completed."""
-        if _capture._captures or self.kind == "external":
-            _refuse(self, "query()", "Query after end_capture().")
         with self.device.activate():
             return get_backend().stream_query(self.handle)
 
@@ -189,8 +185,9 @@ class Stream(CaptureMethods, HostCallbacks):
 
     def close(self) -> None:
         """Destroy an owned stream now (queued work still completes)."""
-        if _capture._captures:
-            _refuse(self, "close()", "End the capture first (end_capture()).")
+        if _capture.active() and _capture.capture_of(self.device.id, self.handle) is not None:
+            raise StreamCaptureError(f"close() of {self!r}, which is capturing a graph: end the "
+                                     "capture first (end_capture())")
         if self._finalizer is not None:
             call_now(self._finalizer)
 
@@ -263,25 +260,17 @@ class Event:
             ``self``.
         """
         s = stream if stream is not None else default_stream(self.device)
-        if _capture._captures or self in _capture_events or s.kind == "external":
-            if s.kind == "legacy":
-                _refuse(s, "Event.record()", "")
-            note_record(self, s)
         with s.device.activate():
             get_backend().event_record(self.handle, s.handle)
         return self
 
     def synchronize(self) -> None:
         """Block the host until the recorded work has completed."""
-        if _capture_events:
-            check_event(self, "synchronize()")
         with self.device.activate():
             get_backend().event_synchronize(self.handle)
 
     def query(self) -> bool:
         """Return True when the recorded work has completed."""
-        if _capture_events:
-            check_event(self, "query()")
         with self.device.activate():
             return get_backend().event_query(self.handle)
 
@@ -428,10 +417,7 @@ def stream(non_blocking: bool = False, priority: int = 0, device: Device | None 
     dev = device if device is not None else get_device()
     with dev.activate():
         h = get_backend().stream_create(non_blocking=bool(non_blocking), priority=int(priority))
-    s = Stream._make(h, dev, "owned")
-    if non_blocking:
-        note_non_blocking(s)
-    return s
+    return Stream._make(h, dev, "owned")
 
 
 def external_stream(handle: int, device: Device | None = None, owner: Any = None) -> Stream:
@@ -529,38 +515,12 @@ def order_after(waiter: Stream, producer: Stream) -> None:
     """
     if waiter == producer:
         return
-    external = False
-    if _capture._captures or waiter.kind == "external" or producer.kind == "external":
-        external = _order_in_capture(waiter, producer)
     ev = _scratch_event(producer.device)
     b = get_backend()
     with producer.device.activate():
         b.event_record(ev.handle, producer.handle)
-    with waiter.device.activate():
-        if external:
-            b.stream_wait_event(waiter.handle, ev.handle, True)
-        else:
-            b.stream_wait_event(waiter.handle, ev.handle)
-
-
-def _order_in_capture(waiter: Stream, producer: Stream) -> bool:
-    """``order_after`` while something captures: whether the wait must be external.
-
-    A capturing waiter may not wait on uncaptured work (CUDA invalidates the
-    capture): it waits with ``CU_EVENT_WAIT_EXTERNAL``, which a launch
-    honours at its time.  A waiter outside the capture of ``producer`` would
-    be forked into it: refused, as is the legacy stream beside a capture.
-    """
-    refuse = _graph.check_funnel
-    if producer.kind == "external":
-        _capture_foreign.check_order(waiter, producer)  # another library's capture
-    if _capture.capture_of(producer.device.id, producer.handle) is not None:
-        refuse(waiter, (producer,))  # raises: the waiter is not in that capture
-    if producer.kind == "legacy":
-        _graph.check_use(producer, "ordering after the legacy default stream")
-    if _capture.capture_of(waiter.device.id, waiter.handle) is not None:
-        return True
-    return waiter.kind == "external" and waiter.is_capturing()
+    with waiter.device.activate():  # across a capture's boundary: the checkpoint decides
+        b.stream_wait_event(waiter.handle, ev.handle)
 
 
 _graph.use_stream_helpers(as_stream=lambda obj, device: as_stream(obj, device),

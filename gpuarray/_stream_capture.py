@@ -18,7 +18,8 @@ from . import _capture
 from ._device import Device
 from ._driver import get_backend
 from ._driver._base import CAPTURE_MODES
-from ._graph import Capture, Graph, _unlaunched, check_use
+from ._driver._finalize import cleanup
+from ._graph import Capture, Graph, _unlaunched
 from .errors import CudaError, StreamCaptureError
 
 # ``_stream.py`` imports this module (Stream's base class): Stream is typed as Any here.
@@ -115,7 +116,6 @@ class CaptureMethods:
         key = (s.device.id, s.handle)
         if _capture.capture_of(*key) is not None:
             raise StreamCaptureError(f"begin_capture on {s!r}: it is capturing already")
-        check_use(s, "begin_capture")
         with s.device.activate():
             get_backend().stream_begin_capture(s.handle, mode)
         _capture.add(key, Capture(s, mode))
@@ -226,7 +226,10 @@ class CaptureMethods:
         b = get_backend()
         cap.open = False
         try:
-            with s.device.activate():
+            # The capture ends on the driver first, whatever else is pending: an
+            # error a finalizer left is raised by the next call (cleanup() keeps
+            # the activation from raising it here, before cuStreamEndCapture).
+            with cleanup(), s.device.activate():
                 try:
                     graph = b.stream_end_capture(s.handle)
                 except CudaError as e:

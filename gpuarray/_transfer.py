@@ -23,9 +23,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from . import _capture, _capture_foreign, _graph, _kernels, _layout, _staging
+from . import _capture, _graph, _kernels, _layout, _staging
 from ._device import Device
-from ._driver import get_backend
+from ._driver import checkpoint, get_backend
 from ._kernels import _dtypes
 from ._stream import Stream, order_after
 from .interop import _dlpack_capsule as _cap
@@ -43,10 +43,6 @@ def on_stream(s: Stream, *streams: Stream) -> Iterator[Stream]:
     Temporaries allocated in the block are published as used on ``s``, so a
     stream-ordered memory manager allocates and frees them there.
     """
-    if _capture._captures:  # refused before any driver call where a capture forbids it
-        _graph.check_funnel(s, streams)
-    if s.kind == "external" and streams:  # another library's capture, maybe
-        _capture_foreign.check_funnel(s, streams)
     others = [t for t in dict.fromkeys(streams) if t != s]
     for t in others:
         order_after(s, t)
@@ -66,9 +62,8 @@ def device_copy(device: Device, s: Stream, dst_ptr: int, dst_strides, dst_dtype,
     if 0 in shape:
         return
     dst_dtype, src_dtype = np.dtype(dst_dtype), np.dtype(src_dtype)
-    if _graph.watching():
-        _graph.check_funnel(s, ())
-        _graph.check_use(s, "a device copy", dst_ptr, src_ptr)
+    if _graph._unlaunched:
+        _graph.check_graph_memory(s, "a device copy", dst_ptr, src_ptr)
     with device.activate():
         if _layout.overlaps_exact(dst_ptr, shape, dst_strides, dst_dtype.itemsize,
                                   src_ptr, shape, src_strides, src_dtype.itemsize):
@@ -87,9 +82,8 @@ def device_fill(device: Device, s: Stream, dst_ptr: int, dst_strides, dtype, sha
     if 0 in tuple(shape):
         return
     dtype = np.dtype(dtype)
-    if _graph.watching():
-        _graph.check_funnel(s, ())
-        _graph.check_use(s, "a fill", dst_ptr)
+    if _graph._unlaunched:
+        _graph.check_graph_memory(s, "a fill", dst_ptr)
     with device.activate():
         _kernels.fill(dst_ptr, dst_strides, dtype, shape, value, s.handle)
 
@@ -106,19 +100,9 @@ def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: in
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
     addr = _cap.host_address(host)
-    if (_capture._captures and _capture.capture_of(device.id, s.handle) is not None) or (
-            s.kind == "external" and _capture_foreign.capturing(s)):
-        with device.activate():
-            pinned = get_backend().pointer_info(addr).memory_type != 0
-        if not pinned:
-            raise _capture_error(s, "an upload from pageable host memory",
-                                 "Upload from page-locked memory (gpuarray.pinned_array(); each "
-                                 "launch re-reads it), or upload before begin_capture()")
-        _graph.keep(s, host)  # each launch re-reads it
-        with device.activate():
-            get_backend().memcpy_htod_async(dst_ptr, addr, nbytes, s.handle)
-        return
-    if _pageable_and_large(device, addr, nbytes):
+    if _capture._captures:
+        _graph.keep(s, host)  # a capture's launches re-read it
+    if _pageable_and_large(device, addr, nbytes) and not _capturing(device, s):
         _staging.htod(device, s, dst_ptr, host)
         return
     with device.activate():
@@ -159,11 +143,13 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     c = _layout.is_c_contiguous(shape, src_strides, src_dtype.itemsize)
     f = not c and _layout.is_f_contiguous(shape, src_strides, src_dtype.itemsize)
     simple = out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous))
-    if _graph.watching() or s.kind == "external":
-        _check_download(device, s, out, src_ptr, simple and not sync)
+    if _graph._unlaunched:
+        _graph.check_graph_memory(s, "a download", src_ptr)
+    if _capture._captures:
+        _graph.keep(s, out)  # a capture's launches rewrite it
     if simple:
         addr = _cap.host_address(out)
-        if _pageable_and_large(device, addr, out.nbytes):
+        if _pageable_and_large(device, addr, out.nbytes) and not _capturing(device, s):
             _staging.dtoh(device, s, out, src_ptr)  # complete on return
             return
         with device.activate():
@@ -191,25 +177,8 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     out[...] = host
 
 
-def _capture_error(s: Stream, op: str, instead: str) -> Exception:
-    from .errors import StreamCaptureError
-
-    return StreamCaptureError(f"{op} on {s!r}, which is capturing a graph: CUDA would refuse it "
-                              f"and invalidate the capture. {instead}")
-
-
-def _check_download(device: Device, s: Stream, out: np.ndarray, src_ptr: int, recordable: bool) -> None:
-    """A download while gpuarray captures: recorded into page-locked memory with ``stream=``, else refused."""
-    if _capture.capture_of(device.id, s.handle) is None and not (
-            s.kind == "external" and _capture_foreign.capturing(s)):
-        _graph.check_use(s, "a download", src_ptr)
-        return
-    if recordable:
-        with device.activate():
-            if get_backend().pointer_info(_cap.host_address(out)).memory_type != 0:
-                _graph.keep(s, out)  # each launch rewrites it
-                return
-    raise _capture_error(s, "a download to the host (copy_to_host, get, np.asarray, printing)",
-                         "The host cannot wait for captured work: download after a launch, or "
-                         "into page-locked memory with stream= (copy_to_host(pinned, stream=s) "
-                         "is recorded; each launch rewrites it)")
+def _capturing(device: Device, s: Stream) -> bool:
+    """Whether ``s`` captures: the staging ring's host waits are no way to copy then
+    (one driver copy is made, which the capture checkpoint judges)."""
+    with device.activate():
+        return checkpoint().is_capturing(s.handle)

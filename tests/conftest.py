@@ -109,7 +109,7 @@ def sim():
     """The simulator backend of this test (skips on the real backend)."""
     if not backend_is_sim():
         pytest.skip("needs the simulator backend (GPUARRAY_BACKEND=sim)")
-    return _driver.get_backend()
+    return _driver.get_backend().backend  # behind gpuarray's capture checkpoint
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def raises_stream_order_error(match: str | None = None) -> Iterator[RaceInfo]:
 def the_simulator():
     """The simulator behind the backend: the ``sim`` backend itself, or the stand-in's."""
     if backend_is_sim():
-        return _driver.get_backend()
+        return _driver.get_backend().backend  # past gpuarray's capture checkpoint
     from gpuarray._driver.standin import _serve as _standin_serve
 
     return _standin_serve.backend()

@@ -47,7 +47,7 @@ def _end_and_destroy(b, e):
     "synchronize", "query", "download", "getitem", "pageable_upload", "event_sync", "event_query",
 ])
 def test_host_waits_on_a_foreign_capture_are_refused_before_the_driver(wait):
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     _owned, e = _foreign()
     x = gpuarray.to_device(np.arange(4.0), stream=e)
     e.synchronize()
@@ -68,7 +68,7 @@ def test_host_waits_on_a_foreign_capture_are_refused_before_the_driver(wait):
 
 
 def test_a_sync_import_of_memory_whose_producer_stream_captures_is_refused():
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     _owned, e = _foreign()
     x = gpuarray.to_device(np.arange(4.0), stream=e)
     desc = dict(x.__cuda_array_interface__)
@@ -82,7 +82,7 @@ def test_a_sync_import_of_memory_whose_producer_stream_captures_is_refused():
 
 
 def test_an_array_of_another_stream_is_refused_before_it_joins_the_capture():
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     _owned, e = _foreign()
     x = gpuarray.to_device(np.arange(4.0), stream=gpuarray.stream(non_blocking=True))
     y = gpuarray.zeros(4, stream=e)
@@ -94,7 +94,7 @@ def test_an_array_of_another_stream_is_refused_before_it_joins_the_capture():
 
 
 def test_work_on_a_foreign_capture_is_recorded_and_its_arrays_are_graph_memory():
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     _owned, e = _foreign()
     x = gpuarray.to_device(np.zeros((2, 3), np.int32), stream=e)  # the static input
     e.synchronize()
@@ -122,7 +122,7 @@ def test_work_on_a_foreign_capture_is_recorded_and_its_arrays_are_graph_memory()
 
 
 def test_a_foreign_static_output_dropped_before_any_launch_is_the_graphs():
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     _owned, e = _foreign()
     x = gpuarray.to_device(np.arange(3.0), stream=e)
     e.synchronize()
@@ -139,7 +139,7 @@ def test_a_foreign_static_output_dropped_before_any_launch_is_the_graphs():
 
 
 def test_gpuarrays_own_streams_never_ask_the_driver_about_captures(monkeypatch):
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     asked = []
     for name in ("stream_is_capturing", "stream_capture_info"):
         real = getattr(b, name)
@@ -168,7 +168,7 @@ def test_a_pool_free_on_a_foreign_capturing_stream_waits_for_the_capture_to_end(
     """
     gpuarray.set_memory_manager("pool")
     mgr = gpuarray.memory.get_memory_manager()
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     _owned, e = _foreign()
     if where != "recorded":  # allocated (and to be freed) on the capturing stream
         with gpuarray.memory.allocation_stream(e):
@@ -216,7 +216,7 @@ _EXIT_CHILD = """
     import gpuarray
     from gpuarray._driver import get_backend
     gpuarray.set_memory_manager("pool")
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver itself
     owned = [gpuarray.stream(non_blocking=True) for _ in range(2)]
     ptrs = []
     for o in owned:

@@ -74,9 +74,10 @@ class BackendMeter:
     """
 
     def __init__(self) -> None:
-        from .._driver import get_backend
+        from .._driver import checkpoint
 
-        self.backend = get_backend()
+        self._checkpoint = checkpoint()  # the capture checkpoint hands out the backend's methods:
+        self.backend = self._checkpoint.backend  # it takes the replaced ones (reinstall)
         self.calls = 0
         self.seconds = 0.0
         self.by_name: dict[str, int] = {}
@@ -166,6 +167,7 @@ class BackendMeter:
                 wrapped = self._wrap(name, fn)
             setattr(b, name, wrapped)
             self._names.append(name)
+        self._checkpoint.reinstall()
         # the wrapper's cost around a function that does nothing: in all
         # (overhead) and the part outside its own clock reads (outside), which
         # a caller's total time holds but ``seconds`` does not
@@ -189,6 +191,7 @@ class BackendMeter:
         for name in self._names:
             self.backend.__dict__.pop(name, None)
         self._names.clear()
+        self._checkpoint.reinstall()
 
     def backend_seconds(self) -> float:
         """Time inside backend calls, less the wrappers' own cost inside their clock reads."""
@@ -226,9 +229,10 @@ class NullBackend:
     """
 
     def __init__(self) -> None:
-        from .._driver import get_backend
+        from .._driver import checkpoint
 
-        self.backend = get_backend()
+        self._checkpoint = checkpoint()  # the capture checkpoint hands out the backend's methods:
+        self.backend = self._checkpoint.backend  # it takes the replaced ones (reinstall)
         self.other_calls = 0
         self._names: list[str] = []
 
@@ -251,6 +255,7 @@ class NullBackend:
                        if not name.startswith("_") and callable(getattr(type(b), name, None))]
         for name in self._names:
             setattr(b, name, stubs.get(name) or self._counted(getattr(b, name)))
+        self._checkpoint.reinstall()
         return self
 
     def _counted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -271,6 +276,7 @@ class NullBackend:
         finally:
             for name in self._names:
                 self.backend.__dict__.pop(name, None)
+            self._checkpoint.reinstall()
 
 
 @dataclasses.dataclass
@@ -360,7 +366,7 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
     """
     import gpuarray
 
-    from .._driver import get_backend
+    from .._driver import checkpoint
 
     stream = gpuarray.legacy_default_stream()
     a = gpuarray.zeros(SHAPE, np.float32, stream=stream)
@@ -396,7 +402,7 @@ def peer_cases(torch: Any, sizes: tuple[int, ...] = (8, 512, 4096)) -> list[Case
          three(lambda: gpuarray.as_cuda_array(ca), lambda: np.asarray(na),
                (lambda: torch.as_tensor(nd)) if t is not None else None)),
     ]
-    b = get_backend()
+    b = checkpoint().backend  # raw: past gpuarray's capture checkpoint
     h = stream.handle
     for n in sizes:
         host = np.ones(n, np.uint8)

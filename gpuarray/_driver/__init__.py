@@ -12,8 +12,9 @@ import os
 import threading
 
 from ._base import Backend
+from ._checkpoint import Checkpoint
 
-__all__ = ["get_backend", "set_backend", "backend_name"]
+__all__ = ["get_backend", "set_backend", "backend_name", "checkpoint"]
 
 _lock = threading.Lock()
 _backend: Backend | None = None
@@ -30,7 +31,11 @@ def backend_name() -> str:
 
 
 def get_backend() -> Backend:
-    """The process-wide driver backend, created on first use."""
+    """The process-wide driver backend, created on first use.
+
+    It is the backend behind the capture checkpoint (``_checkpoint.py``):
+    every driver call gpuarray makes passes there.
+    """
     global _backend
     b = _backend
     if b is not None:
@@ -41,18 +46,30 @@ def get_backend() -> Backend:
         return _backend
 
 
+def checkpoint() -> Checkpoint:
+    """The capture checkpoint of the process-wide backend (what :func:`get_backend` returns)."""
+    return get_backend()  # type: ignore[return-value]
+
+
 def set_backend(backend: Backend | None) -> None:
     """Replace the process-wide backend (tests; ``None`` re-reads the environment)."""
     global _backend
     with _lock:
-        _backend = backend
+        _backend = _checked(backend) if backend is not None else None
 
 
 def _make(name: str) -> Backend:
     if name == "sim":
         from .sim import SimBackend
 
-        return SimBackend.from_environment()
+        return _checked(SimBackend.from_environment())
     from .cuda import CudaBackend
 
-    return CudaBackend()
+    return _checked(CudaBackend())
+
+
+def _checked(backend: Backend) -> Backend:
+    """``backend`` behind the capture checkpoint (a checkpoint is kept as it is)."""
+    if isinstance(backend, Checkpoint):
+        return backend
+    return Checkpoint(backend)  # type: ignore[return-value]

@@ -153,6 +153,22 @@ class Backend(abc.ABC):
     #: ``"cuda"`` or ``"sim"``.
     name: str = ""
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A driver call replaced on the instance (tests, the benchmarks' meters): the
+        # capture checkpoint in front of this backend (``_checkpoint.py``) hands it out.
+        object.__setattr__(self, name, value)
+        if not name.startswith("_"):
+            cp = self.__dict__.get("_checkpoint")
+            if cp is not None:
+                cp.reinstall()
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        if not name.startswith("_"):
+            cp = self.__dict__.get("_checkpoint")
+            if cp is not None:
+                cp.reinstall()
+
     # ---------------------------------------------------------------- init
     @abc.abstractmethod
     def init(self) -> None:

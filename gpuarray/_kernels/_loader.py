@@ -31,7 +31,6 @@ import threading
 import weakref
 from typing import NamedTuple
 
-from .._capture import call_relaxed
 from .._driver import get_backend, sim_kernels
 from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, parse_symbol, program_source
@@ -144,7 +143,7 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
         image = _sim_image(spec, info)
     else:
         image = build_image(spec, info.cc, driver_version=info.driver_version)
-    module = call_relaxed(b, b.module_load_data, image)  # never invalidates a capture
+    module = b.module_load_data(image)  # relaxed at the capture checkpoint
     entry = (b.module_get_function(module, spec.symbol), info)
     with _lock:
         table = _functions.setdefault(b, {})
@@ -152,7 +151,7 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
         if prior is None:
             table[key] = entry
             return entry
-    call_relaxed(b, b.module_unload, module)  # another thread loaded it first
+    b.module_unload(module)  # another thread loaded it first
     return prior
 
 

@@ -22,6 +22,7 @@ import operator
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from .. import _capture, _config, _driver
 from .._device import Device
@@ -108,18 +109,21 @@ class _PendingDeallocs:
         fn(h)
         return True
 
-    def clear(self) -> None:
+    def clear(self, during_capture: bool = False) -> None:
         """Run the pending frees now (unless cleanup is deferred).
 
         Every item is freed even when some fail (a failure must not leak the
         rest of the batch); then the first error is raised, with the others
-        added to it as notes.
+        added to it as notes.  ``during_capture`` (an out-of-memory retry)
+        frees while a capture of gpuarray's runs too: in relaxed mode, which
+        CUDA documents as "not prohibited from potentially unsafe API calls";
+        no capture uses memory queued here (a graph keeps what it uses alive).
         """
         if _tls.callback:  # CUDA refuses every call there: the reaper flushes
             hand_to_reaper(self.clear)
             return
         with self._lock:
-            if self._disabled or not self._items or _capture._captures:
+            if self._disabled or not self._items or (_capture._captures and not during_capture):
                 return  # held: deferred, or a capture of gpuarray's runs (_capture.py)
             # What is queued now (popped, not swapped: add_item takes no lock);
             # items added meanwhile wait for the next flush.
@@ -132,10 +136,10 @@ class _PendingDeallocs:
         # ten releases), with the queue's device current.
         depth = _tls.depth
         _tls.depth = depth + 1
-        b = _driver._backend
+        b: Any = _driver._backend  # the capture checkpoint
         try:
             with self._device.activate() if self._device is not None else contextlib.nullcontext(), \
-                    _capture.relaxed(b) if b is not None else contextlib.nullcontext():
+                    b.relaxed(now=during_capture) if b is not None else contextlib.nullcontext():
                 for free, handle, _ in items:
                     try:
                         free(handle)

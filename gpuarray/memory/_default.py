@@ -21,9 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _driver
-from .._capture import call_relaxed
 from .._device import Device
-from .._driver import get_backend
+from .._driver import checkpoint, get_backend
 from ..errors import CudaOutOfMemoryError
 from ._deallocs import _PendingDeallocs
 from ._pointer import MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory, _QueuedRelease
@@ -49,7 +48,11 @@ def _retry_after_flush(alloc: Callable[[], int], queue: Any, what: str) -> int:
     the caller (every allocation makes it; only a failed one gets here).
     """
     if queue is not None:
-        queue.clear()
+        if isinstance(queue, _PendingDeallocs):  # frees held by a capture of gpuarray's too
+            queue.clear(during_capture=True)
+        else:
+            queue.clear()
+        checkpoint().run_deferred_frees()
     try:
         return alloc()
     except CudaOutOfMemoryError as e:
@@ -197,7 +200,7 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
     def _unpin(self, backend, ptr: int) -> None:
         self.allocations.pop(ptr, None)
         if get_backend() is backend:
-            call_relaxed(backend, backend.mem_host_unregister, ptr)
+            backend.mem_host_unregister(ptr)
 
     def _in_context(self, fn: Callable[..., None], *args: Any) -> None:
         """``fn(*args)`` with this manager's device current (finalizers)."""
@@ -221,7 +224,7 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         PinnedMemory or MappedMemory
         """
         b = get_backend()
-        ptr = call_relaxed(b, b.mem_host_alloc, size, mapped=mapped, portable=portable,
+        ptr = b.mem_host_alloc(size, mapped=mapped, portable=portable,
                            write_combined=wc)
         dealloc = self.deallocations
 
@@ -256,7 +259,7 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         # Memory unpinned inside defer_cleanup() is still registered: pinning
         # it again (Numba's ``with pinned(a)`` twice) unregisters it first.
         self.deallocations.take(ptr, self._unpin)
-        call_relaxed(b, b.mem_host_register, ptr, size, mapped=mapped)
+        b.mem_host_register(ptr, size, mapped=mapped)
         dealloc = self.deallocations
 
         def finalizer(ptr=ptr, size=size):

@@ -25,8 +25,10 @@ import functools
 import threading
 from typing import Any
 
+from .. import _capture
 from .._device import Device, device_count, get_device
 from .._driver import get_backend
+from .._driver._finalize import run_finalizer
 from ._pointer import MemoryPointer
 
 __all__ = ["IpcHandle"]
@@ -37,11 +39,31 @@ __all__ = ["IpcHandle"]
 _array_factory: Any = None
 
 
+#: Mappings whose close waits for the end of gpuarray's captures (``_capture.py``).
+_held: list[tuple[Any, Device, int]] = []
+
+
 def _close_mapping(backend, device: Device, base: int) -> None:
-    # Work queued on the mapping must finish before it goes away.
+    # Work queued on the mapping must finish before it goes away: a device-wide
+    # wait, which a capture forbids (it would invalidate it): while gpuarray
+    # captures, the close is held until the last capture ends.
+    if _capture.holding():
+        _held.append((backend, device, base))
+        return
+    if get_backend() is not backend:
+        return  # the backend was replaced (tests): the mapping went with it
     with device.activate():
         backend.ctx_synchronize()
         backend.ipc_close_mem_handle(base)
+
+
+def _release_held() -> None:
+    items, _held[:] = list(_held), []
+    for backend, device, base in items:
+        run_finalizer(_close_mapping, backend, device, base)
+
+
+_capture.on_idle(_release_held)
 
 
 @dataclasses.dataclass

@@ -66,13 +66,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import _capture_foreign
-from .._capture import call_relaxed
+from .. import _capture, _capture_foreign
 from .._device import Device, get_device
 from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
 from .._stream import event as new_event
-from ..errors import CudaError, CudaOutOfMemoryError
+from ..errors import CudaError, CudaOutOfMemoryError, StreamCaptureError
 from . import _pool_held
 from ._default import SUPPORTED_INTERFACE_VERSION, HostOnlyCUDAMemoryManager, _fmt_size
 from ._pointer import MemoryInfo, MemoryPointer
@@ -381,9 +380,21 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
                   release: Callable[[Stream], None]) -> None:
         if self.deallocations.is_disabled:
             self.deallocations.add_item(
-                lambda _ptr: self._release(backend, uses, ptr, release), ptr, size)
+                lambda _ptr: self._release_queued(backend, uses, ptr, size, release), ptr, size)
         else:
             self._release(backend, uses, ptr, release)
+
+    def _release_queued(self, backend, uses: StreamUses, ptr: int, size: int,
+                        release: Callable[[Stream], None]) -> None:
+        # An out-of-memory retry flushes during gpuarray's capture: a free whose
+        # streams include a capturing one would join it, so it waits again.
+        if _capture.holding() and any(_capture.capture_of(t.device.id, t.handle) is not None
+                                      for t in (uses.home, *uses.others)):
+            return self._finalize(backend, uses, ptr, size, release)
+        self._release(backend, uses, ptr, release)
+        if _capture.holding():  # the retry may not wait for the device: wait for this free
+            with contextlib.suppress(StreamCaptureError, CudaError):
+                uses.home.synchronize()
 
     def _release(self, backend, uses: StreamUses, ptr: int,
                  release: Callable[[Stream], None]) -> None:
@@ -395,7 +406,7 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
         if _pool_held.blocked(uses):  # another library captures a stream of it (_pool_held.py)
             _pool_held.hold(self, backend, uses, ptr, release)
             return
-        self.allocations.pop(ptr, None)
+        size = self.allocations.pop(ptr, None)
         dev = uses.home.device
         with dev.activate():
             try:
@@ -403,9 +414,13 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
             except CudaError as e:
                 if e.code != _INVALID_HANDLE:
                     raise
-                # A recorded stream (or home) was destroyed: nothing can be
-                # ordered after it any more.  Wait for everything instead.
-                dev.synchronize()
+                # A recorded stream (or home) was destroyed: wait for everything
+                # instead, unless a capture forbids it: then hold the free.
+                try:
+                    dev.synchronize()
+                except StreamCaptureError:
+                    self.allocations[ptr] = size
+                    return _pool_held.hold(self, backend, uses, ptr, release)
                 stream = legacy_default_stream(dev)
             release(stream)
 
@@ -456,8 +471,9 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
             return attempt()
         except oom:
             pass
-        self.deallocations.clear()
-        device.synchronize()
+        self.deallocations.clear(during_capture=True)  # what no capture uses (_release_queued)
+        with contextlib.suppress(StreamCaptureError):  # refused while a capture runs
+            device.synchronize()  # pending stream-ordered frees complete
         try:
             return attempt()
         except oom as e:
@@ -552,7 +568,7 @@ class PoolMemoryManager(StreamOrderedMemoryManager):
             raise RuntimeError(f"device {dev} does not support stream-ordered memory pools "
                                "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0): use the "
                                "default memory manager")
-        call_relaxed(b, b.mempool_set_release_threshold, dev, self.release_threshold)
+        b.mempool_set_release_threshold(dev, self.release_threshold)
         self._ready = True
 
     def memalloc(self, size: int) -> MemoryPointer:
