@@ -204,7 +204,7 @@ class SimMemoryCalls(SimCore):
         op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc,
                                 on_ready=poison[1] if poison else None)
         if not pinned:  # pageable destination: returns once the copy is done
-            self._complete(op, call)
+            self._complete(op, call, own=True)
         elif poison is not None and not op.captured:
             poison[0]()
 
@@ -326,7 +326,7 @@ class SimMemoryCalls(SimCore):
         op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc,
                                 on_ready=poison[1] if poison else None)
         if not dst_is_device and pinned_dst is None:
-            self._complete(op, call)
+            self._complete(op, call, own=True)
         elif poison is not None and not op.captured:
             poison[0]()
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import StreamOrderError
+from .. import _signals
 from ._lock import SimLock
 from ._memory import AddressSpace, Allocation
 
@@ -345,16 +346,37 @@ class Scheduler:
     def _runnable(self, op: Op) -> bool:
         return all(d.done for d in op.deps)
 
-    def complete(self, target: Op | None, wait: bool = True) -> None:
+    def complete(self, target: Op | None, wait: bool = True, own: bool = False) -> None:
         """Run work until ``target`` (and so everything it depends on) is done.
 
         Only ``target``'s own dependencies run, so a call never runs (and
         never reports) unrelated work.  A host function on the way is run by
         its driver thread: this waits for it (the lock released meanwhile),
-        or with ``wait=False`` raises ``_Blocked``.
+        or with ``wait=False`` raises ``_Blocked``.  Asynchronous signals
+        wait meanwhile on the main thread (``_signals.py``).
+
+        ``own``: ``target`` was queued by the calling driver call, which
+        returns only once it is done (a copy to pageable memory).  When that
+        cannot be (``ReentryError``), ``target`` is withdrawn before the
+        error goes up: nothing of the failed call stays queued (a copy would
+        write later into a buffer its caller has freed).
         """
         if target is None or target.done:
             return
+        with _signals.held():
+            try:
+                self._complete(target, wait)
+            except ReentryError:
+                if own:
+                    self.withdraw(target)
+                raise
+
+    def withdraw(self, op: Op) -> None:
+        """Make queued ``op`` do nothing: it stays in its stream's order, an empty step."""
+        op.fn = op.on_ready = None
+        op.reads, op.writes = [], []
+
+    def _complete(self, target: Op, wait: bool) -> None:
         if self.rng is not None:
             while not target.done:
                 ready = self._ready_for(target)
