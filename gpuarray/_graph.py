@@ -117,18 +117,29 @@ class _GraphMemory:
         if not self.mapped or get_backend() is not self.backend:
             return  # never mapped: the address went with the graph
         if _capture.holding():
-            _held.append(self)
             self.state = "held"
+            _held.append(self)
+            if _capture.holding():
+                return
+            # The last capture ended since the test above: its release of the
+            # held frees may have run before the append; this one goes now.
+            _release_held()
             return
         with self.device.activate():
             _capture.call_relaxed(self.backend, self.backend.mem_free, self.ptr)
 
 
 def _release_held() -> None:
-    items, _held[:] = list(_held), []
-    for m in items:
-        m.state = "graph"
-        m.free()
+    items = []
+    while True:  # each pop is atomic: a free appended by another thread meanwhile is taken
+        try:     # once, here or by its own thread's release, never dropped
+            items.append(_held.pop())
+        except IndexError:
+            break
+    for m in reversed(items):
+        if m.state == "held":
+            m.state = "graph"
+            m.free()
 
 
 _capture.on_idle(_release_held)

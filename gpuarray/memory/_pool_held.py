@@ -64,9 +64,15 @@ def blocked(uses: Any) -> bool:
 
 
 def hold(manager: Any, backend: Any, uses: Any, ptr: int, release: Any) -> None:
-    """Keep the free of ``ptr`` for :func:`retry` (its allocation stays counted)."""
+    """Keep the free of ``ptr`` for :func:`retry` (its allocation stays counted).
+
+    The caller found ``uses`` :func:`blocked`; when the capture ended since,
+    the free is made at once (else it would wait for the next pool operation).
+    """
     with _lock:
         _held.append((manager, backend, uses, ptr, release))
+    if not blocked(uses):
+        retry()
 
 
 def retry() -> None:
