@@ -164,8 +164,8 @@ def _error(code: Any, call: str, detail: str | Callable[[], str] = "") -> CudaEr
     code = int(code)
     if callable(detail):
         detail = detail()
-    if code == _fork.NOT_INITIALIZED and _fork.forked_from() is not None:
-        return _fork.error(call, detail)  # a fork child of a process that used CUDA
+    if code == _fork.NOT_INITIALIZED and (_fork.forked_from() or _fork.fork_parent()) is not None:
+        return _fork.error(call, detail)  # a fork child of a process that used CUDA (_fork.py)
     cls = CudaOutOfMemoryError if code == _ERR_OUT_OF_MEMORY else CudaError
     return cls(code, call, detail, name=_result_name(code))
 
