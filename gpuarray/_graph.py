@@ -85,6 +85,8 @@ class Capture:
 class _GraphMemory:
     """One allocation of graph memory; freed when both its graph and its array are gone."""
 
+    foreign = False
+
     __slots__ = ("ptr", "size", "device", "backend", "capture", "state", "array_alive",
                  "graph_alive", "mapped")
 
@@ -127,6 +129,30 @@ class _GraphMemory:
             return
         with self.device.activate():
             _capture.call_relaxed(self.backend, self.backend.mem_free, self.ptr)
+
+
+class _ForeignUnlaunched:
+    """Graph memory of another library's graph, imported before a launch mapped it.
+
+    The driver said the address was not mapped (``PointerInfo.mapped``) when
+    gpuarray imported it (``interop/_cai.py``); :func:`check_use` asks again
+    before each use until a launch of that graph has mapped it.
+    """
+
+    __slots__ = ("base", "backend", "device")
+    foreign = True
+
+    def __init__(self, base: int, backend: Any, device: Device) -> None:
+        self.base, self.backend, self.device = base, backend, device
+
+    def mapped_now(self) -> bool:
+        with self.device.activate():
+            return bool(self.backend.pointer_info(self.base).mapped)
+
+
+def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
+    """Imported memory ``[base, base + size)`` is graph memory not mapped yet (see above)."""
+    _unlaunched.setdefault(base, (size, _ForeignUnlaunched(base, get_backend(), device)))
 
 
 def _release_held() -> None:
@@ -242,6 +268,15 @@ def check_use(stream: Stream, op: str, *ptrs: int) -> None:
         for p in ptrs:
             for base, (size, rec) in list(_unlaunched.items()):
                 if base <= p < base + size and rec.backend is get_backend():
+                    if rec.foreign:
+                        if rec.mapped_now():  # its graph was launched since
+                            _unlaunched.pop(base, None)
+                            continue
+                        raise StreamCaptureError(
+                            f"{op} uses memory of another library's graph before that graph was "
+                            "launched: a graph allocation holds data only from the first launch "
+                            "on, and reading it now would fault (CUDA_ERROR_ILLEGAL_ADDRESS, the "
+                            "context lost); launch the graph first")
                     raise StreamCaptureError(
                         f"{op} uses an array allocated during the capture on "
                         f"{_where(rec.capture.stream)} before its graph was launched: its memory "

@@ -97,6 +97,11 @@ class PointerInfo:
         Size of that allocation in bytes (0 when unknown).
     is_managed : bool
         True for managed (unified) memory.
+    mapped : bool
+        Whether the address is backed by memory now
+        (``CU_POINTER_ATTRIBUTE_MAPPED``): False for graph memory whose graph
+        has not been launched yet (its address is reserved, nothing is
+        mapped there until the allocation node runs).
     """
 
     memory_type: int
@@ -104,6 +109,7 @@ class PointerInfo:
     base: int
     size: int
     is_managed: bool = False
+    mapped: bool = True
 
 
 class SimMemoryAccess(Protocol):

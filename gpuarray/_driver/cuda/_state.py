@@ -111,6 +111,7 @@ def _bind(drv: Any) -> None:
         pa.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
         pa.CU_POINTER_ATTRIBUTE_RANGE_SIZE,
         pa.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        pa.CU_POINTER_ATTRIBUTE_MAPPED,
     ]
     da = drv.CUdevice_attribute
     _DEV_ATTRS = {a: getattr(da, "CU_DEVICE_ATTRIBUTE_" + a.upper()) for a in DEVICE_ATTRIBUTES}
