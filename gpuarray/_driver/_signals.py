@@ -9,7 +9,7 @@ in Python on the synchronising thread: a handler could run inside an op's
 function, and its call could not finish before the work it interrupted
 (``_sched.ReentryError``).
 
-:func:`held` blocks asynchronous signals on the main thread while the
+:func:`hold` blocks asynchronous signals on the main thread while the
 scheduler runs work (``Scheduler.complete``), and restores the thread's mask
 after; a signal that came meanwhile is delivered then, and its handler runs
 once the work is done -- at the next bytecode, between two driver calls or
@@ -30,14 +30,13 @@ microsecond) per run of work on the main thread, none on other threads.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from threading import get_ident
 
-__all__ = ["held", "block_in_this_thread"]
+__all__ = ["hold", "release", "block_in_this_thread"]
 
 _SYNCHRONOUS = {getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP",
                                               "SIGSYS", "SIGABRT", "SIGKILL", "SIGSTOP")
@@ -74,23 +73,29 @@ _depth = 0  # nesting of ``held`` on the main thread
 _saved = ctypes.create_string_buffer(_SIGSET_BYTES)  # the main thread's mask before the outermost
 
 
-@contextlib.contextmanager
-def held() -> Iterator[None]:
-    """Hold asynchronous signals back on the main thread for the duration (see the module)."""
+def hold() -> bool:
+    """Hold asynchronous signals back on the main thread (see the module); whether it did.
+
+    Pair each True with :func:`release` (``try``/``finally``); nested holds
+    cost a test each.  Two functions rather than a context manager: the
+    scheduler holds them for every run of work, on the simulator's hot path.
+    """
     global _depth
-    if _sigmask is None or threading.get_ident() != _MAIN:
-        yield
-        return
+    if _sigmask is None or get_ident() != _MAIN:
+        return False
     if _depth == 0:
-        fn, blocked = _sigmask
-        fn(_SIG_BLOCK, blocked, _saved)
+        _sigmask[0](_SIG_BLOCK, _sigmask[1], _saved)
     _depth += 1
-    try:
-        yield
-    finally:
-        _depth -= 1
-        if _depth == 0:
-            _sigmask[0](_SIG_SETMASK, _saved, None)  # a signal held back is delivered here
+    return True
+
+
+def release() -> None:
+    """End a :func:`hold` that returned True; the outermost restores the thread's mask."""
+    global _depth
+    _depth -= 1
+    if _depth == 0:
+        _sigmask[0](_SIG_SETMASK, _saved, None)
+        # (a signal held back was delivered there: its handler runs at the next bytecode)
 
 
 def block_in_this_thread() -> None:

@@ -363,13 +363,16 @@ class Scheduler:
         """
         if target is None or target.done:
             return
-        with _signals.held():
-            try:
-                self._complete(target, wait)
-            except ReentryError:
-                if own:
-                    self.withdraw(target)
-                raise
+        held = _signals.hold()
+        try:
+            self._complete(target, wait)
+        except ReentryError:
+            if own:
+                self.withdraw(target)
+            raise
+        finally:
+            if held:
+                _signals.release()
 
     def withdraw(self, op: Op) -> None:
         """Make queued ``op`` do nothing: it stays in its stream's order, an empty step."""
@@ -482,16 +485,21 @@ class Scheduler:
         Never past a host function that has not returned: the GPU waits for
         it, and the call that queued work must not wait (nor drop the lock).
         """
-        while len(self.pending) > self.max_queue // 2:
-            oldest = next(iter(self.pending.values()))
-            try:
-                self.complete(oldest, wait=False)
-            except _Blocked:
-                return
-            except Exception as e:
-                op = self.failed_op
-                if op is None or self.on_fault is None or not self.on_fault(op, e):
-                    raise
+        held = _signals.hold()  # once for the whole drain
+        try:
+            while len(self.pending) > self.max_queue // 2:
+                oldest = next(iter(self.pending.values()))
+                try:
+                    self.complete(oldest, wait=False)
+                except _Blocked:
+                    return
+                except Exception as e:
+                    op = self.failed_op
+                    if op is None or self.on_fault is None or not self.on_fault(op, e):
+                        raise
+        finally:
+            if held:
+                _signals.release()
 
     def discard(self, ctx: SimContext) -> None:
         """Drop the queued work of ``ctx`` (after a sticky fault, or a reset)."""
