@@ -13,7 +13,10 @@ function, and its call could not finish before the work it interrupted
 scheduler runs work (``Scheduler.complete``), and restores the thread's mask
 after; a signal that came meanwhile is delivered then, and its handler runs
 once the work is done -- at the next bytecode, between two driver calls or
-steps of one, as on a GPU.  The simulator's own threads block those signals
+steps of one, as on a GPU.  While the thread waits for a host function (the
+simulator's lock released, its state consistent) they come through
+(:func:`open_for_wait`): a wait may hang (a host function waiting for the
+program), and ``SIGINT``/``SIGTERM`` must still reach it then.  The simulator's own threads block those signals
 for good (:func:`block_in_this_thread`): the kernel would otherwise deliver a
 process-directed signal the main thread holds back to one of them, and the
 main thread would run its handler inside the work all the same (gpuarray's
@@ -96,6 +99,24 @@ def release() -> None:
     if _depth == 0:
         _sigmask[0](_SIG_SETMASK, _saved, None)
         # (a signal held back was delivered there: its handler runs at the next bytecode)
+
+
+def open_for_wait() -> bool:
+    """Let signals through while a held main thread waits (lock released); whether it did.
+
+    The scheduler's state is consistent then -- other threads' calls run
+    meanwhile too -- so a handler may call the driver, and a hung wait stays
+    interruptible (Ctrl-C).  Pair True with :func:`close_after_wait`.
+    """
+    if _depth == 0 or _sigmask is None or get_ident() != _MAIN:
+        return False
+    _sigmask[0](_SIG_SETMASK, _saved, None)
+    return True
+
+
+def close_after_wait() -> None:
+    """Hold signals back again after :func:`open_for_wait`."""
+    _sigmask[0](_SIG_BLOCK, _sigmask[1], None)
 
 
 def block_in_this_thread() -> None:

@@ -433,11 +433,14 @@ class Scheduler:
         if not wait:
             raise _Blocked
         self._parked += 1
+        opened = _signals.open_for_wait()  # no work runs here: a handler may run (Ctrl-C)
         try:
             with self.cond:  # its driver thread takes the lock to run and finish it
                 self.cond.wait()
         finally:
             self._parked -= 1
+            if opened:
+                _signals.close_after_wait()
 
     def _reached_running(self, op: Op, wait: bool) -> None:
         """Work needed now is running (``_execute``): never run it a second time.
