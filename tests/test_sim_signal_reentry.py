@@ -172,3 +172,40 @@ def test_a_reentered_download_that_cannot_complete_leaves_nothing_queued_behind(
     b.memcpy_dtoh_async(again.ctypes.data, x, 16, 1)
     np.testing.assert_array_equal(again, 8)  # the kernel ran once; the simulator goes on
     assert not out.any()
+
+
+@pytest.mark.skipif(not backend_is_sim(), reason="checks the simulator's model of CUDA")
+def test_a_signal_reaches_a_synchronisation_waiting_for_a_host_function():
+    # While the main thread waits (lock released) for a host function, no
+    # work runs on it: signals come through, so a wait that would hang stays
+    # interruptible (SIGINT, SIGTERM, a test's timeout alarm). Here the host
+    # function waits for what the handler does.
+    import signal
+    import threading
+
+    import numpy as np
+
+    import gpuarray
+
+    s = gpuarray.stream(non_blocking=True)
+    x = gpuarray.to_device(np.arange(4), stream=s)
+    handled = threading.Event()
+    order: list[str] = []
+    main = threading.get_ident()
+
+    def handler(sig, frame):
+        order.append("handler")
+        handled.set()
+
+    def callback(stream, status, arg):
+        signal.pthread_kill(main, signal.SIGALRM)  # to the main thread, which waits in the sync
+        order.append("callback waits" if handled.wait(30) else "callback timed out")
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        s.add_callback(callback)
+        x.copy_to_device(np.ones(4, np.int64))  # queued after the callback
+        s.synchronize()
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert order == ["handler", "callback waits"]
