@@ -35,6 +35,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win3
                                 reason="POSIX signals")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT = 30
 
 # The kernel raises SIGALRM at its start: the handler runs at the next
 # bytecode (inside the kernel, before the fix).  The handler downloads ``x``,
@@ -209,3 +210,37 @@ def test_a_signal_reaches_a_synchronisation_waiting_for_a_host_function():
     finally:
         signal.signal(signal.SIGALRM, previous)
     assert order == ["handler", "callback waits"]
+
+
+def test_a_child_forked_by_a_helper_thread_of_gpuarray_gets_signals():
+    # gpuarray's helper threads block asynchronous signals (so the main
+    # thread takes them); a child forked by one has that thread as its main
+    # thread, which must get them again.
+    import signal
+    import threading
+
+    from gpuarray._driver import _signals
+
+    result: dict[str, object] = {}
+
+    def helper():
+        _signals.block_in_this_thread()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            os.write(w, repr(sorted(int(s) for s in blocked)).encode())
+            os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        with os.fdopen(r) as f:
+            result["child"] = f.read()
+        result["helper"] = sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+    t = threading.Thread(target=helper)
+    t.start()
+    t.join(TIMEOUT)
+    assert int(signal.SIGALRM) in result["helper"]  # the helper itself still blocks them
+    assert int(signal.SIGALRM) not in eval(result["child"])
+    assert int(signal.SIGINT) not in eval(result["child"])
+

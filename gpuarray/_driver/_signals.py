@@ -44,7 +44,9 @@ __all__ = ["hold", "release", "block_in_this_thread"]
 _SYNCHRONOUS = {getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP",
                                               "SIGSYS", "SIGABRT", "SIGKILL", "SIGSTOP")
                 if hasattr(signal, n)}
-_SIG_BLOCK, _SIG_SETMASK = getattr(signal, "SIG_BLOCK", 0), getattr(signal, "SIG_SETMASK", 2)
+_SIG_BLOCK, _SIG_UNBLOCK, _SIG_SETMASK = (getattr(signal, "SIG_BLOCK", 0),
+                                          getattr(signal, "SIG_UNBLOCK", 1),
+                                          getattr(signal, "SIG_SETMASK", 2))
 _SIGSET_BYTES = 128  # glibc's sigset_t is 128 bytes; larger than any libc's
 
 
@@ -120,20 +122,29 @@ def close_after_wait() -> None:
     _sigmask[0](_SIG_BLOCK, _sigmask[1], None)
 
 
+_helper = threading.local()  # ``blocked``: a helper thread of gpuarray (block_in_this_thread)
+
+
 def block_in_this_thread() -> None:
     """Block asynchronous signals in the calling thread (a helper thread of gpuarray), for good."""
     if _sigmask is not None:
         fn, blocked, _ = _sigmask
         fn(_SIG_BLOCK, blocked, None)
+        _helper.blocked = True
 
 
 def _after_fork_in_child() -> None:
     # The forking thread is the child's main thread, its mask inherited; when
-    # it was the parent's, the ``held`` it is in (if any) restores the mask.
+    # it was the parent's, the ``hold`` it is in (if any) restores the mask.
+    # A helper thread that forked (a host function...) lets signals through
+    # again: the child's main thread must get them.
     global _MAIN, _depth
     if threading.get_ident() != _MAIN:
         _MAIN = threading.get_ident()
         _depth = 0
+        if getattr(_helper, "blocked", False) and _sigmask is not None:
+            _sigmask[0](_SIG_UNBLOCK, _sigmask[1], None)
+            _helper.blocked = False
 
 
 if hasattr(os, "register_at_fork"):
