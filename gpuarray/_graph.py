@@ -61,6 +61,8 @@ class Capture:
 class _GraphMemory:
     """One allocation of graph memory; freed when both its graph and its array are gone."""
 
+    foreign = False
+
     __slots__ = ("ptr", "size", "device", "backend", "capture", "state", "array_alive",
                  "graph_alive", "mapped")
 
@@ -93,18 +95,53 @@ class _GraphMemory:
         if not self.mapped or get_backend() is not self.backend:
             return  # never mapped: the address went with the graph
         if _capture.holding():
-            _held.append(self)
             self.state = "held"
+            _held.append(self)
+            if _capture.holding():
+                return
+            # The last capture ended since the test above: its release of the
+            # held frees may have run before the append; this one goes now.
+            _release_held()
             return
         with self.device.activate():
             self.backend.mem_free(self.ptr)  # relaxed at the checkpoint
 
 
+class _ForeignUnlaunched:
+    """Graph memory of another library's graph, imported before a launch mapped it.
+
+    The driver said the address was not mapped (``PointerInfo.mapped``) when
+    gpuarray imported it (``interop/_cai.py``); :func:`check_graph_memory` asks again
+    before each use until a launch of that graph has mapped it.
+    """
+
+    __slots__ = ("base", "backend", "device")
+    foreign = True
+
+    def __init__(self, base: int, backend: Any, device: Device) -> None:
+        self.base, self.backend, self.device = base, backend, device
+
+    def mapped_now(self) -> bool:
+        with self.device.activate():
+            return bool(self.backend.pointer_info(self.base).mapped)
+
+
+def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
+    """Imported memory ``[base, base + size)`` is graph memory not mapped yet (see above)."""
+    _unlaunched.setdefault(base, (size, _ForeignUnlaunched(base, get_backend(), device)))
+
+
 def _release_held() -> None:
-    items, _held[:] = list(_held), []
-    for m in items:
-        m.state = "graph"
-        m.free()
+    items = []
+    while True:  # each pop is atomic: a free appended by another thread meanwhile is taken
+        try:     # once, here or by its own thread's release, never dropped
+            items.append(_held.pop())
+        except IndexError:
+            break
+    for m in reversed(items):
+        if m.state == "held":
+            m.state = "graph"
+            m.free()
 
 
 _capture.on_idle(_release_held)
@@ -170,6 +207,15 @@ def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> None:
         for p in ptrs:
             for base, (size, rec) in list(_unlaunched.items()):
                 if base <= p < base + size and rec.backend is get_backend():
+                    if rec.foreign:
+                        if rec.mapped_now():  # its graph was launched since
+                            _unlaunched.pop(base, None)
+                            continue
+                        raise StreamCaptureError(
+                            f"{op} uses memory of another library's graph before that graph was "
+                            "launched: a graph allocation holds data only from the first launch "
+                            "on, and reading it now would fault (CUDA_ERROR_ILLEGAL_ADDRESS, the "
+                            "context lost); launch the graph first")
                     raise StreamCaptureError(
                         f"{op} uses an array allocated during the capture on "
                         f"{rec.capture.stream!r} before its graph was launched: its memory "

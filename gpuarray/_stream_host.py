@@ -1,7 +1,7 @@
 """Host notifications of a stream: callbacks on a driver thread, and an asyncio future.
 
 One concern: :meth:`Stream.add_callback <gpuarray.Stream.add_callback>`
-(``cuStreamAddCallback``) and :meth:`Stream.async_done
+(``cuStreamAddCallback``; ``cuLaunchHostFunc`` in a capture) and :meth:`Stream.async_done
 <gpuarray.Stream.async_done>` built on it, as a mixin of
 :class:`~gpuarray.Stream` (``_stream.py``).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from . import _capture
 from ._device import Device
 from ._driver import get_backend
 from ._driver._finalize import hand_to_reaper, host_callback
@@ -41,6 +42,11 @@ class HostCallbacks:
         frees while the callback runs (on that thread) are released on a
         thread of gpuarray's instead, since CUDA refuses calls there.
 
+        During a capture (:meth:`begin_capture`) the callback becomes a host
+        node of the graph (``cuLaunchHostFunc``: CUDA cannot capture a stream
+        callback): every launch of the graph calls it, with status 0, and the
+        graph keeps it and ``arg`` alive.
+
         Parameters
         ----------
         callback : callable
@@ -52,6 +58,8 @@ class HostCallbacks:
         ------
         TypeError
             If ``callback`` is not callable.
+        StreamCaptureError
+            On an external stream that another library is capturing.
 
         Examples
         --------
@@ -63,6 +71,12 @@ class HostCallbacks:
         """
         if not callable(callback):
             raise TypeError(f"add_callback needs a callable, got {type(callback).__name__} {callback!r}")
+        cap = _capture.capture_of(self.device.id, self.handle)
+        if cap is not None:
+            self._capture_callback(cap, callback, arg)
+            return
+        # On a stream another library captures, the capture checkpoint refuses
+        # cuStreamAddCallback before the driver sees it (StreamCaptureError).
 
         held = [self, callback, arg]  # the stream (and arg) outlive the callback
 
@@ -80,6 +94,18 @@ class HostCallbacks:
 
         with self.device.activate():
             get_backend().stream_add_callback(self.handle, host_fn)
+
+    def _capture_callback(self, cap: Any, callback: Callable[[Stream, int, Any], Any], arg: Any) -> None:
+        # In a capture of gpuarray's: a host node (cuLaunchHostFunc; CUDA
+        # refuses a stream callback in a capture and invalidates it), called
+        # with status 0 at every launch of the graph, which keeps it alive.
+        def host_fn() -> None:
+            with host_callback():
+                callback(self, 0, arg)
+
+        cap.keep[id(host_fn)] = host_fn
+        with self.device.activate():
+            get_backend().launch_host_func(self.handle, host_fn)
 
     def async_done(self) -> asyncio.Future:
         """An asyncio future completed when the work queued so far on this stream is done.

@@ -468,15 +468,18 @@ def test_ipc_handle_bytes_round_trip(fake):
 
 def test_pointer_info(fake):
     f, b = fake
-    f.results["cuPointerGetAttributes"] = (OK, [2, 0, drv.CUdeviceptr(0x7000), 4096, False])
-    assert b.pointer_info(0x7010) == _base.PointerInfo(2, 0, 0x7000, 4096, False)
+    f.results["cuPointerGetAttributes"] = (OK, [2, 0, drv.CUdeviceptr(0x7000), 4096, False, True])
+    assert b.pointer_info(0x7010) == _base.PointerInfo(2, 0, 0x7000, 4096, False, True)
     n, attrs, ptr = f.last("cuPointerGetAttributes")
-    assert n == 5 and ptr == 0x7010
+    assert n == 6 and ptr == 0x7010
     assert [a.name for a in attrs] == [
         "CU_POINTER_ATTRIBUTE_" + s
-        for s in ("MEMORY_TYPE", "DEVICE_ORDINAL", "RANGE_START_ADDR", "RANGE_SIZE", "IS_MANAGED")
+        for s in ("MEMORY_TYPE", "DEVICE_ORDINAL", "RANGE_START_ADDR", "RANGE_SIZE", "IS_MANAGED",
+                  "MAPPED")
     ]
-    f.results["cuPointerGetAttributes"] = (OK, [0, -2, drv.CUdeviceptr(0), 0, False])
+    f.results["cuPointerGetAttributes"] = (OK, [2, 0, drv.CUdeviceptr(0x7000), 4096, False, False])
+    assert b.pointer_info(0x7010).mapped is False  # graph memory before its graph's first launch
+    f.results["cuPointerGetAttributes"] = (OK, [0, -2, drv.CUdeviceptr(0), 0, False, False])
     assert b.pointer_info(0x1234) == _base.PointerInfo(0, -1, 0, 0)
     f.results["cuPointerGetAttributes"] = (R.CUDA_ERROR_INVALID_VALUE, None)
     assert b.pointer_info(0x1234) == _base.PointerInfo(0, -1, 0, 0)
@@ -621,6 +624,10 @@ def test_arguments_pass_the_bindings_conversion(restore_module_state):
     b._ready = True  # cuInit cannot succeed here; skip it
     b._devices.update({0: drv.CUdevice(0), 1: drv.CUdevice(1)})
     handle = bytes(64)
+
+    def host_fn() -> None:  # held weakly by launch_host_func: kept here
+        pass
+
     calls = {
         "driver_version": lambda: b.driver_version(),
         "device_count": lambda: b.device_count(),
@@ -696,6 +703,7 @@ def test_arguments_pass_the_bindings_conversion(restore_module_state):
         "ipc_close_mem_handle": lambda: b.ipc_close_mem_handle(2**63),
         "mem_alloc_managed": lambda: b.mem_alloc_managed(1 << 20, attach_global=False),
         "stream_add_callback": lambda: b.stream_add_callback(0x5555, lambda status: None),
+        "launch_host_func": lambda: b.launch_host_func(0x5555, host_fn),
         "stream_wait_event(external)": lambda: b.stream_wait_event(0x5555, 0x6666, True),
         "stream_begin_capture": lambda: b.stream_begin_capture(0x5555, "thread_local"),
         "stream_end_capture": lambda: b.stream_end_capture(0x5555),

@@ -119,3 +119,42 @@ def test_cuda_fork_error_is_exported_documented_and_picklable():
     again = pickle.loads(pickle.dumps(e))
     assert (type(again), str(again)) == (type(e), str(e))
     assert "CudaForkError" in gpuarray.errors.__all__ and "CudaForkError" in gpuarray.__all__
+
+
+_OTHER_LIBRARY_SCRIPT = r"""
+import multiprocessing as mp
+from cuda.bindings import driver as d
+import numpy as np
+import gpuarray
+
+def child(q):
+    try:
+        q.put(("ok", gpuarray.to_device(np.arange(3)).copy_to_host().tolist()))
+    except Exception as e:
+        q.put((type(e).__name__, getattr(e, "code", None), str(e)))
+
+assert int(d.cuInit(0)[0]) == 0    # another library initialised CUDA; gpuarray did not
+ctx = mp.get_context("fork")
+q = ctx.Queue()
+p = ctx.Process(target=child, args=(q,))
+p.start()
+after = q.get(timeout=60)
+p.join(60)
+print(repr((after, gpuarray.to_device(np.arange(4)).copy_to_host().tolist())))
+"""
+
+
+def test_a_fork_child_of_a_parent_that_initialised_cuda_through_another_library_gets_cuda_fork_error():
+    # cuda.bindings (as PyTorch, CuPy, numba-cuda would) called cuInit in the
+    # parent; gpuarray had not. The child's driver answers NOT_INITIALIZED to
+    # cuInit. Before: CudaUnavailableError, "set GPUARRAY_BACKEND=sim".
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
+    try:
+        folder = _standin.build()
+    except _standin.StandinUnavailableError as e:
+        pytest.skip(f"the stand-in driver cannot be built here: {e}")
+    res = subprocess.run([sys.executable, "-c", _OTHER_LIBRARY_SCRIPT], capture_output=True,
+                         text=True, timeout=180, env=_standin.environment(folder))
+    assert res.returncode == 0, res.stderr
+    after, rest = eval(res.stdout.strip().splitlines()[-1])
+    _check(("ok", [0, 1, 2]), after, rest)

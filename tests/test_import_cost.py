@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUARRAY_MODULES = frozenset("""
     _array _array_protocols _array_views _capture _capture_foreign _coerce _config _creation
     _device _driver _driver._base _driver._call_kinds _driver._checkpoint _driver._finalize
-    _driver._fork _driver._userdir
+    _driver._fork _driver._signals _driver._userdir
     _driver.sim_kernels _footprint _graph _kernels _kernels._cache _kernels._dtypes
     _kernels._hash _kernels._launch _kernels._loader _kernels._nvrtc _kernels._nvrtc_id
     _kernels._plan _kernels._source _kernels._specs _kernels._toolchain _layout _staging _stream
@@ -38,7 +38,7 @@ GPUARRAY_MODULES = frozenset("""
 #: Other modules it may load beyond what ``import numpy`` loads (standard library only:
 #: no CUDA binding, no peer library, nothing heavy such as logging, tempfile or inspect).
 OTHER_MODULES = frozenset("""
-    _heapq _queue _sha256 atexit copy dataclasses heapq queue threading
+    _heapq _queue _sha256 atexit copy dataclasses heapq queue signal threading
 """.split())
 
 #: Modules of the API that load on first use, never at import.

@@ -71,3 +71,25 @@ def test_a_graph_builder_with_upload_on_instantiation_and_gpuarray_fills(core):
     graph.launch(gb.stream)
     np.testing.assert_array_equal(a.copy_to_host(), [3, -1, -1, -1, 3])
     graph.close()
+
+
+def test_memory_a_graph_builder_allocated_is_refused_before_its_graph_is_launched(core):
+    # cuda.core allocates (cuMemAllocFromPoolAsync on its capturing stream: a
+    # graph allocation) and hands the address over; reading it before the
+    # graph's first launch would fault and lose the context (issue 35).
+    mod, dev = core
+    gb = dev.create_graph_builder()
+    gb.begin_building()
+    buf = mod.GraphMemoryResource(dev).allocate(64, stream=gb)  # graph memory of cuda.core's graph
+    graph = gb.end_building().complete()
+    x = gpuarray.from_cuda_array_interface(
+        {"shape": (16,), "typestr": "<f4", "data": (int(buf.handle), False), "version": 3,
+         "strides": None, "stream": None}, owner=buf)
+    with pytest.raises(StreamCaptureError, match="launch"):
+        x.copy_to_host()  # before: CUDA_ERROR_ILLEGAL_ADDRESS, the context lost
+    graph.launch(gb.stream)
+    gb.stream.sync()
+    x.copy_to_device(np.arange(16, dtype=np.float32))
+    np.testing.assert_array_equal(x.copy_to_host(), np.arange(16))
+    del x
+    graph.close()

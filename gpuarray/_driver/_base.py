@@ -97,6 +97,11 @@ class PointerInfo:
         Size of that allocation in bytes (0 when unknown).
     is_managed : bool
         True for managed (unified) memory.
+    mapped : bool
+        Whether the address is backed by memory now
+        (``CU_POINTER_ATTRIBUTE_MAPPED``): False for graph memory whose graph
+        has not been launched yet (its address is reserved, nothing is
+        mapped there until the allocation node runs).
     """
 
     memory_type: int
@@ -104,6 +109,7 @@ class PointerInfo:
     base: int
     size: int
     is_managed: bool = False
+    mapped: bool = True
 
 
 class SimMemoryAccess(Protocol):
@@ -507,4 +513,18 @@ class Backend(abc.ABC):
         the context when earlier work failed.  The callback blocks later
         work on the stream until it returns; it must not call CUDA.  An
         exception it raises is reported as unraisable, never lost silently.
+        Not on a capturing stream: CUDA refuses it there
+        (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``, the capture invalidated).
+        """
+
+    @abc.abstractmethod
+    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` on a driver thread once the stream's earlier work is done.
+
+        ``cuLaunchHostFunc``: as :meth:`stream_add_callback`, but ``fn`` is
+        not called at all when earlier work failed, and it may be captured:
+        on a capturing stream it becomes a host node, which every launch of
+        the graph calls.  The caller keeps ``fn`` alive as long as the driver
+        may call it (a host node: as long as its graph); the driver holds it
+        weakly.
         """

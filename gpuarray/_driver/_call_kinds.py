@@ -132,4 +132,5 @@ KINDS: dict[str, tuple[str, str]] = {
     "ipc_close_mem_handle": (FREE, "cuIpcCloseMemHandle"),
     "mem_alloc_managed": (UNSAFE, "cuMemAllocManaged"),
     "stream_add_callback": (CALLBACK, "cuStreamAddCallback"),
+    "launch_host_func": (STREAM, "cuLaunchHostFunc"),
 }

@@ -65,7 +65,8 @@ from ._call_kinds import (
 _IMPLICIT = 906  # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
 
 #: Position of the stream argument where it is not the last one.
-_STREAM_ARG = {"launch_kernel": 4, "stream_add_callback": 0, "stream_wait_event": 0,
+_STREAM_ARG = {"launch_kernel": 4, "stream_add_callback": 0, "launch_host_func": 0,
+               "stream_wait_event": 0,
                "stream_query": 0, "stream_synchronize": 0}
 #: Kinds whose wrapper is needed only while a capture may exist.
 _WATCHED = frozenset({STREAM, STREAM_FREE, HOST_COPY, RECORD, WAIT, STREAM_SYNC, DEVICE_SYNC,

@@ -29,6 +29,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from . import _signals
+
 __all__ = ["run_finalizer", "remember", "raise_pending", "cleanup", "take_pending", "call_now",
            "host_callback", "in_host_callback", "hand_to_reaper"]
 
@@ -178,6 +180,7 @@ _reaper: threading.Thread | None = None
 
 
 def _reap() -> None:
+    _signals.block_in_this_thread()  # signals go to the main thread (see _signals.py)
     while True:
         item = _reaper_queue.get()
         if isinstance(item, list):

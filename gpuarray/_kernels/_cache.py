@@ -17,7 +17,9 @@ of the payload, the key) followed by the payload; it is written to a
 temporary file in the same folder and renamed over the final name
 (``os.replace``), so readers never see a partial file.  Anything that does
 not verify -- short, wrong magic or version, wrong key, bad checksum -- is a
-miss, and the recompiled image replaces it.  The disk cache is best effort:
+miss, and the recompiled image replaces it; so is an entry that verifies but
+whose image the driver refuses to load (``get_image(..., rebuild=True)``,
+asked once by ``_loader.get_kernel``).  The disk cache is best effort:
 an unwritable folder costs a recompile next time, never an error.
 
 Trust: a loaded CUBIN is code that runs on the device, so the folder is
@@ -217,6 +219,17 @@ def read_entry(key: str, kind: str) -> bytes | None:
     return payload
 
 
+def _drop_entry(key: str, kind: str) -> None:
+    """Remove entry ``key`` of ``kind`` from the disk cache (best effort)."""
+    d = cache_dir()
+    if not _trusted(d):
+        return
+    try:
+        os.unlink(_entry_path(d, key, kind))
+    except OSError:
+        pass
+
+
 def write_entry(key: str, kind: str, payload: bytes) -> None:
     """Store ``payload`` as entry ``key`` atomically; failures are logged, never raised.
 
@@ -250,7 +263,7 @@ def write_entry(key: str, kind: str, payload: bytes) -> None:
 
 def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
               compile_fn: Callable[..., bytes] | None = None, fast: bool = False,
-              toolchain: _nvrtc.Toolchain | None = None) -> bytes:
+              toolchain: _nvrtc.Toolchain | None = None, rebuild: bool = False) -> bytes:
     """The compiled image of ``source`` for ``target``: from memory, disk, or NVRTC.
 
     Parameters
@@ -269,6 +282,10 @@ def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
     toolchain : Toolchain, optional
         The NVRTC that compiles (:func:`._toolchain.current`); with it a
         hit loads nothing.  Omitted: asked of the loaded NVRTC.
+    rebuild : bool
+        The image held for this key is a miss (the driver refused it: see
+        ``_loader.get_kernel``): forget it, in memory and on disk, and
+        compile again.
 
     Returns
     -------
@@ -287,8 +304,8 @@ def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
     options = _nvrtc.compile_options(target, fast=fast, version=tc.version)
     key = cache_key(source, headers, options, target, tc.version, tc.ident)
     with _lock:
-        image = _memory.get(key)
-        if image is not None:
+        image = _memory.pop(key, None) if rebuild else _memory.get(key)
+        if image is not None and not rebuild:
             return image
         found = _inflight.get(key)
         owner = found is None
@@ -300,7 +317,9 @@ def get_image(source: str, headers: Mapping[str, str], target: _nvrtc.Target,
         return cast(bytes, pending.image)
     try:
         use_disk = disk_cache_enabled()
-        image = read_entry(key, target.kind) if use_disk else None
+        if rebuild and use_disk:
+            _drop_entry(key, target.kind)
+        image = read_entry(key, target.kind) if use_disk and not rebuild else None
         if image is None:
             fn = compile_fn
             if fn is None:

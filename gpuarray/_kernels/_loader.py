@@ -32,6 +32,7 @@ import weakref
 from typing import NamedTuple
 
 from .._driver import get_backend, sim_kernels
+from ..errors import CudaError
 from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, parse_symbol, program_source
 
@@ -76,12 +77,13 @@ def device_info(backend, ordinal: int) -> DeviceInfo:
 
 
 def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
-                driver_version: int | None = None) -> bytes:
+                driver_version: int | None = None, rebuild: bool = False) -> bytes:
     """The compiled image (CUBIN or PTX) of one kernel for compute capability ``cc``.
 
     ``fast``: compile with minimal device optimisation (images never run).
     ``driver_version``: refuse an NVRTC newer than this driver
     (:func:`._toolchain.check_driver`).  Loads NVRTC only on a cache miss.
+    ``rebuild``: the cached image is a miss (:func:`get_kernel`).
     """
     source, headers = program_source([spec]), _source.kernel_headers()
 
@@ -89,7 +91,7 @@ def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
         if driver_version is not None:
             _toolchain.check_driver(tc.version, driver_version)
         target = _nvrtc.select_target(*cc, archs=tc.archs, version=tc.version)
-        return _cache.get_image(source, headers, target, fast=fast, toolchain=tc)
+        return _cache.get_image(source, headers, target, fast=fast, toolchain=tc, rebuild=rebuild)
 
     tc = _toolchain.require()
     try:
@@ -99,9 +101,10 @@ def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
         return build(e.loaded)
 
 
-def _sim_image(spec: KernelSpec, info: DeviceInfo) -> bytes:
+def _sim_image(spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
     if sim_compile_enabled() and _toolchain.current() is not None:
-        return build_image(spec, info.cc, fast=True, driver_version=info.driver_version)
+        return build_image(spec, info.cc, fast=True, driver_version=info.driver_version,
+                           rebuild=rebuild)
     return b"gpuarray-sim-placeholder\0" + spec.symbol.encode() + b"\0"
 
 
@@ -129,7 +132,8 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
     NvrtcError
         If the kernel does not compile.
     CudaError
-        If no context is current, or loading fails.
+        If no context is current, or loading fails (an image the driver
+        refuses is built again once first: a cache entry may be stale).
     """
     b = backend if backend is not None else get_backend()
     key = (b.ctx_get_current(), spec.symbol)
@@ -139,11 +143,16 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
         if hit is not None:
             return hit
     info = device_info(b, b.ctx_get_device())
-    if b.name == "sim":
-        image = _sim_image(spec, info)
-    else:
-        image = build_image(spec, info.cc, driver_version=info.driver_version)
-    module = b.module_load_data(image)  # relaxed at the capture checkpoint
+    try:
+        module = b.module_load_data(_image(b, spec, info))  # relaxed at the capture checkpoint
+    except CudaError as e:
+        if e.code not in _IMAGE_REFUSED:
+            raise
+        # An image whose cache entry verifies (header, digest) but which the
+        # driver refuses -- a driver or toolchain change the key does not
+        # see, a damaged compiler output -- is a miss: dropped and built
+        # again, once; refused again, the driver's error goes up.
+        module = b.module_load_data(_image(b, spec, info, rebuild=True))
     entry = (b.module_get_function(module, spec.symbol), info)
     with _lock:
         table = _functions.setdefault(b, {})
@@ -153,6 +162,17 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
             return entry
     b.module_unload(module)  # another thread loaded it first
     return prior
+
+
+#: ``CUDA_ERROR_INVALID_IMAGE``, ``NO_BINARY_FOR_GPU``, ``INVALID_PTX``,
+#: ``UNSUPPORTED_PTX_VERSION``: the driver refuses the image itself.
+_IMAGE_REFUSED = frozenset({200, 209, 218, 222})
+
+
+def _image(b, spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
+    if b.name == "sim":
+        return _sim_image(spec, info, rebuild)
+    return build_image(spec, info.cc, driver_version=info.driver_version, rebuild=rebuild)
 
 
 def get_function(spec: KernelSpec, backend=None) -> int:

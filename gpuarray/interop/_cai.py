@@ -25,6 +25,7 @@ from .._array import DeviceNDArray
 from .._device import Device, get_device
 from .._driver import get_backend
 from .._driver._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST
+from .._graph import note_foreign_unmapped
 from .._stream import default_stream, external_stream, legacy_default_stream, order_after
 from ..memory import MemoryPointer
 from ._cai_desc import parse_cai, parse_fields
@@ -128,6 +129,8 @@ def from_cuda_array_interface(desc: Any, owner: Any = None, sync: bool = True) -
             dev, kind = get_device(info.device_ordinal), 2
         else:
             dev, kind = _device_of(ptr, lo, hi, info)
+        if not info.mapped:  # another library's graph memory, its graph not launched yet
+            note_foreign_unmapped(info.base, info.size, dev)
         mem = MemoryPointer(dev, ptr + lo, hi - lo, owner)
     else:
         # A size-0 array touches no memory: its pointer may be anything (e.g.

@@ -420,7 +420,7 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
                     dev.synchronize()
                 except StreamCaptureError:
                     self.allocations[ptr] = size
-                    return _pool_held.hold(self, backend, uses, ptr, release)
+                    return _pool_held.hold(self, backend, uses, ptr, release, recheck=False)
                 stream = legacy_default_stream(dev)
             release(stream)
 

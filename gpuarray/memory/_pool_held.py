@@ -63,10 +63,20 @@ def blocked(uses: Any) -> bool:
     return False
 
 
-def hold(manager: Any, backend: Any, uses: Any, ptr: int, release: Any) -> None:
-    """Keep the free of ``ptr`` for :func:`retry` (its allocation stays counted)."""
+def hold(manager: Any, backend: Any, uses: Any, ptr: int, release: Any,
+         recheck: bool = True) -> None:
+    """Keep the free of ``ptr`` for :func:`retry` (its allocation stays counted).
+
+    With ``recheck``, the caller found ``uses`` :func:`blocked`; when the
+    capture ended since, the free is made at once (else it would wait for the
+    next pool operation).  Without it (the free needs a device-wide wait a
+    capture elsewhere forbids, not one of ``uses``' streams), it waits for
+    the next pool operation: retrying at once would only hold it again.
+    """
     with _lock:
         _held.append((manager, backend, uses, ptr, release))
+    if recheck and not blocked(uses):
+        retry()
 
 
 def retry() -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ...errors import CudaUnavailableError
+from ...errors import CudaForkError, CudaUnavailableError
 from . import _state as S
 from ._device import DeviceCalls
 from ._graphs import GraphCalls
@@ -110,6 +110,8 @@ class CudaBackend(DeviceCalls, MemoryCalls, StreamCalls, ModuleCalls, GraphCalls
         code = int(res[0])
         if code in _UNAVAILABLE_CODES:
             err = _error(code, "cuInit")
+            if isinstance(err, CudaForkError):  # the parent used CUDA (_fork.py): not a missing GPU
+                raise err
             version = ""
             try:  # works without cuInit: tells which driver was found
                 vres = drv.cuDriverGetVersion()

@@ -129,16 +129,16 @@ class MemoryCalls(CallsBase):
     def pointer_info(self, ptr: int) -> PointerInfo:
         if not self._ready:
             self.init()
-        res = S._d.cuPointerGetAttributes(5, S._PTR_ATTRS, ptr)
+        res = S._d.cuPointerGetAttributes(6, S._PTR_ATTRS, ptr)
         if int(res[0]) == _ERR_INVALID_VALUE:
             # Older drivers report unknown (pageable) host memory this way.
             return PointerInfo(0, -1, 0, 0)
-        mtype, ordinal, base, size, managed = _check(res, "cuPointerGetAttributes")
+        mtype, ordinal, base, size, managed, mapped = _check(res, "cuPointerGetAttributes")
         mtype = int(mtype)
         if mtype == 0:
             # Not a CUDA address: the driver fills defaults (ordinal -2).
             return PointerInfo(0, -1, 0, 0)
-        return PointerInfo(mtype, int(ordinal), int(base), int(size), bool(managed))
+        return PointerInfo(mtype, int(ordinal), int(base), int(size), bool(managed), bool(mapped))
 
     # ----------------------------------------------------- copies and sets
     def memcpy_htod_async(self, dst: int, src_host: int, nbytes: int, stream: int) -> None:

@@ -111,6 +111,7 @@ def _bind(drv: Any) -> None:
         pa.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
         pa.CU_POINTER_ATTRIBUTE_RANGE_SIZE,
         pa.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        pa.CU_POINTER_ATTRIBUTE_MAPPED,
     ]
     da = drv.CUdevice_attribute
     _DEV_ATTRS = {a: getattr(da, "CU_DEVICE_ATTRIBUTE_" + a.upper()) for a in DEVICE_ATTRIBUTES}
@@ -164,8 +165,8 @@ def _error(code: Any, call: str, detail: str | Callable[[], str] = "") -> CudaEr
     code = int(code)
     if callable(detail):
         detail = detail()
-    if code == _fork.NOT_INITIALIZED and _fork.forked_from() is not None:
-        return _fork.error(call, detail)  # a fork child of a process that used CUDA
+    if code == _fork.NOT_INITIALIZED and (_fork.forked_from() or _fork.fork_parent()) is not None:
+        return _fork.error(call, detail)  # a fork child of a process that used CUDA (_fork.py)
     cls = CudaOutOfMemoryError if code == _ERR_OUT_OF_MEMORY else CudaError
     return cls(code, call, detail, name=_result_name(code))
 

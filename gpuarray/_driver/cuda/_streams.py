@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -106,6 +107,19 @@ class StreamCalls(CallsBase):
             _host_fns.pop(token, None)  # never called: do not keep it
             raise
 
+    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+        if not self._ready:
+            self.init()
+        with _host_fn_lock:
+            token = next(_host_fn_tokens)
+            _launched_fns[token] = fn  # weakly: the caller keeps it (a graph, as long as it lives)
+        try:
+            _check(S._d.cuLaunchHostFunc(stream or 1, S._d.CUhostFn(_LAUNCHED_FN_ADDR), token),
+                   "cuLaunchHostFunc")
+        except BaseException:
+            _launched_fns.pop(token, None)
+            raise
+
 
 
 # Host callbacks (cuStreamAddCallback rather than cuLaunchHostFunc: the latter
@@ -134,3 +148,18 @@ def _host_fn_trampoline(stream: Any, status: int, token: Any) -> None:
 
 
 _HOST_FN_ADDR = ctypes.cast(_host_fn_trampoline, ctypes.c_void_p).value
+
+# Host functions of cuLaunchHostFunc: a host node calls its function at every
+# launch of its graph, so the token stays; the function is held weakly (by
+# the caller, e.g. the graph that holds the node), and its entry goes with it.
+_launched_fns: weakref.WeakValueDictionary[int, Callable[[], None]] = weakref.WeakValueDictionary()
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _launched_fn_trampoline(token: Any) -> None:
+    fn = _launched_fns.get(int(token or 0))
+    if fn is not None:
+        fn()
+
+
+_LAUNCHED_FN_ADDR = ctypes.cast(_launched_fn_trampoline, ctypes.c_void_p).value

@@ -308,8 +308,9 @@ class SimCore(Backend):
         a, off = self.memory.resolve(address, nbytes, "copy")
         return a, off
 
-    def _complete(self, op: Op, call: str) -> None:
-        self._sync(call, lambda: self.sched.complete(op))
+    def _complete(self, op: Op, call: str, own: bool = False) -> None:
+        # own: ``op`` is this call's (see Scheduler.complete)
+        self._sync(call, lambda: self.sched.complete(op, own=own))
         self.sched.host_observes(op.vc)
 
     def _query(self, op: Op, call: str) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import CudaError
+from .. import _signals
 
 #: ``CUDA_ERROR_NOT_PERMITTED``
 NOT_PERMITTED = 800
@@ -180,6 +181,7 @@ class Worker:
                 self._thread.start()
 
     def _run(self) -> None:
+        _signals.block_in_this_thread()  # the main thread takes them (see _signals.py)
         while True:
             with self._lock:
                 if not self._items:

@@ -159,7 +159,10 @@ class SimMemoryCalls(SimCore):
         if a.is_host:
             ctx = getattr(self._tls, "ctx", None)
             return PointerInfo(MEMORYTYPE_HOST, ctx.device if ctx else 0, a.base, a.size)
-        return PointerInfo(MEMORYTYPE_DEVICE, a.device, a.base, a.size, a.kind == "managed")
+        # graph memory not mapped now (before its graph's first launch, after its free node):
+        # an address reserved with nothing behind it (CU_POINTER_ATTRIBUTE_MAPPED 0)
+        return PointerInfo(MEMORYTYPE_DEVICE, a.device, a.base, a.size, a.kind == "managed",
+                           not a.unmapped)
 
     @_locked
     def allocation_of(self, ptr: int) -> Allocation | None:
@@ -217,7 +220,7 @@ class SimMemoryCalls(SimCore):
         op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc,
                                 on_ready=poison[1] if poison else None)
         if not pinned:  # pageable destination: returns once the copy is done
-            self._complete(op, call)
+            self._complete(op, call, own=True)
         elif poison is not None and not op.captured:
             poison[0]()
 
@@ -339,7 +342,7 @@ class SimMemoryCalls(SimCore):
         op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc,
                                 on_ready=poison[1] if poison else None)
         if not dst_is_device and pinned_dst is None:
-            self._complete(op, call)
+            self._complete(op, call, own=True)
         elif poison is not None and not op.captured:
             poison[0]()
 

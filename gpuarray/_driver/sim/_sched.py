@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import StreamOrderError
+from .. import _signals
 from ._lock import SimLock
 from ._memory import AddressSpace, Allocation
 
@@ -345,16 +346,40 @@ class Scheduler:
     def _runnable(self, op: Op) -> bool:
         return all(d.done for d in op.deps)
 
-    def complete(self, target: Op | None, wait: bool = True) -> None:
+    def complete(self, target: Op | None, wait: bool = True, own: bool = False) -> None:
         """Run work until ``target`` (and so everything it depends on) is done.
 
         Only ``target``'s own dependencies run, so a call never runs (and
         never reports) unrelated work.  A host function on the way is run by
         its driver thread: this waits for it (the lock released meanwhile),
-        or with ``wait=False`` raises ``_Blocked``.
+        or with ``wait=False`` raises ``_Blocked``.  Asynchronous signals
+        wait meanwhile on the main thread (``_signals.py``).
+
+        ``own``: ``target`` was queued by the calling driver call, which
+        returns only once it is done (a copy to pageable memory).  When that
+        cannot be (``ReentryError``), ``target`` is withdrawn before the
+        error goes up: nothing of the failed call stays queued (a copy would
+        write later into a buffer its caller has freed).
         """
         if target is None or target.done:
             return
+        held = _signals.hold()
+        try:
+            self._complete(target, wait)
+        except ReentryError:
+            if own:
+                self.withdraw(target)
+            raise
+        finally:
+            if held:
+                _signals.release()
+
+    def withdraw(self, op: Op) -> None:
+        """Make queued ``op`` do nothing: it stays in its stream's order, an empty step."""
+        op.fn = op.on_ready = None
+        op.reads, op.writes = [], []
+
+    def _complete(self, target: Op, wait: bool) -> None:
         if self.rng is not None:
             while not target.done:
                 ready = self._ready_for(target)
@@ -408,11 +433,14 @@ class Scheduler:
         if not wait:
             raise _Blocked
         self._parked += 1
+        opened = _signals.open_for_wait()  # no work runs here: a handler may run (Ctrl-C)
         try:
             with self.cond:  # its driver thread takes the lock to run and finish it
                 self.cond.wait()
         finally:
             self._parked -= 1
+            if opened:
+                _signals.close_after_wait()
 
     def _reached_running(self, op: Op, wait: bool) -> None:
         """Work needed now is running (``_execute``): never run it a second time.
@@ -460,16 +488,21 @@ class Scheduler:
         Never past a host function that has not returned: the GPU waits for
         it, and the call that queued work must not wait (nor drop the lock).
         """
-        while len(self.pending) > self.max_queue // 2:
-            oldest = next(iter(self.pending.values()))
-            try:
-                self.complete(oldest, wait=False)
-            except _Blocked:
-                return
-            except Exception as e:
-                op = self.failed_op
-                if op is None or self.on_fault is None or not self.on_fault(op, e):
-                    raise
+        held = _signals.hold()  # once for the whole drain
+        try:
+            while len(self.pending) > self.max_queue // 2:
+                oldest = next(iter(self.pending.values()))
+                try:
+                    self.complete(oldest, wait=False)
+                except _Blocked:
+                    return
+                except Exception as e:
+                    op = self.failed_op
+                    if op is None or self.on_fault is None or not self.on_fault(op, e):
+                        raise
+        finally:
+            if held:
+                _signals.release()
 
     def discard(self, ctx: SimContext) -> None:
         """Drop the queued work of ``ctx`` (after a sticky fault, or a reset)."""

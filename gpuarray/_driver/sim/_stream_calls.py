@@ -3,9 +3,10 @@
 One concern: the ``cuStream*`` and ``cuEvent*`` calls of the driver
 interface on the scheduler of ``_sched.py`` -- creation and destruction,
 queries and synchronisation (which run queued work and report its faults),
-cross-stream waits, event timing, and ``cuStreamAddCallback``, whose host
-function a driver thread calls once the stream reaches it, as CUDA's
-callback thread does.
+cross-stream waits, event timing, and ``cuStreamAddCallback`` and
+``cuLaunchHostFunc``, whose host function a driver thread calls once the
+stream reaches it, as CUDA's callback thread does (only the latter can be
+captured).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from ._hostfn import Worker, call_host_fn
 from ._hostfn import _state as _hostfn_state
 from ._memory import DeviceFault
 from ._sched import Op, SimEvent, SimStream
+
+_NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED
 
 #: ``CUDA_ERROR_UNKNOWN``: the status of a host function after work that failed
 #: with something other than a CUDA error (a bug of a reference kernel).
@@ -199,10 +202,36 @@ class SimStreamCalls(SimCore):
         if not callable(fn):
             raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
         desc = f"{call} host function {getattr(fn, '__name__', fn)!r}"
-        if s.capture is not None:  # a host node: each launch calls it
-            _capture.add_node(s.capture, s, Node("host", fn, desc, [], list(s.cap_deps)), call)
-            return
+        if s.capture is not None:
+            # cuda.h: "this function is not supported with cuStreamBeginCapture
+            # and cuStreamEndCapture, unlike cuLaunchHostFunc"; of the codes it
+            # lists for the call, that is CUDA_ERROR_NOT_SUPPORTED (801).  The
+            # capture is invalidated too, as for any call a capture does not
+            # support (stricter than a driver, if one leaves it valid).
+            if s.capture.status != "active":
+                _capture.raise_invalidated(s.capture, call)
+            _capture.refuse(self, _NOT_SUPPORTED, call, [s.capture],
+                            "on a capturing stream: a stream callback cannot be captured "
+                            "(cuLaunchHostFunc can)")
         self._queue_host_fn(s, fn, desc)
+
+    @_locked
+    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+        call = "cuLaunchHostFunc"
+        s = self._stream(stream, call)
+        if not callable(fn):
+            raise TypeError(f"{call}: the host function must be callable, got {type(fn).__name__}")
+        desc = f"{call} host function {getattr(fn, '__name__', fn)!r}"
+
+        def host_fn(status: int) -> None:
+            if status == 0:  # unlike a stream callback, never called after a failure
+                fn()
+
+        host_fn.__name__ = getattr(fn, "__name__", "host_fn")
+        if s.capture is not None:  # a host node: each launch calls it
+            _capture.add_node(s.capture, s, Node("host", host_fn, desc, [], list(s.cap_deps)), call)
+            return
+        self._queue_host_fn(s, host_fn, desc)
 
     def _queue_host_fn(self, s: SimStream, fn: Callable[[int], None], desc: str) -> None:
         before = _hostfn_state.adding

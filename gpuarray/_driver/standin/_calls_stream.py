@@ -1,8 +1,8 @@
 """The stand-in driver's stream, event and host-callback calls.
 
-One concern: the ``cuStream*`` and ``cuEvent*`` driver forms and
-``cuStreamAddCallback`` on the simulator's scheduler.  A stream's creation
-flags and priority (clamped to ``cuCtxGetStreamPriorityRange``, as CUDA
+One concern: the ``cuStream*`` and ``cuEvent*`` driver forms,
+``cuStreamAddCallback`` and ``cuLaunchHostFunc`` on the simulator's
+scheduler.  A stream's creation flags and priority (clamped to ``cuCtxGetStreamPriorityRange``, as CUDA
 does) are kept here for ``cuStreamGetFlags``/``cuStreamGetPriority``; a
 destroyed or unknown stream is ``CUDA_ERROR_INVALID_HANDLE``.
 """
@@ -112,6 +112,21 @@ def cuStreamAddCallback(stream: int, fn: int, user: int, flags: int, ptsz: bool 
 
     host_fn.__name__ = f"C callback {fn:#x}"
     backend().stream_add_callback(_stream(stream, ptsz), host_fn)
+
+
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def cuLaunchHostFunc(stream: int, fn: int, user: int, ptsz: bool = False) -> None:
+    if not fn:
+        raise CudaError(_INVALID_VALUE, "cuLaunchHostFunc", "(NULL host function)")
+    cfn = _HOST_FN(fn)
+
+    def host_fn() -> None:
+        cfn(user)  # CUDA passes userData
+
+    host_fn.__name__ = f"C host function {fn:#x}"
+    backend().launch_host_func(_stream(stream, ptsz), host_fn)  # the simulator holds it
 
 
 @_output_first

@@ -151,6 +151,7 @@ S3(cuStreamWaitEvent, H, P, H, P, unsigned int, U)
 S2(cuStreamGetCtx, H, P, H *, P)
 S3(cuStreamGetCtx_v2, H, P, H *, P, H *, P)
 S4(cuStreamAddCallback, H, P, H, P, H, P, unsigned int, U)
+S3(cuLaunchHostFunc, H, P, H, P, H, P)
 F2(cuEventCreate, H *, P, unsigned int, U)
 F1(cuEventDestroy_v2, H, P)
 S2(cuEventRecord, H, P, H, P)
@@ -373,6 +374,7 @@ static const Entry table[] = {
     ES("cuStreamGetCtx", 9020, cuStreamGetCtx),
     ES("cuStreamGetCtx", 12050, cuStreamGetCtx_v2),
     ES("cuStreamAddCallback", 5000, cuStreamAddCallback),
+    ES("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     E("cuEventCreate", 2000, cuEventCreate),
     E("cuEventDestroy", 4000, cuEventDestroy_v2),
     ES("cuEventRecord", 2000, cuEventRecord),
