@@ -34,10 +34,9 @@ library's global capture on another thread is never visible).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import CudaError, StreamCaptureError
@@ -83,6 +82,40 @@ class _Capture:
         self.thread = threading.get_ident()
 
 
+class _ThreadState(threading.local):
+    """The calling thread's place: inside a relaxed block (``relaxed``), whose frees are
+    made even while gpuarray captures (``now``)."""
+
+    relaxed = False
+    now = False
+
+
+class _RelaxedBlock:
+    """:meth:`Checkpoint.relaxed`'s block (a class: a flush of deferred frees enters one
+    every ten releases, and a generator's context manager costs three times as much)."""
+
+    __slots__ = ("_tls", "_exchange", "_now", "_prev", "_outer")
+
+    def __init__(self, tls: _ThreadState, exchange: Callable[[str], str], now: bool) -> None:
+        self._tls, self._exchange, self._now = tls, exchange, now
+        self._outer = False
+
+    def __enter__(self) -> None:
+        tls = self._tls
+        if tls.relaxed:  # already in a block: its switch serves this one
+            return
+        self._prev = self._exchange("relaxed")
+        tls.relaxed, tls.now = True, self._now
+        self._outer = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._outer:
+            tls = self._tls
+            tls.relaxed = tls.now = False
+            self._outer = False
+            self._exchange(self._prev)
+
+
 def _error(msg: str) -> StreamCaptureError:
     return StreamCaptureError(msg)
 
@@ -94,7 +127,7 @@ class Checkpoint:
         self._b = backend
         self.name = backend.name
         self._lock = threading.RLock()
-        self._tls = threading.local()  # .relaxed: inside relaxed(), already relaxed
+        self._tls = _ThreadState()
         #: Capture key (stream handle; (2, ctx, thread) for the per-thread stream) -> _Capture.
         self._captures: dict[Any, _Capture] = {}
         #: External stream handle -> number of live gpuarray Stream objects over it.
@@ -178,23 +211,11 @@ class Checkpoint:
         make = getattr(self, "_k_" + kind.replace("-", "_"))
         return make(name, call, fn, _STREAM_ARG.get(name, -1))
 
-    @contextlib.contextmanager
-    def relaxed(self, now: bool = False) -> Iterator[None]:
+    def relaxed(self, now: bool = False) -> _RelaxedBlock:
         """A block whose potentially unsafe calls share one switch to relaxed mode (a batch
         of frees): two driver calls for the block instead of two a call.  ``now``: its
         frees are made even while gpuarray captures (an out-of-memory retry)."""
-        tls = self._tls
-        if getattr(tls, "relaxed", False):
-            yield
-            return
-        exchange = self._b.exchange_capture_mode
-        prev = exchange("relaxed")
-        tls.relaxed, tls.now = True, now
-        try:
-            yield
-        finally:
-            tls.relaxed = tls.now = False
-            exchange(prev)
+        return _RelaxedBlock(self._tls, self._b.exchange_capture_mode, now)
 
     def run_deferred_frees(self) -> None:
         """Make the frees deferred while gpuarray captures now, in relaxed mode (an
@@ -210,7 +231,7 @@ class Checkpoint:
         tls = self._tls
 
         def relaxed(*args: Any, **kwargs: Any) -> Any:
-            if getattr(tls, "relaxed", False):
+            if tls.relaxed:
                 return fn(*args, **kwargs)
             prev = exchange("relaxed")
             try:
@@ -220,15 +241,26 @@ class Checkpoint:
         return relaxed
 
     def _free(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        relaxed = self._relaxed(fn)
+        # One frame (every release of the default manager makes this call,
+        # mostly inside a flush's relaxed block): the relaxed wrapper inlined.
+        exchange = self._b.exchange_capture_mode
+        tls = self._tls
+        captures = self._captures  # never rebound
 
         def free(*args: Any) -> None:
-            if self._captures and not getattr(self._tls, "now", False):
+            if captures and not tls.now:
                 with self._lock:
-                    if self._captures:
+                    if captures:
                         self._deferred.append((name, args, self._b.ctx_get_current()))
                         return
-            relaxed(*args)
+            if tls.relaxed:
+                fn(*args)
+                return
+            prev = exchange("relaxed")
+            try:
+                fn(*args)
+            finally:
+                exchange(prev)
         return free
 
     # -------------------------------------------------------- capture state

@@ -334,7 +334,7 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         CudaOutOfMemoryError
             Stating the size asked for and the device.
         """
-        b = get_backend()
+        b = _driver._backend or get_backend()
         try:
             ptr = b.mem_alloc_relaxed(size)  # never invalidates a capture (_capture.py)
         except CudaOutOfMemoryError:
