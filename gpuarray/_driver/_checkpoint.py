@@ -247,18 +247,18 @@ class Checkpoint:
         tls = self._tls
         captures = self._captures  # never rebound
 
-        def free(*args: Any) -> None:
+        def free(handle: int) -> None:  # every FREE call takes one handle
             if captures and not tls.now:
                 with self._lock:
                     if captures:
-                        self._deferred.append((name, args, self._b.ctx_get_current()))
+                        self._deferred.append((name, (handle,), self._b.ctx_get_current()))
                         return
             if tls.relaxed:
-                fn(*args)
+                fn(handle)
                 return
             prev = exchange("relaxed")
             try:
-                fn(*args)
+                fn(handle)
             finally:
                 exchange(prev)
         return free

@@ -369,9 +369,8 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
 
         def free_device(ptr: int) -> None:
             allocations.pop(ptr, None)
-            current = _driver._backend
-            if current is b and current is not None:  # else the replaced backend (tests) took it
-                current.mem_free(ptr)
+            if _driver._backend is b:  # else the replaced backend (tests) took it
+                b.mem_free(ptr)
 
         return free_device
 
