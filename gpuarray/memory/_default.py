@@ -369,8 +369,9 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
 
         def free_device(ptr: int) -> None:
             allocations.pop(ptr, None)
-            if _driver._backend is b:  # else the replaced backend (tests) took it
-                b.mem_free(ptr)
+            current: Any = _driver._backend
+            if current is b:  # else the replaced backend (tests) took it
+                current.mem_free(ptr)
 
         return free_device
 
