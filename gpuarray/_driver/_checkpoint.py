@@ -83,37 +83,39 @@ class _Capture:
 
 
 class _ThreadState(threading.local):
-    """The calling thread's place: inside a relaxed block (``relaxed``), whose frees are
-    made even while gpuarray captures (``now``)."""
+    """The calling thread's relaxed blocks (:meth:`Checkpoint.relaxed`): how many are
+    entered, whether their frees are made even while gpuarray captures (``now``), and
+    the capture mode the outermost one restores (``prev``)."""
 
-    relaxed = False
+    depth = 0
     now = False
+    prev = "global"
 
 
 class _RelaxedBlock:
-    """:meth:`Checkpoint.relaxed`'s block (a class: a flush of deferred frees enters one
-    every ten releases, and a generator's context manager costs three times as much)."""
+    """:meth:`Checkpoint.relaxed`'s block, one per ``now`` and checkpoint, its state the
+    thread's (a flush of deferred frees enters one every ten releases: no object made,
+    no generator)."""
 
-    __slots__ = ("_tls", "_exchange", "_now", "_prev", "_outer")
+    __slots__ = ("_cp", "_now")
 
-    def __init__(self, tls: _ThreadState, exchange: Callable[[str], str], now: bool) -> None:
-        self._tls, self._exchange, self._now = tls, exchange, now
-        self._outer = False
+    def __init__(self, cp: Checkpoint, now: bool) -> None:
+        self._cp, self._now = cp, now
 
     def __enter__(self) -> None:
-        tls = self._tls
-        if tls.relaxed:  # already in a block: its switch serves this one
-            return
-        self._prev = self._exchange("relaxed")
-        tls.relaxed, tls.now = True, self._now
-        self._outer = True
+        tls = self._cp._tls
+        depth = tls.depth
+        if not depth:  # the outermost block switches; nested ones share its switch
+            tls.prev = self._cp._exchange("relaxed")
+            tls.now = self._now
+        tls.depth = depth + 1
 
     def __exit__(self, *exc: Any) -> None:
-        if self._outer:
-            tls = self._tls
-            tls.relaxed = tls.now = False
-            self._outer = False
-            self._exchange(self._prev)
+        tls = self._cp._tls
+        depth = tls.depth = tls.depth - 1
+        if not depth:
+            tls.now = False
+            self._cp._exchange(tls.prev)
 
 
 def _error(msg: str) -> StreamCaptureError:
@@ -128,6 +130,8 @@ class Checkpoint:
         self.name = backend.name
         self._lock = threading.RLock()
         self._tls = _ThreadState()
+        self._exchange: Callable[[str], str] = backend.exchange_capture_mode
+        self._blocks = (_RelaxedBlock(self, False), _RelaxedBlock(self, True))
         #: Capture key (stream handle; (2, ctx, thread) for the per-thread stream) -> _Capture.
         self._captures: dict[Any, _Capture] = {}
         #: External stream handle -> number of live gpuarray Stream objects over it.
@@ -176,6 +180,7 @@ class Checkpoint:
         maps = self._maps
         if maps is None:  # both sets of attributes, built once
             b = self._b
+            self._exchange = b.exchange_capture_mode
             quiet, watched = {}, {}
             for name, (kind, call) in KINDS.items():
                 watched[name] = self._wrap(name, kind, call)
@@ -215,7 +220,7 @@ class Checkpoint:
         """A block whose potentially unsafe calls share one switch to relaxed mode (a batch
         of frees): two driver calls for the block instead of two a call.  ``now``: its
         frees are made even while gpuarray captures (an out-of-memory retry)."""
-        return _RelaxedBlock(self._tls, self._b.exchange_capture_mode, now)
+        return self._blocks[1 if now else 0]
 
     def run_deferred_frees(self) -> None:
         """Make the frees deferred while gpuarray captures now, in relaxed mode (an
@@ -231,7 +236,7 @@ class Checkpoint:
         tls = self._tls
 
         def relaxed(*args: Any, **kwargs: Any) -> Any:
-            if tls.relaxed:
+            if tls.depth:
                 return fn(*args, **kwargs)
             prev = exchange("relaxed")
             try:
@@ -253,7 +258,7 @@ class Checkpoint:
                     if captures:
                         self._deferred.append((name, (handle,), self._b.ctx_get_current()))
                         return
-            if tls.relaxed:
+            if tls.depth:
                 fn(handle)
                 return
             prev = exchange("relaxed")
