@@ -179,8 +179,8 @@ def ctx() -> Ctx:
         dev = gpuarray.get_device()
         dev.make_current()
         info = _bench.describe()
-        _ctx = Ctx(dev, gpuarray.legacy_default_stream(dev), _driver.get_backend(), info,
-                   info["l2_cache_size"])
+        raw = _driver.checkpoint().backend  # the raw rows' driver: past gpuarray's capture checkpoint
+        _ctx = Ctx(dev, gpuarray.legacy_default_stream(dev), raw, info, info["l2_cache_size"])
     return _ctx
 
 

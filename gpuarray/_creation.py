@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _capture, _layout, _transfer
+from . import _capture, _driver, _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
 from ._device import _current_primary
@@ -345,7 +345,8 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
                 itemsize = host.itemsize
                 out = _make_array(shape, (itemsize,) if len(shape) == 1 else _layout.c_strides(shape, itemsize),
                                   dt, mem.device_pointer, mem, s, False, dev)
-                get_backend().memcpy_htod_async(out._ptr, _cap.host_address(host), nbytes, s.handle)
+                (_driver._backend or get_backend()).memcpy_htod_async(out._ptr, _cap.host_address(host),
+                                                                      nbytes, s.handle)
                 return out
     else:
         src = as_device_source(obj)

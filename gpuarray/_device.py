@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 
+from . import _driver
 from ._driver import _fork, get_backend
 from ._driver._finalize import _pending as _finalizer_errors
 from ._driver._finalize import raise_pending
@@ -238,7 +239,7 @@ def _current_primary() -> Device | None:
         raise_pending()
     if not _by_context:  # no device made yet (the driver may not be initialised)
         return None
-    return _by_context.get(get_backend().ctx_get_current())
+    return _by_context.get((_driver._backend or get_backend()).ctx_get_current())
 
 
 def get_device(ordinal: int | None = None) -> Device:

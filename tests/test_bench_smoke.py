@@ -89,3 +89,15 @@ def test_command_line_bench():
     r = _run("-m", "gpuarray", "bench", "-k", "copy")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "simulator" in r.stdout and "copy d2d" in r.stdout
+
+
+def test_the_raw_rows_call_the_driver_past_the_capture_checkpoint():
+    # The raw path of "to_device 8 B" is cuMemAlloc + cuMemcpyHtoDAsync + cuMemFree (its
+    # round's stream synchronisation shared by the round): through the checkpoint its
+    # allocation and free would each be three calls (relaxed switches), seven in all.
+    from gpuarray._bench import _Env, run_suite
+
+    (row,) = run_suite(_Env(), only="to_device 8 B")
+    assert not row.error, row.error
+    assert row.raw_calls is not None and 3.0 <= row.raw_calls < 3.1
+    assert row.calls is not None and row.calls > row.raw_calls

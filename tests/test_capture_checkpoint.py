@@ -101,3 +101,34 @@ def test_quiet_checkpoint_hands_out_the_backends_own_methods():
     finally:
         object.__setattr__(raw, "_checkpoint", _driver.get_backend())
     assert _call_kinds.QUERY in RULES
+
+
+def _mode(b) -> str:
+    prev = b.exchange_capture_mode("global")
+    b.exchange_capture_mode(prev)
+    return prev
+
+
+def test_a_relaxed_block_switches_once_per_thread_and_restores_the_mode_it_found():
+    import threading
+
+    cp = _driver.checkpoint()
+    b = cp.backend
+    start = b.exchange_capture_mode("thread_local")  # not the default: the block restores it
+    try:
+        seen = []
+        with cp.relaxed():
+            assert _mode(b) == "relaxed"
+            with cp.relaxed(now=True):  # nested: shares the outer switch
+                assert _mode(b) == "relaxed"
+            assert _mode(b) == "relaxed"  # the inner exit did not restore
+            other = threading.Thread(target=lambda: seen.append(_mode(b)))
+            other.start()
+            other.join()
+        assert seen == ["global"]  # the block is the thread's
+        assert _mode(b) == "thread_local"
+        with pytest.raises(KeyError), cp.relaxed():
+            raise KeyError("inside")
+        assert _mode(b) == "thread_local"  # restored after an error too
+    finally:
+        b.exchange_capture_mode(start)

@@ -32,7 +32,7 @@ GPUARRAY_MODULES = frozenset("""
     interop._dlpack interop._dlpack_capsule interop._dlpack_core interop._dlpack_export
     interop._dlpack_protocol interop._dlpack_table memory memory._deallocs memory._default
     memory._host memory._ipc memory._managed memory._manager memory._pointer memory._pool
-    memory._pool_held
+    memory._pool_held memory._stream_ordered
 """.split())
 
 #: Other modules it may load beyond what ``import numpy`` loads (standard library only:

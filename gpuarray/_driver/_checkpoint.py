@@ -34,10 +34,9 @@ library's global capture on another thread is never visible).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import CudaError, StreamCaptureError
@@ -84,6 +83,42 @@ class _Capture:
         self.thread = threading.get_ident()
 
 
+class _ThreadState(threading.local):
+    """The calling thread's relaxed blocks (:meth:`Checkpoint.relaxed`): how many are
+    entered, whether their frees are made even while gpuarray captures (``now``), and
+    the capture mode the outermost one restores (``prev``)."""
+
+    depth = 0
+    now = False
+    prev = "global"
+
+
+class _RelaxedBlock:
+    """:meth:`Checkpoint.relaxed`'s block, one per ``now`` and checkpoint, its state the
+    thread's (a flush of deferred frees enters one every ten releases: no object made,
+    no generator)."""
+
+    __slots__ = ("_cp", "_now")
+
+    def __init__(self, cp: Checkpoint, now: bool) -> None:
+        self._cp, self._now = cp, now
+
+    def __enter__(self) -> None:
+        tls = self._cp._tls
+        depth = tls.depth
+        if not depth:  # the outermost block switches; nested ones share its switch
+            tls.prev = self._cp._exchange("relaxed")
+            tls.now = self._now
+        tls.depth = depth + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        tls = self._cp._tls
+        depth = tls.depth = tls.depth - 1
+        if not depth:
+            tls.now = False
+            self._cp._exchange(tls.prev)
+
+
 def _error(msg: str) -> StreamCaptureError:
     return StreamCaptureError(msg)
 
@@ -95,7 +130,9 @@ class Checkpoint:
         self._b = backend
         self.name = backend.name
         self._lock = threading.RLock()
-        self._tls = threading.local()  # .relaxed: inside relaxed(), already relaxed
+        self._tls = _ThreadState()
+        self._exchange: Callable[[str], str] = backend.exchange_capture_mode
+        self._blocks = (_RelaxedBlock(self, False), _RelaxedBlock(self, True))
         #: Capture key (stream handle; (2, ctx, thread) for the per-thread stream) -> _Capture.
         self._captures: dict[Any, _Capture] = {}
         #: External stream handle -> number of live gpuarray Stream objects over it.
@@ -144,6 +181,7 @@ class Checkpoint:
         maps = self._maps
         if maps is None:  # both sets of attributes, built once
             b = self._b
+            self._exchange = b.exchange_capture_mode
             quiet, watched = {}, {}
             for name, (kind, call) in KINDS.items():
                 watched[name] = self._wrap(name, kind, call)
@@ -179,23 +217,11 @@ class Checkpoint:
         make = getattr(self, "_k_" + kind.replace("-", "_"))
         return make(name, call, fn, _STREAM_ARG.get(name, -1))
 
-    @contextlib.contextmanager
-    def relaxed(self, now: bool = False) -> Iterator[None]:
+    def relaxed(self, now: bool = False) -> _RelaxedBlock:
         """A block whose potentially unsafe calls share one switch to relaxed mode (a batch
         of frees): two driver calls for the block instead of two a call.  ``now``: its
         frees are made even while gpuarray captures (an out-of-memory retry)."""
-        tls = self._tls
-        if getattr(tls, "relaxed", False):
-            yield
-            return
-        exchange = self._b.exchange_capture_mode
-        prev = exchange("relaxed")
-        tls.relaxed, tls.now = True, now
-        try:
-            yield
-        finally:
-            tls.relaxed = tls.now = False
-            exchange(prev)
+        return self._blocks[1 if now else 0]
 
     def run_deferred_frees(self) -> None:
         """Make the frees deferred while gpuarray captures now, in relaxed mode (an
@@ -211,7 +237,7 @@ class Checkpoint:
         tls = self._tls
 
         def relaxed(*args: Any, **kwargs: Any) -> Any:
-            if getattr(tls, "relaxed", False):
+            if tls.depth:
                 return fn(*args, **kwargs)
             prev = exchange("relaxed")
             try:
@@ -221,15 +247,26 @@ class Checkpoint:
         return relaxed
 
     def _free(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        relaxed = self._relaxed(fn)
+        # One frame (every release of the default manager makes this call,
+        # mostly inside a flush's relaxed block): the relaxed wrapper inlined.
+        exchange = self._b.exchange_capture_mode
+        tls = self._tls
+        captures = self._captures  # never rebound
 
-        def free(*args: Any) -> None:
-            if self._captures and not getattr(self._tls, "now", False):
+        def free(handle: int) -> None:  # every FREE call takes one handle
+            if captures and not tls.now:
                 with self._lock:
-                    if self._captures:
-                        self._deferred.append((name, args, self._b.ctx_get_current()))
+                    if captures:
+                        self._deferred.append((name, (handle,), self._b.ctx_get_current()))
                         return
-            relaxed(*args)
+            if tls.depth:
+                fn(handle)
+                return
+            prev = exchange("relaxed")
+            try:
+                fn(handle)
+            finally:
+                exchange(prev)
         return free
 
     # -------------------------------------------------------- capture state

@@ -28,8 +28,8 @@ from ._manager import (
     set_memory_manager,
 )
 from ._pointer import ManagedMemory, MappedMemory, MemoryInfo, MemoryPointer, PinnedMemory
-from ._pool import (
-    PoolMemoryManager,
+from ._pool import PoolMemoryManager
+from ._stream_ordered import (
     StreamOrderedMemoryManager,
     StreamOrderedPointer,
     StreamUses,

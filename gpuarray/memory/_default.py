@@ -334,7 +334,7 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         CudaOutOfMemoryError
             Stating the size asked for and the device.
         """
-        b = get_backend()
+        b = _driver._backend or get_backend()
         try:
             ptr = b.mem_alloc_relaxed(size)  # never invalidates a capture (_capture.py)
         except CudaOutOfMemoryError:
@@ -369,8 +369,8 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
 
         def free_device(ptr: int) -> None:
             allocations.pop(ptr, None)
-            current = _driver._backend
-            if current is b and current is not None:  # else the replaced backend (tests) took it
+            current: Any = _driver._backend
+            if current is b:  # else the replaced backend (tests) took it
                 current.mem_free(ptr)
 
         return free_device

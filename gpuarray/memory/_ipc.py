@@ -58,8 +58,14 @@ def _close_mapping(backend, device: Device, base: int) -> None:
 
 
 def _release_held() -> None:
-    items, _held[:] = list(_held), []
-    for backend, device, base in items:
+    # Popped one at a time: a close that a finalizer holds meanwhile (a capture began
+    # on another thread) is appended, never lost between a copy and a clear; as many
+    # as were held, so one held again is not retried until that capture ends.
+    for _ in range(len(_held)):
+        try:
+            backend, device, base = _held.pop(0)
+        except IndexError:
+            return
         run_finalizer(_close_mapping, backend, device, base)
 
 

@@ -245,7 +245,7 @@ _capture.on_idle(_release_held_frees)
 def _capture_alloc(nbytes: int, device: Device | None, stream: Any) -> MemoryPointer | None:
     """Graph memory when the allocation's stream is capturing (``_graph.py``), else None."""
     from .._graph import capture_alloc
-    from ._pool import current_allocation_stream
+    from ._stream_ordered import current_allocation_stream
 
     dev = device if device is not None else get_device()
     return capture_alloc(nbytes, dev, stream if stream is not None else current_allocation_stream(dev))

@@ -34,7 +34,7 @@ from typing import Any
 from ..._device import Device, get_device
 from .._manager import GetIpcHandleMixin
 from .._pointer import MemoryInfo, MemoryPointer
-from .._pool import StreamOrderedMemoryManager
+from .._stream_ordered import StreamOrderedMemoryManager
 from . import _require
 
 cupy = _require("cupy", "cupy", "pip install cupy-cuda13x, or the wheel matching your CUDA")

@@ -40,7 +40,7 @@ from ..._driver import get_backend
 from ..._stream import Stream, legacy_default_stream
 from .._manager import GetIpcHandleMixin
 from .._pointer import MemoryInfo, MemoryPointer
-from .._pool import StreamOrderedMemoryManager
+from .._stream_ordered import StreamOrderedMemoryManager
 from . import _require
 
 rmm = _require("rmm", "rmm", "pip install rmm-cu13 (or rmm-cu12), or conda install -c rapidsai rmm")

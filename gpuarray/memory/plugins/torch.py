@@ -35,7 +35,7 @@ from typing import Any
 from ..._device import Device, get_device
 from .._manager import GetIpcHandleMixin
 from .._pointer import MemoryInfo, MemoryPointer
-from .._pool import StreamOrderedMemoryManager
+from .._stream_ordered import StreamOrderedMemoryManager
 from . import _require
 
 torch = _require("torch", "torch", "pip install torch (a CUDA build)")
