@@ -109,9 +109,11 @@ them into an ``fma``; here they are never fused), and NaN payloads
 from __future__ import annotations
 
 from ._ast import EntryInfo, Function, GlobalVar, PtxModule
+from ._build import PtxProgram, load
 from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
 from ._lex import PtxError
 from ._parse import SUPPORTED_VERSION, parse
+from ._run import PtxKernel
 
-__all__ = ["parse", "PtxError", "UnsupportedPtx", "PtxModule", "EntryInfo", "GlobalVar",
-           "Function", "SUPPORTED_VERSION", "TRANSLATOR_VERSION"]
+__all__ = ["parse", "load", "PtxError", "UnsupportedPtx", "PtxModule", "EntryInfo", "GlobalVar",
+           "Function", "PtxProgram", "PtxKernel", "SUPPORTED_VERSION", "TRANSLATOR_VERSION"]
