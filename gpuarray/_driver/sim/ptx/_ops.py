@@ -718,7 +718,7 @@ def _redux(ctx: FuncCtx, it: Instr) -> str:
 
 
 def _activemask(ctx: FuncCtx, it: Instr) -> str:
-    return ctx.assign(it.args[0], "ptx::activemask(T)", "uint32_t")
+    return ctx.assign(it.args[0], f"ptx::activemask(T, {it.line})", "uint32_t")
 
 
 def _call(ctx: FuncCtx, it: Instr) -> str:

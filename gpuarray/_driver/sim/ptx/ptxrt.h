@@ -73,6 +73,11 @@ struct Exit {};  // `exit` inside a .func: unwinds to the entry
 
 struct Warp {
     uint32_t arrived, exited;
+    uint32_t blocked;      // lanes waiting at a barrier or collective now
+    uint32_t am_arrived;   // lanes at an activemask
+    uint32_t am_line[32], am_gen[32], am_res[32];
+    uint32_t at_bar;       // lanes blocked at a block barrier
+    uint8_t bar_id[32];
     uint32_t gen[32], kind[32], mask[32], b[32], c[32];
     uint64_t val[32], res[32];
     uint8_t resp[32];
@@ -208,16 +213,31 @@ inline void wait(Thread* t, uint32_t line) {
     t->rt->yield(t->rt);
 }
 
+// Releases barrier `id`: its waiters are no longer blocked (for activemask).
+inline void bar_release(Thread* t, uint32_t id) {
+    Block& b = *t->blk;
+    b.arrived[id] = 0;
+    b.result[id] = b.acc[id];
+    b.acc[id] = 0;
+    ++b.gen[id];
+    ++t->rt->progress;
+    const uint32_t nw = (t->rt->nthreads + 31) / 32;
+    for (uint32_t k = 0; k < nw; ++k) {
+        Warp& w = b.warps[k];
+        for (uint32_t m = w.at_bar; m; m &= m - 1) {
+            const uint32_t i = __builtin_ctz(m);
+            if (w.bar_id[i] == id) {
+                w.at_bar &= ~(1u << i);
+                w.blocked &= ~(1u << i);
+            }
+        }
+    }
+}
+
 inline void bar_arrive(Thread* t, uint32_t id, uint32_t count) {
     Block& b = *t->blk;
     const uint32_t expected = count ? count : t->rt->nthreads;
-    if (++b.arrived[id] + (count ? 0 : b.exited) >= expected) {
-        b.arrived[id] = 0;
-        b.result[id] = b.acc[id];
-        b.acc[id] = 0;
-        ++b.gen[id];
-        ++t->rt->progress;
-    }
+    if (++b.arrived[id] + (count ? 0 : b.exited) >= expected) bar_release(t, id);
 }
 
 // bar.sync / barrier.sync / bar.red: `op` 0 none, 1 popc, 2 and, 3 or.
@@ -226,6 +246,10 @@ inline uint32_t bar_sync(Thread* t, uint32_t id, uint32_t count, int op, bool p,
     if (id >= 16) trap(t, line, "barrier number >= 16");
     Block& b = *t->blk;
     const uint32_t g = b.gen[id];
+    Warp& w = b.warps[t->warp];
+    w.blocked |= 1u << t->lane;
+    w.at_bar |= 1u << t->lane;
+    w.bar_id[t->lane] = (uint8_t)id;
     if (op == 1) b.acc[id] += p;
     if (op == 2) b.acc[id] += !p;  // and: no thread false
     if (op == 3) b.acc[id] += p;   // or: some thread true
@@ -233,11 +257,7 @@ inline uint32_t bar_sync(Thread* t, uint32_t id, uint32_t count, int op, bool p,
     const uint32_t expected = count ? count : t->rt->nthreads;
     while (b.gen[id] == g) {
         if (!count && b.arrived[id] && b.arrived[id] + b.exited >= expected) {
-            b.arrived[id] = 0;
-            b.result[id] = b.acc[id];
-            b.acc[id] = 0;
-            ++b.gen[id];
-            ++t->rt->progress;
+            bar_release(t, id);
             break;
         }
         wait(t, line);
@@ -342,6 +362,7 @@ inline void complete(Thread* t, Warp& w, uint32_t mask, uint32_t line) {
         ++w.gen[i];
     }
     w.arrived &= ~mask;
+    w.blocked &= ~mask;  // released: no longer blocked, though not yet resumed
     ++t->rt->progress;
 }
 
@@ -364,6 +385,7 @@ inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val
     w.c[lane] = c;
     const uint32_t g = w.gen[lane];
     w.arrived |= 1u << lane;
+    w.blocked |= 1u << lane;
     while (w.gen[lane] == g) {
         if ((w.arrived & mask) == mask) {
             complete(t, w, mask, line);
@@ -388,8 +410,33 @@ inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val
     return w.res[lane];
 }
 
-inline uint32_t activemask(Thread* t) {
-    return lanes_of(t) & ~t->blk->warps[t->warp].exited;
+// activemask: the lanes converged here.  A lane waits until every lane of
+// its warp that has not exited is at an activemask or blocked at a barrier
+// or collective; the answer is the lanes at an activemask of the same line.
+inline uint32_t activemask(Thread* t, uint32_t line) {
+    Warp& w = t->blk->warps[t->warp];
+    const uint32_t lane = t->lane, bit = 1u << lane;
+    w.am_line[lane] = line;
+    w.am_arrived |= bit;
+    const uint32_t g = w.am_gen[lane];
+    while (w.am_gen[lane] == g) {
+        const uint32_t alive = lanes_of(t) & ~w.exited;
+        if (((w.am_arrived | w.blocked) & alive) == alive) {
+            uint32_t members = 0;
+            for (uint32_t i = 0; i < 32; ++i)
+                if ((w.am_arrived >> i & 1) && w.am_line[i] == line) members |= 1u << i;
+            for (uint32_t i = 0; i < 32; ++i)
+                if (members >> i & 1) {
+                    w.am_res[i] = members;
+                    ++w.am_gen[i];
+                }
+            w.am_arrived &= ~members;
+            ++t->rt->progress;
+            break;
+        }
+        wait(t, line);
+    }
+    return w.am_res[lane];
 }
 
 // ------------------------------------------------------------- lifecycle
@@ -411,7 +458,9 @@ inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t lo
         memset(b.acc, 0, sizeof b.acc);
         b.exited = 0;
         const uint32_t nw = (rt->nthreads + 31) / 32;
-        for (uint32_t i = 0; i < nw; ++i) b.warps[i].arrived = b.warps[i].exited = 0;
+        for (uint32_t i = 0; i < nw; ++i)
+            b.warps[i].arrived = b.warps[i].exited = b.warps[i].blocked = b.warps[i].am_arrived =
+                b.warps[i].at_bar = 0;
     }
 }
 
@@ -421,13 +470,8 @@ inline void end(Thread* t) {
     b.warps[t->warp].exited |= 1u << t->lane;
     ++t->rt->progress;
     // a bar.sync without a count no longer waits for this thread
-    for (int id = 0; id < 16; ++id)
-        if (b.arrived[id] && b.arrived[id] + b.exited >= t->rt->nthreads) {
-            b.arrived[id] = 0;
-            b.result[id] = b.acc[id];
-            b.acc[id] = 0;
-            ++b.gen[id];
-        }
+    for (uint32_t id = 0; id < 16; ++id)
+        if (b.arrived[id] && b.arrived[id] + b.exited >= t->rt->nthreads) bar_release(t, id);
 }
 
 // ------------------------------------------------------------- atomics
