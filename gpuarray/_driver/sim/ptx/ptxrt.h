@@ -712,6 +712,7 @@ inline uint16_t narrow(double d, int ebits, int pbits, int m) {
     else up = rem > 0.5 || (rem == 0.5 && fmod(fl, 2.0) != 0);
     if (up) fl += 1;
     const double r = fl * ulp;
+    if (r == 0) return sign;  // underflow to a signed zero
     const int emax = bias;
     const double maxv = ldexp(2.0 - ldexp(1.0, 1 - pbits), emax);
     if (r > maxv) {  // overflow: infinity, or the largest finite by mode
