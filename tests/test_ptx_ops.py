@@ -65,7 +65,7 @@ def rounded(fn, fmt="f32", mode="rn"):
     """Element-wise reference of an exact operation ``fn`` (on Fractions), rounded once."""
     def ref(a, b, c):
         out = []
-        for x, y, z in zip(a, b, c):
+        for x, y, z in zip(a, b, c, strict=True):
             vals = [float(v) for v in (x, y, z)]
             if any(math.isnan(v) or math.isinf(v) for v in vals):
                 with np.errstate(all="ignore"):
@@ -132,7 +132,7 @@ def _ints(t, fn):
     def ref(a, b, c):
         bits = 8 * np.dtype(NP[t]).itemsize
         out = []
-        for x, y, z in zip(a.tolist(), b.tolist(), c.tolist()):
+        for x, y, z in zip(a.tolist(), b.tolist(), c.tolist(), strict=True):
             v = fn(x, y, z) % (1 << bits)
             if np.dtype(NP[t]).kind == "i" and v >= 1 << (bits - 1):
                 v -= 1 << bits
@@ -441,7 +441,7 @@ def _f2i(v, t):
 
 def _entry(case: Case) -> str:
     ta, tb, tc, td = case.types
-    regs = "".join(f"  .reg .{REG.get(t, t)} %{n};\n" for n, t in zip("abcd", case.types))
+    regs = "".join(f"  .reg .{REG.get(t, t)} %{n};\n" for n, t in zip("abcd", case.types, strict=True))
     ext = "".join(f"  .reg .{REG.get(td, td)} %{n};\n" for n in "efgh")
     if case.name.startswith("carry"):
         ext = "  .reg .b32 %e, %f, %g, %h;\n"
@@ -478,7 +478,7 @@ def loaded():
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_instruction(loaded, case):
     b, module = loaded
-    ins = [np.asarray(x, NP[t]) for x, t in zip(case.inputs(), case.types[:3])]
+    ins = [np.asarray(x, NP[t]) for x, t in zip(case.inputs(), case.types[:3], strict=True)]
     ptrs = [upload(b, x) for x in ins]
     td = case.types[3]
     out = b.mem_alloc(N * np.dtype(NP[td]).itemsize)
