@@ -164,6 +164,13 @@ class _Args:
         if w is not None and not _is_num(w) and w != "-":
             self.take()
             base = Reg(w) if w.startswith("%") else Sym(w)
+        if self.peek() == ",":  # [tex, {coords}]: texture and surface operands
+            items: list = [base]
+            while self.peek() == ",":
+                self.take()
+                items.append(self.operand())
+            self.take("]")
+            return Vec(tuple(items), "addr")  # type: ignore[return-value]
         while self.peek() != "]":
             sign = 1
             if self.peek() in ("+", "-"):

@@ -84,7 +84,7 @@ struct Warp {
 };
 
 struct Block {
-    uint32_t arrived[16], gen[16], acc[16], result[16];
+    uint32_t arrived[16], gen[16], acc[16], result[16], count[16];
     uint32_t exited;
     Warp warps[32];
 };
@@ -237,6 +237,7 @@ inline void bar_release(Thread* t, uint32_t id) {
 inline void bar_arrive(Thread* t, uint32_t id, uint32_t count) {
     Block& b = *t->blk;
     const uint32_t expected = count ? count : t->rt->nthreads;
+    if (b.arrived[id] == 0) b.count[id] = count;  // exits release only a barrier of all threads
     if (++b.arrived[id] + (count ? 0 : b.exited) >= expected) bar_release(t, id);
 }
 
@@ -471,7 +472,8 @@ inline void end(Thread* t) {
     ++t->rt->progress;
     // a bar.sync without a count no longer waits for this thread
     for (uint32_t id = 0; id < 16; ++id)
-        if (b.arrived[id] && b.arrived[id] + b.exited >= t->rt->nthreads) bar_release(t, id);
+        if (b.arrived[id] && !b.count[id] && b.arrived[id] + b.exited >= t->rt->nthreads)
+            bar_release(t, id);
 }
 
 // ------------------------------------------------------------- atomics
