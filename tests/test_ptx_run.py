@@ -23,6 +23,7 @@ from gpuarray.errors import CudaError
 
 from .ptx_fixtures.kernel_cases import CASES
 from .ptx_support import HEAD, backend, download, fixture, launch, u64, upload
+from .test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
 
 
 @pytest.fixture
@@ -435,3 +436,47 @@ def test_launch_checks_against_the_ptx(b):
     assert e.value.name == "CUDA_ERROR_INVALID_VALUE" and ".maxntid" in str(e.value)
     with pytest.raises(TypeError, match="bytes"):
         b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, 1, [ctypes.c_uint8(0)])
+
+
+# ------------------------------------------------------- over the stand-in
+_STANDIN_CHILD = r"""
+import ctypes, numpy as np
+from cuda.bindings import driver as d
+
+def chk(res, code=0):
+    assert int(res[0]) == code, res
+    out = res[1:]
+    return out[0] if len(out) == 1 else out
+
+chk(d.cuInit(0))
+ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
+chk(d.cuCtxSetCurrent(ctx))
+m = chk(d.cuModuleLoadData(open(PTX_PATH, "rb").read() + b"\0"))
+f = chk(d.cuModuleGetFunction(m, b"saxpy"))
+n = 300
+x = np.arange(n, dtype=np.float32)
+y = np.ones(n, np.float32)
+dx, dy = chk(d.cuMemAlloc(4 * n)), chk(d.cuMemAlloc(4 * n))
+chk(d.cuMemcpyHtoD(dx, x.ctypes.data, 4 * n))
+chk(d.cuMemcpyHtoD(dy, y.ctypes.data, 4 * n))
+args = [ctypes.c_float(3.0), ctypes.c_uint64(int(dx)), ctypes.c_uint64(int(dy)), ctypes.c_int32(n)]
+ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(a) for a in args])
+chk(d.cuLaunchKernel(f, 2, 1, 1, 256, 1, 1, 0, 0, ctypes.addressof(ptrs), 0))
+chk(d.cuCtxSynchronize())
+chk(d.cuMemcpyDtoH(y.ctypes.data, dy, 4 * n))
+assert np.array_equal(y, 3 * x + 1), y[:8]
+# out of bounds: the store is an illegal address, reported at the synchronisation
+args[2] = ctypes.c_uint64(int(dy) + 4096 * 64)
+chk(d.cuLaunchKernel(f, 2, 1, 1, 256, 1, 1, 0, 0, ctypes.addressof(ptrs), 0))
+chk(d.cuCtxSynchronize(), d.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS)
+print("OK")
+"""
+
+
+def test_saxpy_over_the_standin_driver(folder):  # noqa: F811
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not "
+                                                        "installed")
+    from .ptx_support import FIXTURES
+
+    code = f"PTX_PATH = {str(FIXTURES / 'saxpy.ptx')!r}\n" + _STANDIN_CHILD
+    ok(run(folder, code))
