@@ -86,7 +86,8 @@ class _KernelMemory:
         """
         from ._hostrt import Grant
 
-        grants, keep = [], []
+        grants: list[Any] = []
+        keep: list[Any] = []
         ctx = self._ctx
         for a in self._b.memory.allocations():
             if not a.alive or a.unmapped:

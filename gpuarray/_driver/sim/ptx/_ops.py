@@ -660,6 +660,8 @@ def _shfl(ctx: FuncCtx, it: Instr) -> str:
     if "sync" not in it.mods:
         raise ctx.error(f"{it.opcode}: shfl without .sync (removed after sm_6x) is not supported")
     mode = next((m for m in it.mods if m in ("up", "down", "bfly", "idx")), None)
+    if mode is None:
+        raise ctx.error(f"{it.opcode}: no shuffle mode")
     kind = {"up": "SHFL_UP", "down": "SHFL_DOWN", "bfly": "SHFL_BFLY", "idx": "SHFL_IDX"}[mode]
     d, a, b, c, mask = it.args
     dp = None
