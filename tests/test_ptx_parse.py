@@ -21,7 +21,7 @@ def test_fixtures_parse_with_their_entries():
     assert info.static_shared_bytes == info.const_bytes == info.local_bytes == 0
     kernels = ptx.parse(fixture("nvrtc_kernels"))
     tr = [e for n, e in kernels.entries.items() if n.startswith("ga_transpose")]
-    assert tr and tr[0].static_shared_bytes == 4224 and tr[0].max_threads == 256
+    assert tr and tr[0].static_shared_bytes == 16384 and tr[0].max_threads == 256
 
 
 def test_entry_facts_of_numba_kernels():
