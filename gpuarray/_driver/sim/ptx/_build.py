@@ -122,6 +122,11 @@ class PtxProgram:
         self._entries: dict[str, int] = {}
         self._kernels: dict[str, Any] = {}
         self._lines = module.text.split("\n")
+        #: whether any function calls vprintf (a launch then gets a printf buffer)
+        self.uses_printf = any(
+            it.base == "call" and any(getattr(a, "name", "") == "vprintf" for a in it.args)
+            for f in module.functions.values() for it in f.body or []
+            if getattr(it, "base", None) == "call")
         self.built_now = False  # whether this process compiled it (a cache miss)
 
     def kernel(self, name: str) -> Any:

@@ -61,6 +61,7 @@ struct Launch {
     uint64_t printf_len;
     const ga_host_grant* last;  // the grant the last global access hit
     uint64_t clock;
+    char* block;                // kBlockBytes for the running block's barrier and warp state
 };
 
 // A trap (or an error of the kernel the runtime reports as 719).
@@ -86,6 +87,7 @@ struct Warp {
 struct Block {
     uint32_t arrived[16], gen[16], acc[16], result[16], count[16];
     uint32_t exited;
+    uint32_t pending;  // barriers with arrivals
     Warp warps[32];
 };
 
@@ -98,7 +100,10 @@ struct Thread {
     uint64_t local_size, sp;
 };
 
-inline thread_local Block block_state;
+// The launch's blocks run one after another on one OS thread: one Block
+// record (in the launch record's buffer) serves them all.
+const size_t kBlockBytes = 65536;
+static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer is too small");
 
 [[noreturn]] inline void trap(Thread* t, uint32_t line, const char* m) {
     t->rt->line = line;
@@ -217,6 +222,7 @@ inline void wait(Thread* t, uint32_t line) {
 inline void bar_release(Thread* t, uint32_t id) {
     Block& b = *t->blk;
     b.arrived[id] = 0;
+    b.pending &= ~(1u << id);
     b.result[id] = b.acc[id];
     b.acc[id] = 0;
     ++b.gen[id];
@@ -238,6 +244,7 @@ inline void bar_arrive(Thread* t, uint32_t id, uint32_t count) {
     Block& b = *t->blk;
     const uint32_t expected = count ? count : t->rt->nthreads;
     if (b.arrived[id] == 0) b.count[id] = count;  // exits release only a barrier of all threads
+    b.pending |= 1u << id;
     if (++b.arrived[id] + (count ? 0 : b.exited) >= expected) bar_release(t, id);
 }
 
@@ -442,10 +449,9 @@ inline uint32_t activemask(Thread* t, uint32_t line) {
 
 // ------------------------------------------------------------- lifecycle
 inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t local_size) {
-    ga_rt = rt;
     t->rt = rt;
     t->L = L;
-    t->blk = &block_state;
+    t->blk = reinterpret_cast<Block*>(L->block);
     t->tid = rt->thread_idx.x + rt->block_dim.x * (rt->thread_idx.y + rt->block_dim.y *
                                                    rt->thread_idx.z);
     t->lane = t->tid & 31;
@@ -458,6 +464,7 @@ inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t lo
         memset(b.arrived, 0, sizeof b.arrived);
         memset(b.acc, 0, sizeof b.acc);
         b.exited = 0;
+        b.pending = 0;
         const uint32_t nw = (rt->nthreads + 31) / 32;
         for (uint32_t i = 0; i < nw; ++i)
             b.warps[i].arrived = b.warps[i].exited = b.warps[i].blocked = b.warps[i].am_arrived =
@@ -471,9 +478,10 @@ inline void end(Thread* t) {
     b.warps[t->warp].exited |= 1u << t->lane;
     ++t->rt->progress;
     // a bar.sync without a count no longer waits for this thread
-    for (uint32_t id = 0; id < 16; ++id)
-        if (b.arrived[id] && !b.count[id] && b.arrived[id] + b.exited >= t->rt->nthreads)
-            bar_release(t, id);
+    for (uint32_t m = b.pending; m; m &= m - 1) {
+        const uint32_t id = __builtin_ctz(m);
+        if (!b.count[id] && b.arrived[id] + b.exited >= t->rt->nthreads) bar_release(t, id);
+    }
 }
 
 // ------------------------------------------------------------- atomics
@@ -686,64 +694,64 @@ template <class F, class V> inline F i2f(V v, int m) {
 }
 
 // Narrow float formats (f16: 5 exponent bits, 11-bit significand; bf16: 8, 8),
-// exactly rounded from double with mode m (FE_*); returns the bits.
+// exactly rounded from double with mode m (FE_*), on the bits: one
+// rounding, subnormals and overflow by mode, NaN -> the canonical quiet NaN
+// (sign kept).  Returns the bits.
 inline uint16_t narrow(double d, int ebits, int pbits, int m) {
     const uint64_t db = bits<uint64_t>(d);
-    const uint16_t sign = (uint16_t)((db >> 63) << 15);
-    const int bias = (1 << (ebits - 1)) - 1;
-    const uint16_t inf = (uint16_t)(sign | (((1 << ebits) - 1) << (pbits - 1)));
-    if (d != d) return (uint16_t)(inf | (1 << (pbits - 2)) | (ebits == 8 ? (db >> 45) & 0x3f : 0));
-    const double a = fabs(d);
-    if (a == 0) return sign;
+    const uint32_t sign = (uint32_t)(db >> 63) << 15;
+    const int fb = pbits - 1;  // stored fraction bits
+    const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias;
+    const uint32_t inf = (uint32_t)((1 << ebits) - 1) << fb;
+    const int dexp = (int)((db >> 52) & 0x7ff);
+    const uint64_t dman = db & ((1ull << 52) - 1);
+    if (dexp == 0x7ff) return (uint16_t)(sign | inf | (dman ? 1u << (fb - 1) : 0));
+    if (dexp == 0 && dman == 0) return (uint16_t)sign;
+    const uint64_t sig = dexp ? dman | (1ull << 52) : dman;
+    const int e = dexp ? dexp - 1023 : -1022;
+    const int shift = 52 - fb + (e < emin ? emin - e : 0);
+    uint64_t q, rem, half;
+    if (shift >= 64) {
+        q = 0;
+        rem = sig;
+        half = ~0ull;  // rem < half: never a halfway case
+    } else {
+        q = sig >> shift;
+        rem = sig & ((1ull << shift) - 1);
+        half = 1ull << (shift - 1);
+    }
     const bool neg = sign != 0;
-    // increments away from zero by mode: nearest even, toward zero, down, up
-    int e;
-    frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
-    int exp = e - 1;  // a = 1.x * 2^exp
-    const int emin = 1 - bias;
-    const int q_exp = exp < emin ? emin : exp;  // scale of the last significand bit
-    const double ulp = ldexp(1.0, q_exp - (pbits - 1));
-    const double q = a / ulp;  // exact: a power-of-two scaling
-    double fl = floor(q);
-    const double rem = q - fl;
-    bool up;
-    if (rem == 0) up = false;
-    else if (m == FE_TOWARDZERO) up = false;
-    else if (m == FE_DOWNWARD) up = neg;
-    else if (m == FE_UPWARD) up = !neg;
-    else up = rem > 0.5 || (rem == 0.5 && fmod(fl, 2.0) != 0);
-    if (up) fl += 1;
-    const double r = fl * ulp;
-    if (r == 0) return sign;  // underflow to a signed zero
-    const int emax = bias;
-    const double maxv = ldexp(2.0 - ldexp(1.0, 1 - pbits), emax);
-    if (r > maxv) {  // overflow: infinity, or the largest finite by mode
+    bool up = false;
+    if (rem) {
+        if (m == FE_TOWARDZERO) up = false;
+        else if (m == FE_DOWNWARD) up = neg;
+        else if (m == FE_UPWARD) up = !neg;
+        else up = rem > half || (rem == half && (q & 1));
+    }
+    q += up;
+    const uint64_t h = e < emin ? q : ((uint64_t)(e + bias - 1) << fb) + q;
+    if (h >= inf) {  // overflow: infinity, or the largest finite, by mode
         const bool to_inf = m == FE_TONEAREST || (m == FE_UPWARD && !neg) ||
                             (m == FE_DOWNWARD && neg);
-        return to_inf ? inf : (uint16_t)(inf - 1);
+        return (uint16_t)(sign | (to_inf ? inf : inf - 1));
     }
-    int re;
-    frexp(r, &re);
-    int rexp = re - 1;
-    if (rexp < emin) {  // subnormal: exponent field 0
-        return (uint16_t)(sign | (uint16_t)ldexp(r, (pbits - 1) - emin));
-    }
-    const uint16_t mant = (uint16_t)(ldexp(r, -rexp) * (1 << (pbits - 1))) & ((1 << (pbits - 1)) - 1);
-    return (uint16_t)(sign | ((rexp + bias) << (pbits - 1)) | mant);
+    return (uint16_t)(sign | h);
 }
-inline double widen(uint16_t h, int ebits, int pbits) {
-    const int bias = (1 << (ebits - 1)) - 1;
-    const int e = (h >> (pbits - 1)) & ((1 << ebits) - 1);
-    const int f = h & ((1 << (pbits - 1)) - 1);
-    const double s = (h >> 15) ? -1.0 : 1.0;
-    if (e == (1 << ebits) - 1) return f ? NAN : s * INFINITY;
-    if (e == 0) return s * ldexp((double)f, 1 - bias - (pbits - 1));
-    return s * ldexp((double)(f | (1 << (pbits - 1))), e - bias - (pbits - 1));
+inline float widen(uint16_t h, int ebits, int pbits) {
+    const int fb = pbits - 1, bias = (1 << (ebits - 1)) - 1;
+    const uint32_t sign = (uint32_t)(h >> 15) << 31;
+    const uint32_t e = (h >> fb) & ((1u << ebits) - 1), f = h & ((1u << fb) - 1);
+    if (e == (1u << ebits) - 1) return bits<float>(sign | 0x7f800000u | (f << (23 - fb)));
+    if (e == 0) {  // zero or subnormal: f * 2^(1 - bias - fb), exact in float
+        const float v = ldexpf((float)f, 1 - bias - fb);
+        return sign ? -v : v;
+    }
+    return bits<float>(sign | ((e - bias + 127) << 23) | (f << (23 - fb)));
 }
 inline uint16_t f2h(double d, int m) { return narrow(d, 5, 11, m); }
 inline uint16_t f2bf(double d, int m) { return narrow(d, 8, 8, m); }
-inline float h2f(uint16_t h) { return (float)widen(h, 5, 11); }
-inline float bf2f(uint16_t h) { return (float)widen(h, 8, 8); }
+inline float h2f(uint16_t h) { return widen(h, 5, 11); }
+inline float bf2f(uint16_t h) { return widen(h, 8, 8); }
 
 // Integer to integer with .sat: clamped to the destination's range.
 template <class D, class S> inline D clamp_int(S v) {
