@@ -194,6 +194,59 @@ def test_numba_math_calls_a_func_with_param_sequences(b):
     assert np.allclose(out, want, rtol=3e-7)
 
 
+def test_numba_atomic_inc_dec_and_cas_on_a_view(b):
+    (_, out) = _run_numba(b, "numba_atom_incdec", [np.arange(1, 33, dtype=np.uint32),
+                                                   np.array([0, 3, 0], np.uint32)])
+    # 32 increments wrapping after 7; 32 decrements from 3 wrapping to 7; the first CAS wins
+    assert out[0] == 32 % 8 and out[1] == 3 and out[2] in range(1, 33)
+
+
+def test_numba_f64_shuffles_up_xor_idx(b):
+    a = np.arange(32, dtype=np.float64) * 1.5
+    (_, out) = _run_numba(b, "numba_shfl_f64", [a, np.zeros(32)])
+    lane = np.arange(32)
+    up = np.where(lane >= 1, a[np.maximum(lane - 1, 0)], a)
+    assert np.array_equal(out, up + 2 * a[lane ^ 3] + 3 * a[5])
+
+
+def test_numba_integer_and_bit_operations(b):
+    x = np.array([-100, -7, -1, 0, 1, 5, 99, 2**40] + list(range(24)), np.int64)
+    (_, out) = _run_numba(b, "numba_int_ops", [x, np.zeros(32, np.int64)])
+    assert out.tolist() == [(v // 7) + (v % 5) + (v >> 2) + (v << 3) + (v ^ 0x55)
+                            + int(float(v) * 0.3) + min(v, 3) + max(v, -3) + abs(v)
+                            for v in x.tolist()]
+    u = np.array([0, 1, 0x80000000, 0xFFFFFFFF] + list(range(5, 33)), np.uint32)
+    (_, bits) = _run_numba(b, "numba_bit_ops", [u, np.zeros(32, np.uint32)])
+    assert bits.tolist() == [(bin(v).count("1") + 32 - v.bit_length() + (v & -v).bit_length()
+                              + int(f"{v:032b}"[::-1], 2)) % 2**32 for v in u.tolist()]
+
+
+def test_numba_match_all_and_lanemask(b):
+    (_, out) = _run_numba(b, "numba_match_all", [np.full(32, 4, np.int32),
+                                                np.zeros(32, np.uint32)])
+    assert out.tolist() == [(0xFFFFFFFF + 1 + (1 << i) - 1) % 2**32 for i in range(32)]
+    a = np.full(32, 4, np.int32)
+    a[7] = 5
+    (_, out) = _run_numba(b, "numba_match_all", [a, np.zeros(32, np.uint32)])
+    assert out.tolist() == [(1 << i) - 1 for i in range(32)]
+
+
+def test_numba_f64_math_on_2d_arrays(b):
+    a = np.random.default_rng(3).random((5, 7))
+    out = np.zeros((5, 7))
+    params, ptrs = [], []
+    for x in (a, out):
+        d = upload(b, x)
+        params += [u64(0), u64(0), u64(x.size), u64(8), u64(d)] + [u64(s) for s in x.shape]
+        params += [u64(s) for s in x.strides]
+        ptrs.append(d)
+    text = fixture("numba_math_f64_2d")
+    launch(b, text, _entry(text), params, block=(8, 8, 1))
+    got = download(b, ptrs[1], 35, np.float64).reshape(5, 7)
+    want = a ** 1.5 + np.exp(a) + np.log1p(a) + np.arctan2(a, 2.0) + np.tanh(a)
+    assert np.allclose(got, want, rtol=1e-14)
+
+
 # ------------------------------------------------- functions and globals
 RECURSION = HEAD + """
 .func (.param .b64 r) fact(.param .b64 n)
