@@ -533,3 +533,11 @@ def test_saxpy_over_the_standin_driver(folder):  # noqa: F811
 
     code = f"PTX_PATH = {str(FIXTURES / 'saxpy.ptx')!r}\n" + _STANDIN_CHILD
     ok(run(folder, code))
+
+
+def test_function_info_comes_from_the_ptx(b):
+    text = fixture("numba_shared_hist")
+    f = b.module_get_function(b.module_load_data(text.encode() + b"\0"), _entry(text))
+    _name, _module, _dev, sizes = b.function_info(f)
+    assert sizes["shared"] == 64 and sizes["const"] == 0 and sizes["local"] == 0
+    assert sizes["max_threads"] is None and sizes["ptx_version"] == 90

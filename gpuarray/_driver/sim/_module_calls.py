@@ -257,11 +257,20 @@ class SimModuleCalls(SimCore):
         """Simulator only: ``(name, module, device, static sizes)`` of function handle ``func``.
 
         The static sizes are the kernel's shared, const and local memory read
-        from its image (``_images.static_sizes``).
+        from its image (``_images.static_sizes``); for a kernel of a PTX image
+        they come from the executor's parse (``ptx.EntryInfo``), with
+        ``max_threads`` (``.maxntid``/``.reqntid`` product, or None) and
+        ``ptx_version`` (the target's virtual architecture, e.g. 90) added.
         """
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_HANDLE, "cuFuncGetAttribute", f"function 0x{int(func):x}")
+        info = getattr(entry[2], "info", None)  # a PTX kernel: the executor's facts
+        if info is not None:
+            sizes = {"shared": info.static_shared_bytes, "const": info.const_bytes,
+                     "local": info.local_bytes, "max_threads": info.max_threads,
+                     "ptx_version": info.ptx_version}
+            return entry[1], entry[3], entry[0].device, sizes
         module = self._modules.get(entry[3])
         sizes = _images.static_sizes(module[1] if module else b"", entry[1])
         return entry[1], entry[3], entry[0].device, sizes
