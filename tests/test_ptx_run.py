@@ -541,3 +541,40 @@ def test_function_info_comes_from_the_ptx(b):
     _name, _module, _dev, sizes = b.function_info(f)
     assert sizes["shared"] == 64 and sizes["const"] == 0 and sizes["local"] == 0
     assert sizes["max_threads"] is None and sizes["ptx_version"] == 90
+
+
+LINK_A = HEAD + """
+.extern .func (.param .b32 r) twice(.param .b32 x);
+.visible .entry use_twice(.param .u64 o)
+{
+  .reg .b64 %o; .reg .b32 %v;
+  ld.param.u64 %o, [o];
+  { .param .b32 a; .param .b32 r;
+    st.param.b32 [a], 21;
+    call (r), twice, (a);
+    ld.param.b32 %v, [r]; }
+  st.global.u32 [%o], %v;
+  ret;
+}
+"""
+LINK_B = ".version 7.8\n.target sm_80\n.address_size 64\n" + """
+.weak .func (.param .b32 r) twice(.param .b32 x) { .reg .b32 %a; ld.param.b32 %a, [x];
+  st.param.b32 [r], %a; ret; }
+.visible .func (.param .b32 r) twice(.param .b32 x) { .reg .b32 %a; ld.param.b32 %a, [x];
+  add.s32 %a, %a, %a; st.param.b32 [r], %a; ret; }
+"""
+
+
+def test_linked_modules_resolve_declarations_to_definitions(b):
+    alone = ptx.load(LINK_A)
+    assert "twice" in alone.build()["unsupported"]["use_twice"]  # declared, not defined
+    prog = ptx.link([LINK_A.encode() + b"\0", LINK_B])
+    assert prog.module.version == (8, 0) and prog.build()["unsupported"] == {}
+    out = b.mem_alloc(4)
+    from gpuarray._driver.sim.ptx._run import PtxKernel
+
+    k = prog.kernel("use_twice")
+    assert isinstance(k, PtxKernel)
+    # the linked text is an image of its own: load it as the stand-in's cuLinkComplete would
+    launch(b, prog.module.text, "use_twice", [u64(out)])
+    assert download(b, out, 1, np.uint32)[0] == 42

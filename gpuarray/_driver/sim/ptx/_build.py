@@ -26,7 +26,7 @@ from ._ast import PtxModule
 from ._emit import TRANSLATOR_VERSION, UnsupportedPtx, translate
 from ._parse import parse
 
-__all__ = ["HEADERS", "PtxProgram", "load", "cache_key", "runtime_source"]
+__all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source"]
 
 #: The runtime support headers, inlined in this order at the top of every unit.
 HEADERS = tuple(Path(__file__).with_name(n)
@@ -67,6 +67,25 @@ def load(image: bytes | str) -> PtxProgram:
 #: so an edited translator never meets a stale build).
 _SOURCES = ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h", "_ast.py", "_lex.py", "_parse.py", "_info.py", "_emit.py", "_ops.py",
             "_opbase.py", "_ops_mem.py", "_ops_alu.py", "_ops_ctl.py")
+
+
+def link(images: list[bytes | str]) -> PtxProgram:
+    """One program of several PTX modules, as ``cuLinkAddData`` + ``cuLinkComplete`` make.
+
+    The texts are joined in order: a function one module declares
+    (``.extern .func``) and another defines resolves to the definition; a
+    ``.weak`` definition yields to a strong one; ``.common`` variables merge.
+    The newest ``.version`` and the first ``.target`` apply.
+
+    Raises
+    ------
+    PtxError
+        A text is not PTX (218, 222), or two modules define one function.
+    """
+    texts = [_text(i) for i in images]
+    if not texts:
+        raise ValueError("link() needs at least one PTX module")
+    return load("\n".join(texts))
 
 
 def _header_digest() -> str:
