@@ -398,6 +398,25 @@ UNSUPPORTED = HEAD + """
 """
 
 
+@pytest.mark.parametrize("body, what", [
+    ("max.xorsign.abs.f32 %f1, %f2, %f3;", ".xorsign"),
+    ("barrier.cluster.arrive;", ".cluster"),
+    ("lop3.or.b32 %r1|%p1, %r2, %r3, %r4, 0x96, %p2;", "lop3.or.b32"),
+    ("mov.u32 %r1, %envreg3;", "%envreg3"),
+    ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%rd1], [%rd2], 16, "
+     "[%rd3];", "cp.async.bulk"),
+    ("wgmma.fence.sync.aligned;", "wgmma.fence"),
+])
+def test_unknown_forms_are_refused_not_guessed(b, body, what):
+    text = HEAD + (".visible .entry k() { .reg .f32 %f<4>; .reg .b32 %r<5>; .reg .pred %p<3>;"
+                   " .reg .b64 %rd<4>;\n" + body + "\nret; }")
+    f = b.module_get_function(b.module_load_data(text.encode() + b"\0"), "k")
+    with pytest.raises(CudaError) as e:
+        b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, 1, [])
+    assert e.value.name == "CUDA_ERROR_INVALID_IMAGE" and "PTX line 5" in str(e.value)
+    assert what in str(e.value)
+
+
 def test_unsupported_instructions_fail_the_launch_naming_them(b):
     module = b.module_load_data(UNSUPPORTED.encode() + b"\0")
     out = b.mem_alloc(4)

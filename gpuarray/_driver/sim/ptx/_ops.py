@@ -10,7 +10,7 @@ instruction -- nothing unknown is ever dropped.
 from __future__ import annotations
 
 from ._ast import Instr
-from ._emit import FuncCtx
+from ._emit import FuncCtx, UnsupportedPtx
 from ._ops_alu import (
     _arith,
     _bits,
@@ -51,7 +51,14 @@ def emit(ctx: FuncCtx, it: Instr) -> str:
     if fn is None:
         raise ctx.error(f"the instruction {it.opcode} is not supported by the simulator's PTX "
                         "executor")
-    return fn(ctx, it)
+    try:
+        return fn(ctx, it)
+    except UnsupportedPtx:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, StopIteration) as e:
+        # operands or modifiers of a form the writer does not expect: refused, never guessed
+        raise ctx.error(f"{it.opcode}: a form of the instruction the simulator's PTX "
+                        f"executor does not support ({type(e).__name__}: {e})") from None
 
 
 _HANDLERS = {

@@ -43,7 +43,7 @@ def _arith(ctx: FuncCtx, it: Instr) -> str:
         raise ctx.error(f"{it.opcode}: half-precision arithmetic is not supported")
     d = it.args[0]
     if ct in FLOATS:
-        check_mods(ctx, it, set(ROUND) | {"ftz", "sat", "NaN", "xorsign", "abs", "lo"})
+        check_mods(ctx, it, set(ROUND) | {"ftz", "sat", "NaN"})
         a = _fin(ctx, it, it.args[1], t)
         b = _fin(ctx, it, it.args[2], t) if len(it.args) > 2 else None
         c = _fin(ctx, it, it.args[3], t) if len(it.args) > 3 else None
@@ -204,6 +204,7 @@ def _unary(ctx: FuncCtx, it: Instr) -> str:
 
 
 def _logic(ctx: FuncCtx, it: Instr) -> str:
+    check_mods(ctx, it, set())
     t = type_of(ctx, it)
     ct = CTYPE[t]
     d, a, b = it.args[:3]
@@ -295,6 +296,8 @@ def _compare(ctx: FuncCtx, it: Instr, t: str, a, b) -> str:
 
 def _setp(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
+    check_mods(ctx, it, set(_CMP_INT) | {"equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan",
+                                         "and", "or", "xor", "ftz"})
     if t in ("f16", "bf16", "f16x2", "bf16x2"):
         raise ctx.error(f"{it.opcode}: half-precision comparison is not supported")
     d = it.args[0]

@@ -47,6 +47,10 @@ def _fence(ctx: FuncCtx, it: Instr) -> str:
 
 
 def _bar(ctx: FuncCtx, it: Instr) -> str:
+    unknown = set(it.mods) - {"sync", "arrive", "red", "popc", "and", "or", "warp", "cta",
+                              "aligned", "u32", "pred"}
+    if unknown:
+        raise ctx.error(f"{it.opcode}: .{sorted(unknown)[0]} barriers are not supported")
     mods = [m for m in it.mods if m not in ("cta", "aligned", "sync") or m == "sync"]
     if it.base == "bar" and "warp" in mods:
         mask = ctx.value(it.args[0], "b32")
