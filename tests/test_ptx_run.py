@@ -597,3 +597,11 @@ def test_linked_modules_resolve_declarations_to_definitions(b):
     # the linked text is an image of its own: load it as the stand-in's cuLinkComplete would
     launch(b, prog.module.text, "use_twice", [u64(out)])
     assert download(b, out, 1, np.uint32)[0] == 42
+
+
+def test_runaway_recursion_is_a_stack_fault_not_a_crash(b):
+    out = b.mem_alloc(8)
+    text = RECURSION.replace("cvt.u64.u32 %k, %t;", "mov.u64 %k, 1000000;")
+    with pytest.raises(CudaError) as e:
+        launch(b, text, "facts", [u64(out)])
+    assert e.value.code == 714  # CUDA_ERROR_HARDWARE_STACK_ERROR
