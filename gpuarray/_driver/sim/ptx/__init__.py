@@ -11,7 +11,7 @@ access checked.  Its own room beneath the simulator, in four layers:
     each entry (:class:`EntryInfo`).  Syntax errors are 218
     (``CUDA_ERROR_INVALID_PTX``), a ``.version`` newer than
     :data:`SUPPORTED_VERSION` is 222 (``CUDA_ERROR_UNSUPPORTED_PTX_VERSION``).
-``_emit.py`` / ``_ops.py`` -- translation
+``_emit.py`` / ``_translate.py`` / ``_ops*.py`` -- translation
     One C++ function per PTX function: registers become typed locals,
     labels ``goto`` targets, predicates ``if``; ``.local`` variables are
     frames of the thread's local arena; call-site ``.param`` variables byte
