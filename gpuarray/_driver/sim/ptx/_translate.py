@@ -112,7 +112,7 @@ def _declare(ctx: FuncCtx) -> list[str]:
                         raise ctx.error(f"register {n} declared with two types", d.line)
                     continue
                 ctx.regs[n] = d.type
-                out.append(f"{STORAGE[d.type]} {ctx.reg(n)} = 0;")
+                out.append(f"{STORAGE[d.type]} {ctx.reg(n)};")
         elif d.space == "local":
             if d.name in ctx.locals:
                 continue
