@@ -93,7 +93,14 @@ instruction (the same PTX line).  ``bar.sync``
 without a thread count waits for every thread that has not exited.
 Atomics are compare-and-swap loops on the host memory (atomic against
 other launches running on other streams).  ``%clock``/``%clock64`` count
-reads (monotonic, not time).
+reads (monotonic, not time).  Not modelled: a thread that spins on memory
+another thread of its block (or another block) writes, with no barrier or
+collective between, never lets that thread run -- the launch hangs (a GPU
+does not promise progress there either without cooperative launch);
+cooperative launch and ``grid.sync`` (numba's needs an external function
+the simulator does not provide: the launch fails naming it).  The race
+detector does not see what a PTX kernel touches (``accesses`` is empty:
+the ranges are known only while it runs).
 
 Numerics
 --------
