@@ -111,7 +111,11 @@ rounded (C++ without contraction, ``-ffp-contract=off``; ``fma`` is libm's
 operands.  ``.ftz`` flushes subnormal inputs and results of ``.f32`` to
 sign-preserving zero; ``.sat`` clamps to [0, 1] (NaN -> 0).  Float-to-int
 ``cvt`` saturates (NaN -> 0) as PTX specifies.  f16/bf16 conversions are
-exact software roundings (all four modes).  ``.approx`` functions use the
+exact software roundings (all four modes); f16/bf16 arithmetic (scalar and
+``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) widens exactly,
+computes in double and rounds once -- correctly rounded for f16
+add/sub/mul; ``fma`` and bf16 add/sub may round twice (first to double),
+a last-bit difference from a GPU in rare halfway cases.  ``.approx`` functions use the
 C library (glibc: ``exp2f``, ``log2f``, ``sinf``, ``cosf``, ``tanhf`` within
 1-2 ulp; ``rsqrt`` as ``1/sqrt`` in double; ``rcp/sqrt/div.approx``
 correctly rounded), all inside the PTX ISA's stated bounds.  Unknown
