@@ -27,6 +27,14 @@
 // size is CUDA_ERROR_MISALIGNED_ADDRESS (716); the fault carries the PTX
 // line (rt->line).
 #pragma once
+// No fused multiply-add unless the PTX asks for one (fma, mad.f32): a GPU
+// rounds a*b+c twice for mul then add (x86-64's baseline has no FMA anyway;
+// other hosts' compilers would contract without these).
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include <fenv.h>
 #include <math.h>
 #include <stdint.h>
