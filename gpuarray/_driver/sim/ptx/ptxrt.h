@@ -74,6 +74,7 @@ struct Launch {
     const ga_host_grant* last;  // the grant the last global access hit
     uint64_t clock;
     char* block;                // kBlockBytes for the running block's barrier and warp state
+    char* local_pool;           // threads per block x local bytes, for large local arenas
 };
 
 // A trap (or an error of the kernel the runtime reports as 719).
