@@ -654,3 +654,12 @@ def test_large_local_arrays_live_beyond_the_fiber_stack(b):
     out = b.mem_alloc(8 * 64)
     launch(b, BIG_LOCAL, "big_local", [u64(out)], grid=(2, 1, 1), block=(64, 1, 1))
     assert download(b, out, 64, np.uint64).tolist() == list(range(64))
+
+
+def test_only_entries_are_kernels(b):
+    module = b.module_load_data(RECURSION.encode() + b"\0")
+    for name in ("fact", "calls", "where"):  # a .func and two variables
+        with pytest.raises(CudaError) as e:
+            b.module_get_function(module, name)
+        assert e.value.name == "CUDA_ERROR_NOT_FOUND"
+    b.module_get_function(module, "facts")

@@ -178,7 +178,10 @@ class SimModuleCalls(SimCore):
             raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r}")
         impl = sim_kernels.lookup(name)
         program = self._ptx_programs().get(module)
-        if impl is None and program is not None and name in program.module.entries:
+        if impl is None and program is not None:
+            if name not in program.module.entries:  # a .func, a variable, a declaration
+                raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r} (no .entry "
+                                                 "of that name with a body)")
             impl = program.kernel(name)  # runs on the PTX executor
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
             impl = _images.ForeignKernel(name)
