@@ -54,9 +54,21 @@ def test_valid_images_and_the_placeholder_load():
         b.module_load_data(_images.PLACEHOLDER + b"k\0", placeholder_ok=False)
 
 
+CUBIN = b"\x7fELF\x02\x01\x01" + bytes(11) + (190).to_bytes(2, "little") + bytes(44) + b"foreign_k\0"
+
+
+def test_a_kernel_of_a_ptx_image_runs_on_the_ptx_executor():
+    import gpuarray  # noqa: F401  (registers the host build's toolchain)
+
+    b = _backend()
+    f = b.module_get_function(b.module_load_data(PTX), "foreign_k")
+    b.launch_kernel(f, (2, 1, 1), (32, 1, 1), 0, LEGACY, [ctypes.c_uint64(0)])
+    b.ctx_synchronize()
+
+
 def test_a_foreign_kernel_resolves_and_fails_at_launch_without_poisoning_the_context():
     b = _backend()
-    m = b.module_load_data(PTX)
+    m = b.module_load_data(CUBIN)  # a cubin: no PTX the simulator could run
     f = b.module_get_function(m, "foreign_k")
     with pytest.raises(CudaError) as e:
         b.module_get_function(m, "absent")
@@ -162,7 +174,7 @@ def test_a_foreign_kernel_captured_into_a_graph_fails_when_the_graph_runs():
     # On a GPU the captured launch is only recorded: the capture must end
     # normally (a failed capture would leave the stream capturing).
     b = _backend()
-    f = b.module_get_function(b.module_load_data(PTX), "foreign_k")
+    f = b.module_get_function(b.module_load_data(CUBIN), "foreign_k")
     s = b.stream_create(non_blocking=True)
     b.stream_begin_capture(s)
     b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, s, [ctypes.c_uint64(0)])
