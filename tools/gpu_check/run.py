@@ -21,6 +21,12 @@ Steps, in order (``--only`` picks some, by name):
 ``serial``    the tests marked ``serial``, in one process (after ``suite``);
 ``readme``    the README's example, run as the README says for a GPU, its
               output compared with the one the README shows;
+``ptx-vs-gpu`` ``tools/gpu_check/ptx_compare.py``: each PTX program (the
+              per-instruction programs of tests/test_ptx_ops.py, numba-cuda's
+              fixtures, ``kernels/`` as NVRTC's PTX) on the GPU and on the
+              simulator's PTX executor, same inputs, outputs bit for bit;
+              differences in the executor's documented unknown classes are
+              findings, others fail the step (``.ptx.json``: per program);
 ``bench``     ``bench/`` in quick mode (``GPUARRAY_BENCH_MODE=quick``): on a
               GPU each bandwidth case at its PERF.md size, ratios to the raw
               driver call, CuPy and PyTorch in the same process; and the
@@ -39,9 +45,9 @@ is set, else in ``bench/results/``, named ``gpu-check-<UTC stamp>.*``
 (``tmp-gpu-check-*``, git-ignored, when no GPU ran them: simulator or
 stand-in): ``.log`` (everything the steps printed), ``.junit.xml`` (one
 ``testsuite`` per pytest step), ``.bench.json``, ``.env.txt``,
-``.steps.json`` (each step's command, limit, status, seconds) and ``.md``
-(the report).  Standard library only: it runs on the GPU machine's system
-python3, which has no package registry.
+``.steps.json`` (each step's command, limit, status, seconds), ``.ptx.json``
+(the ptx-vs-gpu comparison) and ``.md`` (the report).  Standard library only:
+it runs on the GPU machine's system python3, which has no package registry.
 
 Exit status: 0 when every step that ran passed (a step skipped for a stated
 reason, e.g. no compute-sanitizer over the stand-in, is not a failure).
@@ -146,6 +152,16 @@ def sanitizer_skip_reason(env: dict[str, str]) -> str | None:
         return ("compute-sanitizer not found (PATH, " + ", ".join(SANITIZER_PLACES[:2]) + "): "
                 "it comes with the CUDA toolkit")
     return None
+
+
+def step_summary(text: str) -> str | None:
+    """pytest's summary line, else the last ``ptx-vs-gpu: N programs: ...`` line."""
+    found = pytest_summary(text)
+    if found is None:
+        lines = [ln.strip() for ln in text.splitlines()
+                 if re.match(r"ptx-vs-gpu: \d+ programs:", ln)]
+        found = lines[-1] if lines else None
+    return found
 
 
 def pytest_summary(text: str) -> str | None:
@@ -284,6 +300,12 @@ def plan(run: Run) -> list[Step]:
                                        "tests")))
     steps.append(Step("readme", "the README example on the GPU", 60 * s, 10 * s,
                       argv=[py, str(Path(__file__)), "readme"]))
+    # ~10 s over the stand-in on 2 cores (the simulator's C++ builds, cold); after the
+    # suite, whose PTX tests leave the same builds in the run's kernel cache
+    steps.append(Step("ptx-vs-gpu", "PTX programs on the GPU and the simulator, bit for bit",
+                      60 * s, 20 * s,
+                      argv=[py, str(Path(__file__).with_name("ptx_compare.py")),
+                            "--json", str(run.path(".ptx.json"))]))
     bench_json = run.path(".bench.json")
     steps.append(Step("bench", "bench/ in quick mode", 120 * s, 30 * s,
                       env={"GPUARRAY_BENCH_MODE": "quick"},
@@ -423,7 +445,7 @@ def main_run(args: argparse.Namespace) -> int:
             r = run_step(step, timeout, env, log, echo)
             entry.update(rc=r["rc"], seconds=r["seconds"], timed_out=r["timed_out"],
                          ok=r["rc"] in step.ok_codes and not r["timed_out"],
-                         summary=pytest_summary(r["output"]))
+                         summary=step_summary(r["output"]))
             status = ("TIMED OUT" if r["timed_out"] else "ok" if entry["ok"]
                       else f"FAILED (exit {r['rc']})")
             tail = f": {entry['summary']}" if entry.get("summary") else ""

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""``ptx-vs-gpu`` (issue 34): the simulator's PTX executor against a GPU, bit for bit.
+
+Each program of tools/gpu_check/ptx_programs.py (the per-instruction
+programs of tests/test_ptx_ops.py, numba-cuda's PTX fixtures, ``kernels/`` as
+NVRTC's PTX, saxpy) is launched with the same seeded inputs on two sides:
+
+``device``     gpuarray's process-wide backend: on the GPU machine the cuda
+               backend (``cuModuleLoadData`` of the same PTX text, the driver
+               JIT-compiles it; ``cuLaunchKernel``); over the stand-in driver
+               the simulator behind it (a rehearsal, said so in the report);
+``simulator``  a fresh ``SimBackend`` in the same process: the PTX executor
+               (``gpuarray/_driver/sim/ptx``), built with the host compiler
+               (the GPU machine has one: nvcc needs it, and the ``build``
+               step compiles the C DLPack core with it).
+
+``--rehearse`` makes the device side a second ``SimBackend`` (no driver at
+all): the whole comparison runs here, and every program must be equal.
+
+Every output buffer is compared bit for bit.  A program is ``equal``, a
+``finding``, or ``DIFFERS``.  A difference is a finding when it is in a class
+the executor's docstring lists as unknown until a GPU run: the program uses
+an ``.approx`` function; a float ``add``/``sub``/``mul``/``mad`` without a
+rounding modifier (ptxas may fuse it into an fma); f16 ``fma`` or bf16
+``add``/``sub``/``fma`` (the executor may round twice); or every differing
+element is a NaN on both sides (payloads).  Any other difference, or a launch
+that fails on one side only, fails the step (exit 1).  The report lists per
+program: status, elements compared, how many differ, the largest ulp
+distance, the first differing index and both values; ``--json`` writes it.
+
+Over 90 programs: the simulator's C++ builds (one per module) run first on
+``--jobs`` threads; the GPU's JIT is milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ptx_programs  # noqa: E402  (beside this file; the tools folder is no package)
+
+LEGACY = 1  # CU_STREAM_LEGACY
+
+#: The documented unknown classes (gpuarray/_driver/sim/ptx/__init__.py, "Numerics"):
+#: a difference in a program whose text matches one is a finding, not a failure.
+UNKNOWN_CLASSES = {
+    "approx": re.compile(r"\.approx\b"),
+    "unfused add/mul": re.compile(r"\b(add|sub|mul|mad)(\.ftz)?(\.sat)?\.f(32|64)\b"),
+    "f16 fma / bf16 double rounding": re.compile(
+        r"\bfma\.rn(\.ftz)?(\.sat)?\.f16(x2)?\b|\b(add|sub|fma)(\.rn)?(\.ftz)?(\.sat)?\.bf16"),
+}
+
+
+def unknown_classes(text: str) -> list[str]:
+    """The documented unknown classes ``text`` (PTX) has instructions of."""
+    return [name for name, pat in UNKNOWN_CLASSES.items() if pat.search(text)]
+
+
+# ---------------------------------------------------------------- the sides
+class Side:
+    """One backend that runs programs: buffers in, launches, buffers out."""
+
+    def __init__(self, name: str, backend: Any) -> None:
+        self.name, self.b = name, backend
+        backend.init()
+        backend.ctx_set_current(backend.primary_ctx_retain(0))
+        self._modules: dict[str, int] = {}
+
+    def module(self, text: str) -> int:
+        m = self._modules.get(text)
+        if m is None:
+            m = self._modules[text] = self.b.module_load_data(text.encode() + b"\0")
+        return m
+
+    def run(self, prog: ptx_programs.Program) -> list[np.ndarray]:
+        b = self.b
+        ptrs = []
+        try:
+            for buf in prog.bufs:
+                data = np.ascontiguousarray(buf.data)
+                d = b.mem_alloc(max(data.nbytes, 1))
+                ptrs.append(d)
+                if data.nbytes:
+                    b.memcpy_htod_async(d, data.ctypes.data, data.nbytes, LEGACY)
+            mod = self.module(prog.ptx)
+            for entry, grid, block, shared, params in prog.launches(ptrs):
+                f = b.module_get_function(mod, entry)
+                b.launch_kernel(f, grid, block, shared, LEGACY, params)
+            b.ctx_synchronize()
+            outs = []
+            for buf, d in zip(prog.bufs, ptrs, strict=True):
+                if buf.out:
+                    got = np.empty_like(np.ascontiguousarray(buf.data))
+                    if got.nbytes:
+                        b.memcpy_dtoh_async(got.ctypes.data, d, got.nbytes, LEGACY)
+                    outs.append(got)
+            b.ctx_synchronize()
+            return outs
+        finally:
+            for d in ptrs:
+                try:
+                    b.mem_free(d)
+                except Exception:
+                    pass
+
+
+def prebuild(progs: list[ptx_programs.Program], jobs: int) -> float:
+    """Translate and build each module of ``progs`` for the simulator, ``jobs`` at a time."""
+    from gpuarray._driver.sim import ptx
+
+    t0 = time.monotonic()
+    texts = list(dict.fromkeys(p.ptx for p in progs))
+
+    def one(text: str) -> None:
+        try:
+            ptx.load(text).build()
+        except Exception:
+            pass  # the launch reports it, on its program's line
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+        list(pool.map(one, texts))
+    return time.monotonic() - t0
+
+
+# ------------------------------------------------------------- comparison
+def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
+    """Float bit patterns as integers in the floats' order (ulp distance = difference)."""
+    b = bits.astype(np.int64) if width < 64 else bits.view(np.int64)
+    sign = np.int64(1) << np.int64(width - 1)
+    if width < 64:
+        neg = (b & sign) != 0
+        return np.where(neg, -(b & (sign - 1)), b)
+    neg = b < 0
+    return np.where(neg, -(b & np.int64(0x7FFFFFFFFFFFFFFF)), b)
+
+
+def _value(a: np.ndarray, i: int) -> str:
+    v = a.reshape(-1)[i]
+    bits = a.reshape(-1).view(f"u{a.itemsize}")[i] if a.dtype.kind in "fiub" else None
+    hexs = f" (0x{int(bits):0{2 * a.itemsize}x})" if bits is not None else ""
+    return f"{v!r}{hexs}"
+
+
+def compare(name: str, dev: np.ndarray, sim: np.ndarray, skip: list[int] | None = None) -> dict:
+    """One output buffer, bit for bit: counts, ulp distance, the first difference."""
+    d, s = dev.reshape(-1), sim.reshape(-1)
+    width = 8 * d.itemsize
+    db, sb = d.view(f"u{d.itemsize}"), s.view(f"u{s.itemsize}")
+    diff = db != sb
+    if skip:
+        diff[np.asarray(skip)] = False
+    n = int(diff.sum())
+    res: dict[str, Any] = {"buffer": name, "dtype": str(d.dtype), "elements": int(d.size),
+                           "compared": int(d.size - len(skip or [])), "differ": n,
+                           "nan_payload_only": False, "max_ulp": 0}
+    if not n:
+        return res
+    idx = np.flatnonzero(diff)
+    i = int(idx[0])
+    res.update(first_index=i, device=_value(d, i), simulator=_value(s, i))
+    if d.dtype.kind == "f":
+        both_nan = np.isnan(d[idx]) & np.isnan(s[idx])
+        res["nan_payload_only"] = bool(both_nan.all())
+        num = idx[~(np.isnan(d[idx]) | np.isnan(s[idx]))]
+        if num.size:
+            du = _ordered(db[num], width)
+            su = _ordered(sb[num], width)
+            res["max_ulp"] = int(np.abs(du - su).max())
+        res["nan_mismatch"] = int((np.isnan(d[idx]) != np.isnan(s[idx])).sum())
+    else:
+        res["max_ulp"] = None
+        res["max_abs_diff"] = int(np.abs(d[idx].astype(object) - s[idx].astype(object)).max())
+    return res
+
+
+def judge(prog: ptx_programs.Program, dev: Any, sim: Any) -> dict:
+    """The program's entry of the report (``dev``/``sim``: output lists or error strings)."""
+    classes = unknown_classes(prog.classify_text or prog.ptx)
+    entry: dict[str, Any] = {"program": prog.name, "unknown_classes": classes}
+    if prog.note:
+        entry["note"] = prog.note
+    if isinstance(dev, str) or isinstance(sim, str):
+        entry.update(status="DIFFERS" if dev != sim else "equal",
+                     device_error=dev if isinstance(dev, str) else None,
+                     simulator_error=sim if isinstance(sim, str) else None, buffers=[])
+        if isinstance(dev, str) and isinstance(sim, str) and _code(dev) == _code(sim):
+            entry["status"] = "equal"  # both refuse it with the same code
+        return entry
+    skip = ptx_programs.ORDER_DEPENDENT.get(prog.name)
+    bufs = [compare(f"out{k}", a, b, skip) for k, (a, b) in enumerate(zip(dev, sim, strict=True))]
+    entry["buffers"] = bufs
+    differing = [b for b in bufs if b["differ"]]
+    if not differing:
+        entry["status"] = "equal"
+    elif classes or all(b["nan_payload_only"] for b in differing):
+        entry["status"] = "finding"
+        if not classes:
+            entry["unknown_classes"] = ["NaN payload"]
+    else:
+        entry["status"] = "DIFFERS"
+    return entry
+
+
+def _code(err: str) -> str:
+    m = re.search(r"\b(\d{3})\b", err)
+    return m.group(1) if m else err
+
+
+def _attempt(side: Side, prog: ptx_programs.Program) -> Any:
+    try:
+        return side.run(prog)
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+# ------------------------------------------------------------------ report
+def line(entry: dict) -> str:
+    """One report line of a program."""
+    head = f"{entry['status']:8} {entry['program']}"
+    if entry.get("device_error") or entry.get("simulator_error"):
+        return (f"{head}: device: {entry.get('device_error') or 'ran'}; "
+                f"simulator: {entry.get('simulator_error') or 'ran'}")
+    n = sum(b["compared"] for b in entry["buffers"])
+    parts = [f"{n} elements"]
+    for b in entry["buffers"]:
+        if b["differ"]:
+            ulp = (f", max {b['max_ulp']} ulp" if b["max_ulp"] is not None
+                   else f", max |diff| {b.get('max_abs_diff')}")
+            parts.append(f"{b['buffer']} ({b['dtype']}): {b['differ']} differ{ulp}, first at "
+                         f"[{b['first_index']}]: device {b['device']} simulator {b['simulator']}")
+    if entry["status"] != "equal" and entry["unknown_classes"]:
+        parts.append("class: " + ", ".join(entry["unknown_classes"]))
+    return f"{head}: " + "; ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rehearse", action="store_true",
+                   help="the device side is a second simulator (no driver): a rehearsal")
+    p.add_argument("--programs", help="comma-separated fnmatch patterns of program names "
+                   "(ops:*, numba:*, nvrtc:*, saxpy); default: all")
+    p.add_argument("--json", help="write the report as JSON here")
+    p.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                   help="simulator builds at a time")
+    p.add_argument("--list", action="store_true", help="list the programs and exit")
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+    patterns = args.programs.split(",") if args.programs else None
+    progs = ptx_programs.programs(patterns)
+    if args.list:
+        print("\n".join(pr.name for pr in progs))
+        return 0
+    if not progs:
+        print(f"ptx-vs-gpu: no program matches {args.programs!r}", file=sys.stderr)
+        return 2
+    import gpuarray  # noqa: F401  (registers the host build's toolchain for the executor)
+    from gpuarray import _driver
+    from gpuarray._driver.sim import SimBackend
+
+    if args.rehearse:
+        device, what = Side("device", SimBackend()), "a second simulator (--rehearse)"
+    else:
+        env = os.environ
+        what = _driver.backend_name()
+        if env.get("GPUARRAY_STANDIN", "").strip():
+            what += " backend over the stand-in driver (the simulator: a rehearsal, not a GPU)"
+        elif what == "cuda":
+            what += " backend (the GPU)"
+        device = Side("device", _driver.get_backend())
+    sim = Side("simulator", SimBackend())
+    build_s = prebuild(progs, args.jobs)
+    print(f"ptx-vs-gpu: {len(progs)} programs; device: {what}; simulator builds "
+          f"{build_s:.1f} s on {args.jobs} threads", flush=True)
+    entries = []
+    for prog in progs:
+        entry = judge(prog, _attempt(device, prog), _attempt(sim, prog))
+        entries.append(entry)
+        print(line(entry), flush=True)
+    counts = {k: sum(e["status"] == k for e in entries) for k in ("equal", "finding", "DIFFERS")}
+    total = time.monotonic() - t0
+    summary = (f"ptx-vs-gpu: {len(entries)} programs: {counts['equal']} equal, "
+               f"{counts['finding']} findings (documented unknown classes), "
+               f"{counts['DIFFERS']} differ in {total:.1f} s")
+    print(summary, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"device": what, "programs": entries, "counts": counts, "seconds": round(total, 1),
+             "build_seconds": round(build_s, 1)}, indent=1), encoding="utf-8")
+    return 1 if counts["DIFFERS"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""The PTX programs of the ``ptx-vs-gpu`` step (tools/gpu_check/ptx_compare.py), with their inputs.
+
+Four sources, each with fixed, seeded inputs (made once per run and given
+to both sides, so both launch exactly the same bytes):
+
+``ops:<case>``    the per-instruction programs of tests/test_ptx_ops.py (its
+                  CASES and its own input generators, seeded there): every
+                  rounding mode, ``.approx``, f16/bf16, cvt, NaN and
+                  infinity inputs; the selected cases make one module;
+``numba:<name>``  numba-cuda's PTX committed under tests/ptx_fixtures
+                  (``numba_*.ptx``), launched as tests/test_ptx_run.py does;
+``nvrtc:<case>``  ``kernels/`` as NVRTC compiles it for compute_90 with the
+                  options a GPU build uses (fresh from NVRTC when it loads,
+                  else the committed tests/ptx_fixtures/nvrtc_kernels.ptx),
+                  launched as the kernels layer plans the cases of
+                  tests/ptx_fixtures/kernel_cases.py;
+``saxpy``         tests/ptx_fixtures/saxpy.ptx (NVRTC's, an ``fma.rn``).
+
+A :class:`Program` holds the PTX text, its buffers (initial contents; those
+marked ``out`` are compared) and a function from the buffers' device
+addresses to the launches.  Only numpy and the tree's own modules are used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import fnmatch
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "ptx_fixtures"
+
+Launch = tuple[str, tuple[int, int, int], tuple[int, int, int], int, list[Any]]
+
+
+@dataclasses.dataclass
+class Buf:
+    """A device buffer: its initial contents (their dtype is the element type compared)."""
+
+    data: np.ndarray
+    out: bool = False
+
+
+@dataclasses.dataclass
+class Program:
+    """One PTX module and the launches that make its outputs."""
+
+    name: str
+    ptx: str
+    bufs: list[Buf]
+    launches: Callable[[list[int]], list[Launch]]
+    classify_text: str = ""  # the text the unknown classes are looked for in (default: ptx)
+    note: str = ""
+
+
+def _u64(x: int) -> ctypes.c_uint64:
+    return ctypes.c_uint64(x)
+
+
+def _on_path() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+
+# ---------------------------------------------------------------- ops:<case>
+def ops_programs(wanted: Callable[[str], bool]) -> list[Program]:
+    """The selected cases of tests/test_ptx_ops.py, as entries of one module."""
+    _on_path()
+    from tests import test_ptx_ops as t
+
+    cases = [c for c in t.CASES if wanted("ops:" + c.name)]
+    if not cases:
+        return []
+    entries = {c.name: t._entry(c) for c in cases}
+    text = t.HEAD + "\n".join(entries.values())
+    out = []
+    for c in cases:
+        ins = [np.asarray(x, t.NP[ty]) for x, ty in zip(c.inputs(), c.types[:3], strict=True)]
+        res = np.zeros(t.N, t.NP[c.types[3]])
+        bufs = [Buf(res, out=True)] + [Buf(x) for x in ins]
+
+        def launches(p: list[int], name: str = c.name) -> list[Launch]:
+            return [(name, (1, 1, 1), (t.N, 1, 1), 0, [_u64(a) for a in p])]
+
+        out.append(Program("ops:" + c.name, text, bufs, launches,
+                           classify_text=entries[c.name]))
+    return out
+
+
+# -------------------------------------------------------------- numba:<name>
+def _numba_params(arrays_at: list[tuple[np.ndarray, int]]) -> list[Any]:
+    """numba-cuda's parameters of each array: meminfo, parent, nitems, itemsize, data,
+    then its shape and strides."""
+    params: list[Any] = []
+    for a, d in arrays_at:
+        params += [_u64(0), _u64(0), _u64(a.size), _u64(a.itemsize), _u64(d)]
+        params += [_u64(s) for s in a.shape] + [_u64(s) for s in a.strides]
+    return params
+
+
+def _numba_inputs() -> dict[str, tuple[list[Buf], tuple, tuple, int]]:
+    """fixture -> (buffers, grid, block, dynamic shared bytes), as tests/test_ptx_run.py
+    launches them, with more lanes of data where the kernel allows."""
+    rng = np.random.default_rng(34)
+    f32 = rng.standard_normal(128).astype(np.float32)
+    incdec = np.arange(1, 33, dtype=np.uint32)
+    ints = np.array([-100, -7, -1, 0, 1, 5, 99, 2**40] + list(range(24)), np.int64)
+    bits = np.array([0, 1, 0x80000000, 0xFFFFFFFF] + list(range(5, 33)), np.uint32)
+    return {
+        "numba_warp_reduce": ([Buf(np.arange(128, dtype=np.float32) * 0.5),
+                               Buf(np.zeros(1, np.float32), True)], (2, 1, 1), (64, 1, 1), 0),
+        "numba_shared_hist": ([Buf((np.arange(1000, dtype=np.int32) * 7919) % 1000),
+                               Buf(np.zeros(16, np.int32), True)], (4, 1, 1), (256, 1, 1), 0),
+        "numba_votes": ([Buf(np.array([1, -1, 2, 2, 0, 5] * 5 + [3, 3], np.int32)),
+                         Buf(np.zeros(32, np.uint32), True)], (1, 1, 1), (32, 1, 1), 0),
+        "numba_dynamic_shared": ([Buf(np.arange(16, dtype=np.float64)),
+                                  Buf(np.zeros(16), True)], (1, 1, 1), (16, 1, 1), 128),
+        "numba_local": ([Buf(np.arange(10, dtype=np.int64) - 3),
+                         Buf(np.zeros(10, np.int64), True)], (1, 1, 1), (10, 1, 1), 0),
+        "numba_const": ([Buf(np.zeros(16, np.float32), True)], (1, 1, 1), (16, 1, 1), 0),
+        # which thread's value an exchange returns depends on the order: only the
+        # order-free results are compared (min, max, and, or, xor, the sum)
+        "numba_atomics": ([Buf(np.array([5, -3, 12, 7], np.int32)),
+                           Buf(np.array([-100, 100, 0, 0, 0, -1, 0, 0], np.int32), True)],
+                          (1, 1, 1), (4, 1, 1), 0),
+        "numba_math": ([Buf(np.abs(f32[:32]) * 4), Buf(np.zeros(32, np.float32), True)],
+                       (1, 1, 1), (32, 1, 1), 0),
+        "numba_atom_incdec": ([Buf(incdec), Buf(np.array([0, 3, 0], np.uint32), True)],
+                              (1, 1, 1), (32, 1, 1), 0),
+        "numba_shfl_f64": ([Buf(np.arange(32, dtype=np.float64) * 1.5),
+                            Buf(np.zeros(32), True)], (1, 1, 1), (32, 1, 1), 0),
+        "numba_int_ops": ([Buf(ints), Buf(np.zeros(32, np.int64), True)],
+                          (1, 1, 1), (32, 1, 1), 0),
+        "numba_bit_ops": ([Buf(bits), Buf(np.zeros(32, np.uint32), True)],
+                          (1, 1, 1), (32, 1, 1), 0),
+        "numba_match_all": ([Buf(np.where(np.arange(32) == 7, 5, 4).astype(np.int32)),
+                             Buf(np.zeros(32, np.uint32), True)], (1, 1, 1), (32, 1, 1), 0),
+        "numba_math_f64_2d": ([Buf(np.random.default_rng(3).random((5, 7))),
+                               Buf(np.zeros((5, 7)), True)], (1, 1, 1), (8, 8, 1), 0),
+    }
+
+
+# Output elements whose value depends on the order threads reach an atomic
+# (numba_atomics: the exchange and compare-and-swap results; numba_atom_incdec:
+# the compare-and-swap winner): not compared.
+ORDER_DEPENDENT = {"numba:numba_atomics": [3, 4], "numba:numba_atom_incdec": [2]}
+
+
+def _entry_name(text: str) -> str:
+    m = re.search(r"\.entry\s+([\w$]+)", text)
+    if m is None:
+        raise ValueError("no .entry in the PTX")
+    return m.group(1)
+
+
+def numba_programs(wanted: Callable[[str], bool]) -> list[Program]:
+    out = []
+    for name, (bufs, grid, block, shared) in _numba_inputs().items():
+        if not wanted("numba:" + name):
+            continue
+        text = (FIXTURES / f"{name}.ptx").read_text(encoding="utf-8")
+        entry = _entry_name(text)
+
+        def launches(p: list[int], bufs=bufs, entry=entry, grid=grid, block=block,
+                     shared=shared) -> list[Launch]:
+            params = _numba_params([(b.data, a) for b, a in zip(bufs, p, strict=True)])
+            return [(entry, grid, block, shared, params)]
+
+        out.append(Program("numba:" + name, text, bufs, launches))
+    return out
+
+
+# ---------------------------------------------------------- nvrtc:<case>, saxpy
+def nvrtc_text() -> tuple[str, str]:
+    """kernels/ as NVRTC's PTX for compute_90 (fresh when NVRTC loads), and where it came from."""
+    _on_path()
+    from tests.ptx_fixtures import kernel_cases
+
+    try:
+        from gpuarray._kernels import _nvrtc, _source, _specs
+        from gpuarray._kernels._nvrtc import Target
+
+        opts = _nvrtc.compile_options(Target("ptx", "compute_90"))
+        raw = _nvrtc.compile_program(_specs.program_source(kernel_cases.specs()),
+                                     _source.kernel_headers(), opts, "ptx")
+        major, minor = _nvrtc.nvrtc_version()
+        return bytes(raw).rstrip(b"\0").decode(), f"NVRTC {major}.{minor}, compute_90, now"
+    except Exception as e:  # no NVRTC here: the committed output of the same program
+        text = (FIXTURES / "nvrtc_kernels.ptx").read_text(encoding="utf-8")
+        return text, (f"tests/ptx_fixtures/nvrtc_kernels.ptx (NVRTC did not run: "
+                      f"{type(e).__name__}: {str(e)[:120]})")
+
+
+def _random(dtype, n: int, rng) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, n).astype(np.bool_)
+    if dt.kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dt)
+    return (rng.standard_normal(n) * 100).astype(dt)
+
+
+def _extent(shape, strides, itemsize: int) -> int:
+    return sum((s - 1) * abs(st) for s, st in zip(shape, strides, strict=True)) + itemsize
+
+
+def nvrtc_programs(wanted: Callable[[str], bool]) -> list[Program]:
+    _on_path()
+    from tests.ptx_fixtures.kernel_cases import CASES
+
+    names = [n for n in CASES if wanted("nvrtc:" + n)]
+    if not names:
+        return []
+    text, origin = nvrtc_text()
+    out = []
+    for name in names:
+        kind, dt, shape, dst_strides, st, src = CASES[name]
+        rng = np.random.default_rng(7)
+        item = np.dtype(dt).itemsize
+        nbytes = _extent(shape, dst_strides, item)  # prefilled 0xAB: untouched bytes show
+        dst = np.frombuffer(np.full(nbytes, 0xAB, np.uint8).tobytes(), dt).copy()
+        bufs = [Buf(dst, out=True)]
+        if kind == "copy":
+            sitem = np.dtype(st).itemsize
+            bufs.append(Buf(_random(st, _extent(shape, src, sitem) // sitem, rng)))
+
+        def launches(p: list[int], kind=kind, dt=dt, shape=shape, dst_strides=dst_strides,
+                     st=st, src=src) -> list[Launch]:
+            from gpuarray._kernels import _launch, _plan
+
+            if kind == "fill":
+                ops = _plan.plan_fill(p[0], dst_strides, dt, shape, src)
+            else:
+                ops = _plan.plan_copy(p[0], dst_strides, dt, p[1], src, st, shape)
+            got: list[Launch] = []
+            for op in ops:
+                if not isinstance(op, _plan.Launch):
+                    raise TypeError(f"the plan holds a {type(op).__name__}, not a launch")
+                block = (32, 8, 1) if op.spec.family == "transpose" else (256, 1, 1)
+                got.append((op.spec.symbol, _launch.grid_for(op, 4), block, 0,
+                            [_launch.params_for(op)]))
+            return got
+
+        out.append(Program("nvrtc:" + name, text, bufs, launches, note=origin))
+    return out
+
+
+def saxpy_programs(wanted: Callable[[str], bool]) -> list[Program]:
+    if not wanted("saxpy"):
+        return []
+    n = 1000
+    bufs = [Buf(np.linspace(-3, 3, n, dtype=np.float32)),
+            Buf(np.arange(n, dtype=np.float32), out=True)]
+
+    def launches(p: list[int]) -> list[Launch]:
+        return [("saxpy", (4, 1, 1), (256, 1, 1), 0,
+                 [ctypes.c_float(2.5), _u64(p[0]), _u64(p[1]), ctypes.c_int32(n)])]
+
+    return [Program("saxpy", (FIXTURES / "saxpy.ptx").read_text(encoding="utf-8"), bufs,
+                    launches)]
+
+
+def programs(patterns: list[str] | None = None) -> list[Program]:
+    """Every program whose name matches one of ``patterns`` (fnmatch; None: all)."""
+    def wanted(name: str) -> bool:
+        return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    return (ops_programs(wanted) + numba_programs(wanted) + nvrtc_programs(wanted)
+            + saxpy_programs(wanted))
