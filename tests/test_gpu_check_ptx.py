@@ -122,10 +122,12 @@ def test_the_unknown_classes_are_recognised_in_ptx(text, classes):
 
 def test_a_launch_failing_on_one_side_only_fails_the_program():
     prog = cmp.ptx_programs.Program("p", "add.rn.f32 %d, %a, %b;", [], lambda p: [])
-    one = cmp.judge(prog, "CudaError: 700 illegal address", [np.zeros(2, np.float32)])
+    one = cmp.judge(prog, "CudaError 700: illegal address", [np.zeros(2, np.float32)])
     assert one["status"] == "DIFFERS" and one["device_error"].startswith("CudaError")
-    both = cmp.judge(prog, "CudaError: 700 at line 3", "CudaError: 700 at line 4")
+    both = cmp.judge(prog, "CudaError 700: at line 3", "CudaError 700: at line 4")
     assert both["status"] == "equal"
+    other = cmp.judge(prog, "CudaError 700: at line 3", "CudaError 719: at line 3")
+    assert other["status"] == "DIFFERS"
 
 
 def test_ulp_distance_crosses_zero_and_counts_both_widths():
@@ -149,3 +151,46 @@ def test_the_gpu_check_plan_runs_the_comparison_with_its_own_limit(tmp_path):
     assert 0 < s.floor < s.cap <= 60
     names = list(steps)
     assert names.index("suite") < names.index("ptx-vs-gpu") < names.index("report")
+
+
+class _PickyDriver:
+    """A simulator that loads PTX as CUDA 13.0's JIT does in two ways seen with its ptxas:
+    ``.version`` 9.5 is 222, ``sub.rz.f16`` (f16 arithmetic takes ``.rn`` only) is 218."""
+
+    def __init__(self):
+        from gpuarray._driver.sim import SimBackend
+
+        self._b = SimBackend()
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
+
+    def module_load_data(self, image: bytes) -> int:
+        from gpuarray.errors import CudaError
+
+        if b".version 9.5" in image:
+            raise CudaError(222, "cuModuleLoadData", "PTX ISA 9.5 is newer than this driver's")
+        if b"sub.rz.f16" in image:
+            raise CudaError(218, "cuModuleLoadData", "ptxas: illegal rounding modifier")
+        return self._b.module_load_data(image)
+
+
+def test_the_device_gets_ptx_it_loads_and_its_refusals_are_reported(monkeypatch, tmp_path):
+    import gpuarray  # noqa: F401  (the executor's toolchain)
+
+    monkeypatch.setattr(cmp, "device_side",
+                        lambda rehearse: (cmp.Side("device", _PickyDriver()), "picky"))
+    out = tmp_path / "ptx.json"
+    rc = cmp.main(["--programs", "ops:add_rn_f32,ops:sub_rz_f16,ops:fma_rn_f32,saxpy",
+                   "--jobs", "1", "--json", str(out)])
+    rep = json.loads(out.read_text())
+    got = {e["program"]: e for e in rep["programs"]}
+    assert rc == 1  # the simulator runs what the device refuses: more lenient, a failure
+    refused = got["ops:sub_rz_f16"]
+    assert refused["status"] == "DIFFERS" and refused["device_error"].startswith("CudaError 218")
+    assert refused["simulator_error"] is None
+    # the other entries of the refused shared module, and saxpy's 9.5 lowered to 9.0
+    for name in ("ops:add_rn_f32", "ops:fma_rn_f32", "saxpy"):
+        assert got[name]["status"] == "equal", got[name]
+    assert "lowered to 9.0" in got["saxpy"]["note"]
+    assert any("refuses 1 of 3 entries" in n for n in rep["notes"])

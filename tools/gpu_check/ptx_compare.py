@@ -132,6 +132,64 @@ def prebuild(progs: list[ptx_programs.Program], jobs: int) -> float:
     return time.monotonic() - t0
 
 
+UNSUPPORTED_PTX_VERSION = 222
+#: ``.version`` numbers tried, newest first, when the device refuses a module's own
+#: (a driver JIT-compiles the PTX ISA of its CUDA version and older: CUDA 13.0 reads 9.0)
+VERSIONS = ("9.0", "8.8", "8.7", "8.5", "8.4", "8.3", "8.2", "8.1", "8.0", "7.8")
+_VERSION = re.compile(r"^\.version\s+(\S+)", re.M)
+
+
+def _loads(side: Side, text: str) -> BaseException | None:
+    try:
+        side.module(text)
+        return None
+    except Exception as e:
+        return e
+
+
+def settle(device: Side, progs: list[ptx_programs.Program]) -> list[str]:
+    """Make each program's PTX one the device loads, the same text for both sides.
+
+    A ``.version`` the device's driver is too old for (222) is lowered to the
+    newest it reads; an ``ops:*`` module the device refuses (one entry it does
+    not assemble refuses them all) is split: the entries it loads alone share
+    one module again, each refused one keeps its own, so its program reports
+    the device's refusal.  Returns what was changed, for the report.
+    """
+    notes: list[str] = []
+    for text in list(dict.fromkeys(p.ptx for p in progs)):
+        users = [p for p in progs if p.ptx == text]
+        err = _loads(device, text)
+        if err is not None and getattr(err, "code", None) == UNSUPPORTED_PTX_VERSION:
+            m = _VERSION.search(text)
+            for v in VERSIONS:
+                lowered = _VERSION.sub(f".version {v}", text, count=1)
+                if m and m.group(1) != v and _loads(device, lowered) is None:
+                    for p in users:
+                        p.ptx = lowered
+                        p.note = "; ".join(x for x in (p.note, f".version {m.group(1)} "
+                                                       f"lowered to {v} (the device's "
+                                                       "driver refuses it: 222)") if x)
+                    notes.append(f"{users[0].name} and {len(users) - 1} more: .version "
+                                 f"{m.group(1)} -> {v}")
+                    err = None
+                    break
+        if err is None or not all(p.alone for p in users):
+            continue
+        keep = [p for p in users if _loads(device, p.alone or "") is None]
+        refused = [p for p in users if p not in keep]
+        shared = keep[0].head + "\n".join(
+            (p.alone or "")[len(p.head):] for p in keep) if keep else ""
+        for p in keep:
+            p.ptx = shared
+        for p in refused:
+            p.ptx = p.alone or p.ptx
+            p.note = "the device refuses this entry's PTX: it runs as a module of its own"
+        notes.append(f"the device refuses {len(refused)} of {len(users)} entries of a shared "
+                     f"module ({', '.join(p.name for p in refused)}): they run alone")
+    return notes
+
+
 # ------------------------------------------------------------- comparison
 def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
     """Float bit patterns as integers in the floats' order (ulp distance = difference)."""
@@ -190,8 +248,7 @@ def judge(prog: ptx_programs.Program, dev: Any, sim: Any) -> dict:
     if prog.note:
         entry["note"] = prog.note
     if isinstance(dev, str) or isinstance(sim, str):
-        entry.update(status="DIFFERS" if dev != sim else "equal",
-                     device_error=dev if isinstance(dev, str) else None,
+        entry.update(status="DIFFERS", device_error=dev if isinstance(dev, str) else None,
                      simulator_error=sim if isinstance(sim, str) else None, buffers=[])
         if isinstance(dev, str) and isinstance(sim, str) and _code(dev) == _code(sim):
             entry["status"] = "equal"  # both refuse it with the same code
@@ -212,15 +269,16 @@ def judge(prog: ptx_programs.Program, dev: Any, sim: Any) -> dict:
 
 
 def _code(err: str) -> str:
-    m = re.search(r"\b(\d{3})\b", err)
-    return m.group(1) if m else err
+    """``CudaError 218`` of ``CudaError 218: ...`` (the whole text for other errors)."""
+    return err.split(":", 1)[0]
 
 
 def _attempt(side: Side, prog: ptx_programs.Program) -> Any:
     try:
         return side.run(prog)
     except Exception as e:
-        return f"{type(e).__name__}: {str(e)[:300]}"
+        code = getattr(e, "code", None)
+        return f"{type(e).__name__}{f' {code}' if code is not None else ''}: {str(e)[:300]}"
 
 
 # ------------------------------------------------------------------ report
@@ -229,7 +287,8 @@ def line(entry: dict) -> str:
     head = f"{entry['status']:8} {entry['program']}"
     if entry.get("device_error") or entry.get("simulator_error"):
         return (f"{head}: device: {entry.get('device_error') or 'ran'}; "
-                f"simulator: {entry.get('simulator_error') or 'ran'}")
+                f"simulator: {entry.get('simulator_error') or 'ran'}"
+                + (f" [{entry['note']}]" if entry.get("note") else ""))
     n = sum(b["compared"] for b in entry["buffers"])
     parts = [f"{n} elements"]
     for b in entry["buffers"]:
@@ -240,7 +299,22 @@ def line(entry: dict) -> str:
                          f"[{b['first_index']}]: device {b['device']} simulator {b['simulator']}")
     if entry["status"] != "equal" and entry["unknown_classes"]:
         parts.append("class: " + ", ".join(entry["unknown_classes"]))
-    return f"{head}: " + "; ".join(parts)
+    return f"{head}: " + "; ".join(parts) + (f" [{entry['note']}]" if entry.get("note") else "")
+
+
+def device_side(rehearse: bool) -> tuple[Side, str]:
+    """The device side, and what it is in words."""
+    from gpuarray import _driver
+    from gpuarray._driver.sim import SimBackend
+
+    if rehearse:
+        return Side("device", SimBackend()), "a second simulator (--rehearse)"
+    what = _driver.backend_name()
+    if os.environ.get("GPUARRAY_STANDIN", "").strip():
+        what += " backend over the stand-in driver (the simulator: a rehearsal, not a GPU)"
+    elif what == "cuda":
+        what += " backend (the GPU)"
+    return Side("device", _driver.get_backend()), what
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,23 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ptx-vs-gpu: no program matches {args.programs!r}", file=sys.stderr)
         return 2
     import gpuarray  # noqa: F401  (registers the host build's toolchain for the executor)
-    from gpuarray import _driver
     from gpuarray._driver.sim import SimBackend
 
-    if args.rehearse:
-        device, what = Side("device", SimBackend()), "a second simulator (--rehearse)"
-    else:
-        env = os.environ
-        what = _driver.backend_name()
-        if env.get("GPUARRAY_STANDIN", "").strip():
-            what += " backend over the stand-in driver (the simulator: a rehearsal, not a GPU)"
-        elif what == "cuda":
-            what += " backend (the GPU)"
-        device = Side("device", _driver.get_backend())
+    device, what = device_side(args.rehearse)
     sim = Side("simulator", SimBackend())
+    notes = settle(device, progs)
     build_s = prebuild(progs, args.jobs)
     print(f"ptx-vs-gpu: {len(progs)} programs; device: {what}; simulator builds "
           f"{build_s:.1f} s on {args.jobs} threads", flush=True)
+    for note in notes:
+        print(f"ptx-vs-gpu: {note}", flush=True)
     entries = []
     for prog in progs:
         entry = judge(prog, _attempt(device, prog), _attempt(sim, prog))
@@ -294,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     print(summary, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"device": what, "programs": entries, "counts": counts, "seconds": round(total, 1),
-             "build_seconds": round(build_s, 1)}, indent=1), encoding="utf-8")
+            {"device": what, "notes": notes, "programs": entries, "counts": counts,
+             "seconds": round(total, 1), "build_seconds": round(build_s, 1)}, indent=1),
+            encoding="utf-8")
     return 1 if counts["DIFFERS"] else 0
 
 

@@ -58,6 +58,10 @@ class Program:
     launches: Callable[[list[int]], list[Launch]]
     classify_text: str = ""  # the text the unknown classes are looked for in (default: ptx)
     note: str = ""
+    #: the program's entry as a module of its own (``ops:*``): where the device refuses
+    #: the shared module, each entry is tried alone and the refused ones run alone
+    alone: str | None = None
+    head: str = ""  # the module's directives, for a shared module of the entries it keeps
 
 
 def _u64(x: int) -> ctypes.c_uint64:
@@ -90,7 +94,8 @@ def ops_programs(wanted: Callable[[str], bool]) -> list[Program]:
             return [(name, (1, 1, 1), (t.N, 1, 1), 0, [_u64(a) for a in p])]
 
         out.append(Program("ops:" + c.name, text, bufs, launches,
-                           classify_text=entries[c.name]))
+                           classify_text=entries[c.name], alone=t.HEAD + entries[c.name],
+                           head=t.HEAD))
     return out
 
 
