@@ -179,7 +179,7 @@ def test_the_device_gets_ptx_it_loads_and_its_refusals_are_reported(monkeypatch,
     import gpuarray  # noqa: F401  (the executor's toolchain)
 
     monkeypatch.setattr(cmp, "device_side",
-                        lambda rehearse: (cmp.Side("device", _PickyDriver()), "picky"))
+                        lambda rehearse, ptxas: (cmp.Side("device", _PickyDriver()), "picky"))
     out = tmp_path / "ptx.json"
     rc = cmp.main(["--programs", "ops:add_rn_f32,ops:sub_rz_f16,ops:fma_rn_f32,saxpy",
                    "--jobs", "1", "--json", str(out)])
@@ -194,3 +194,14 @@ def test_the_device_gets_ptx_it_loads_and_its_refusals_are_reported(monkeypatch,
         assert got[name]["status"] == "equal", got[name]
     assert "lowered to 9.0" in got["saxpy"]["note"]
     assert any("refuses 1 of 3 entries" in n for n in rep["notes"])
+
+
+def test_the_rehearsal_with_ptxas_loads_what_the_toolkit_assembles(tmp_path):
+    if cmp.find_ptxas() is None:
+        pytest.skip("no CUDA toolkit ptxas on PATH or in /usr/local/cuda*/bin")
+    out = tmp_path / "ptx.json"
+    rc = cmp.main(["--rehearse", "--ptxas", "--programs", "ops:add_rn_f32,saxpy", "--jobs", "1",
+                   "--json", str(out)])
+    rep = json.loads(out.read_text())
+    assert rc == 0 and rep["counts"]["equal"] == 2
+    assert "ptxas" in rep["device"]

@@ -157,6 +157,7 @@ def settle(device: Side, progs: list[ptx_programs.Program]) -> list[str]:
     the device's refusal.  Returns what was changed, for the report.
     """
     notes: list[str] = []
+    lowered_to: dict[str, int] = {}
     for text in list(dict.fromkeys(p.ptx for p in progs)):
         users = [p for p in progs if p.ptx == text]
         err = _loads(device, text)
@@ -170,8 +171,8 @@ def settle(device: Side, progs: list[ptx_programs.Program]) -> list[str]:
                         p.note = "; ".join(x for x in (p.note, f".version {m.group(1)} "
                                                        f"lowered to {v} (the device's "
                                                        "driver refuses it: 222)") if x)
-                    notes.append(f"{users[0].name} and {len(users) - 1} more: .version "
-                                 f"{m.group(1)} -> {v}")
+                    lowered_to[f".version {m.group(1)} -> {v}"] = (
+                        lowered_to.get(f".version {m.group(1)} -> {v}", 0) + 1)
                     err = None
                     break
         if err is None or not all(p.alone for p in users):
@@ -187,7 +188,8 @@ def settle(device: Side, progs: list[ptx_programs.Program]) -> list[str]:
             p.note = "the device refuses this entry's PTX: it runs as a module of its own"
         notes.append(f"the device refuses {len(refused)} of {len(users)} entries of a shared "
                      f"module ({', '.join(p.name for p in refused)}): they run alone")
-    return notes
+    return [f"{k} in {n} module(s): the device's driver refuses the newer (222)"
+            for k, n in lowered_to.items()] + notes
 
 
 # ------------------------------------------------------------- comparison
@@ -302,11 +304,57 @@ def line(entry: dict) -> str:
     return f"{head}: " + "; ".join(parts) + (f" [{entry['note']}]" if entry.get("note") else "")
 
 
-def device_side(rehearse: bool) -> tuple[Side, str]:
+class PtxasGate:
+    """A simulator that loads only the PTX the CUDA toolkit's ``ptxas`` assembles for sm_90.
+
+    The rehearsal's stand-in for a GPU's JIT: a ``.version`` ptxas does not
+    read is 222, any other refusal 218, with ptxas's first error line.
+    """
+
+    def __init__(self, backend: Any, ptxas: str) -> None:
+        self._b, self.ptxas = backend, ptxas
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._b, name)
+
+    def module_load_data(self, image: bytes) -> int:
+        import subprocess
+        import tempfile
+
+        from gpuarray.errors import CudaError
+
+        with tempfile.TemporaryDirectory() as d:
+            src = Path(d, "m.ptx")
+            src.write_bytes(bytes(image).split(b"\0", 1)[0])
+            p = subprocess.run([self.ptxas, "-arch=sm_90", str(src), "-o", str(Path(d, "m.o"))],
+                               capture_output=True, text=True, timeout=120)
+        if p.returncode:
+            first = next((ln for ln in p.stderr.splitlines() if "rror" in ln or "fatal" in ln),
+                         p.stderr.strip()[:200])
+            code = UNSUPPORTED_PTX_VERSION if "Unsupported .version" in p.stderr else 218
+            raise CudaError(code, "cuModuleLoadData", f"ptxas: {first.split(';', 1)[-1].strip()}")
+        return int(self._b.module_load_data(image))
+
+
+def find_ptxas() -> str | None:
+    """The CUDA toolkit's ptxas (PATH, then /usr/local/cuda*/bin)."""
+    import glob
+    import shutil
+
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    return next(iter(sorted(glob.glob("/usr/local/cuda*/bin/ptxas"))), None)
+
+
+def device_side(rehearse: bool, ptxas: str | None = None) -> tuple[Side, str]:
     """The device side, and what it is in words."""
     from gpuarray import _driver
     from gpuarray._driver.sim import SimBackend
 
+    if rehearse and ptxas:
+        return (Side("device", PtxasGate(SimBackend(), ptxas)),
+                f"a second simulator loading what {ptxas} assembles (--rehearse --ptxas)")
     if rehearse:
         return Side("device", SimBackend()), "a second simulator (--rehearse)"
     what = _driver.backend_name()
@@ -321,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rehearse", action="store_true",
                    help="the device side is a second simulator (no driver): a rehearsal")
+    p.add_argument("--ptxas", action="store_true",
+                   help="with --rehearse: the device side loads only what the CUDA toolkit's "
+                        "ptxas assembles for sm_90 (as a GPU's JIT)")
     p.add_argument("--programs", help="comma-separated fnmatch patterns of program names "
                    "(ops:*, numba:*, nvrtc:*, saxpy); default: all")
     p.add_argument("--json", help="write the report as JSON here")
@@ -340,7 +391,15 @@ def main(argv: list[str] | None = None) -> int:
     import gpuarray  # noqa: F401  (registers the host build's toolchain for the executor)
     from gpuarray._driver.sim import SimBackend
 
-    device, what = device_side(args.rehearse)
+    ptxas = None
+    if args.ptxas:
+        ptxas = find_ptxas()
+        if not args.rehearse or ptxas is None:
+            print("ptx-vs-gpu: --ptxas needs --rehearse and the CUDA toolkit's ptxas (PATH, "
+                  "/usr/local/cuda*/bin): " + ("not found" if ptxas is None else "no --rehearse"),
+                  file=sys.stderr)
+            return 2
+    device, what = device_side(args.rehearse, ptxas)
     sim = Side("simulator", SimBackend())
     notes = settle(device, progs)
     build_s = prebuild(progs, args.jobs)
