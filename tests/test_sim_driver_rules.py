@@ -14,8 +14,10 @@ import ctypes
 
 import pytest
 
-from gpuarray._driver.sim import SimBackend, _images, _profile
+from gpuarray._driver.sim import SimBackend, _cubin, _images, _profile
 from gpuarray.errors import CudaError
+
+from .test_image_rules import fatbin
 
 LEGACY = 1
 PTX = (b".version 8.0\n.target sm_90\n.address_size 64\n"
@@ -47,8 +49,8 @@ def test_an_image_a_driver_refuses_is_refused_with_a_documented_code(image, code
 def test_valid_images_and_the_placeholder_load():
     b = _backend()
     b.module_load_data(PTX)
-    b.module_load_data(b"\x7fELF\x02\x01\x01" + bytes(11) + (190).to_bytes(2, "little") + bytes(44))
-    b.module_load_data(b"\x50\xed\x55\xba" + bytes(12))
+    b.module_load_data(_cubin.link_image([], 90))               # an ELF cubin for sm_90
+    b.module_load_data(fatbin([("elf", 90, _cubin.link_image([], 90))]))
     b.module_load_data(_images.PLACEHOLDER + b"gpuarray_kernel\0")
     with pytest.raises(CudaError):  # behind the stand-in driver it is not an image
         b.module_load_data(_images.PLACEHOLDER + b"k\0", placeholder_ok=False)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import CudaError
 from .. import sim_kernels
-from . import _images, _sticky
+from . import _images, _profile, _sticky
 from ._core import (
     ILLEGAL_ADDRESS,
     INVALID_HANDLE,
@@ -87,8 +87,9 @@ class SimModuleCalls(SimCore):
         ctx = self._current(call)
         self._fault("module", call)
         image = bytes(image)
+        major, minor = self.compute_capability[ctx.device]
         try:
-            _images.validate(image, placeholder_ok)
+            _images.validate(image, placeholder_ok, cc=10 * major + minor)
         except _images.ImageError as e:
             raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
         h = self._handle()
@@ -104,6 +105,7 @@ class SimModuleCalls(SimCore):
         del self._modules[module]
         for h in [h for h, f in self._functions.items() if f[3] == module]:
             del self._functions[h]
+            self._smem_optin.pop(h, None)
 
     @_locked
     def module_get_function(self, module: int, name: str) -> int:
@@ -112,8 +114,8 @@ class SimModuleCalls(SimCore):
         if entry is None:
             raise CudaError(INVALID_VALUE, call, f"module 0x{int(module):x} is not loaded")
         _sticky.check(entry[0], call)
-        if not _images.contains(entry[1], name):
-            raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r}")
+        if name not in _images.entries(entry[1]):  # .entry functions only
+            raise CudaError(NOT_FOUND, call, f"the module has no kernel (.entry function) {name!r}")
         impl = sim_kernels.lookup(name)
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
             impl = _images.ForeignKernel(name)
@@ -169,6 +171,47 @@ class SimModuleCalls(SimCore):
         return entry[1], entry[3], entry[0].device, sizes
 
     @_locked
+    def function_ptx_arch(self, func: int) -> int:
+        """The ``sm_XY`` of the ``.target`` of the PTX that defines ``func``, as ``XY`` (0: no PTX)."""
+        name, module, _dev, _sizes = self.function_info(func)
+        ptx = _images.ptx_of(self._modules[module][1], name)
+        return _images.ptx_target(ptx) if ptx is not None else 0
+
+    @_locked
+    def function_max_dynamic_shared(self, func: int) -> int:
+        """``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``: the opt-in, else 48 KiB less the static size."""
+        static = self.function_info(func)[3]["shared"]
+        return self._smem_optin.get(func, max(0, (48 << 10) - static))
+
+    @_locked
+    def function_set_max_dynamic_shared(self, func: int, nbytes: int,
+                                        call: str = "cuFuncSetAttribute") -> None:
+        """Opt function ``func`` in to ``nbytes`` of dynamic shared memory per block.
+
+        cuda.h: the value plus the kernel's static shared memory cannot exceed
+        ``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`` (``INVALID_VALUE``).
+        """
+        name, _module, dev, sizes = self.function_info(func)
+        optin = _profile.value("max_shared_memory_per_block_optin", self.compute_capability[dev],
+                               self.physical[dev])
+        if not 0 <= nbytes <= optin - sizes["shared"]:
+            raise CudaError(INVALID_VALUE, call,
+                            f"{name}: {nbytes} bytes of dynamic shared memory; with its "
+                            f"{sizes['shared']} static bytes the block may have {optin} "
+                            f"(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)")
+        self._smem_optin[func] = int(nbytes)
+
+    def _check_shared(self, func: int, shared_mem: int, call: str) -> None:
+        """A launch's dynamic shared memory fits what the function may use (else INVALID_VALUE)."""
+        limit = self.function_max_dynamic_shared(func)
+        if not 0 <= shared_mem <= limit:
+            name, _m, _d, sizes = self.function_info(func)
+            raise CudaError(INVALID_VALUE, call,
+                            f"{name}: {shared_mem} bytes of dynamic shared memory; with its "
+                            f"{sizes['shared']} static bytes it may use {limit} (48 KiB in all "
+                            "unless cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) opted in)")
+
+    @_locked
     def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                       shared_mem: int, stream: int, params: Sequence[Any]) -> None:
         call = "cuLaunchKernel"
@@ -186,8 +229,7 @@ class SimModuleCalls(SimCore):
         if (len(g) != 3 or len(b) != 3 or min(g + b) < 1 or g[0] > 2**31 - 1
                 or max(g[1:]) > 65535 or b[0] * b[1] * b[2] > 1024 or b[2] > 64):
             raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
-        if shared_mem > 48 << 10:
-            raise CudaError(INVALID_VALUE, call, f"{name}: {shared_mem} bytes of shared memory")
+        self._check_shared(func, shared_mem, call)
         if getattr(impl, "foreign", False) and s.capture is None:
             raise impl.error(call)  # after the checks a driver makes of any launch
         # (captured, the launch is a graph node: it fails when the graph runs it)
