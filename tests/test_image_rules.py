@@ -248,6 +248,13 @@ chk(d.cuModuleLoadData(good))
 for shoff in (len(good) + 4096, 1 << 40, (1 << 64) - 64):
     bad = good[:0x28] + struct.pack("<Q", shoff) + good[0x30:]
     chk(d.cuModuleLoadData(bad), E.CUDA_ERROR_NO_BINARY_FOR_GPU)
+# a bare header with one section 200 KB past it loaded before; 1 GiB past it crashed
+hdr = bytearray(64); hdr[0:7] = b"\x7fELF\x02\x01\x01"
+struct.pack_into("<HHI", hdr, 16, 2, 190, 1)
+struct.pack_into("<HHHHHH", hdr, 0x34, 64, 0, 0, 64, 1, 0)
+for shoff in (200000, 1 << 30):
+    struct.pack_into("<Q", hdr, 0x28, shoff)
+    chk(d.cuModuleLoadData(bytes(hdr) + bytes(64)), E.CUDA_ERROR_NO_BINARY_FOR_GPU)
 print("OK")
 """
 
