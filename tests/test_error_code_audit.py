@@ -30,7 +30,8 @@ def _documented(header: Path) -> dict[str, set[str]]:
     src = header.read_text(errors="replace")
     out: dict[str, set[str]] = {}
     for m in re.finditer(r"/\*\*(.*?)\*/\s*CUresult\s+CUDAAPI\s+(cu\w+)\s*\(", src, re.S):
-        r = re.search(r"\\return(.*?)(\\notefnerr|\\note|\\sa|$)", m.group(1), re.S)
+        doc = m.group(1).rsplit("/**", 1)[-1]  # the comment right above (the match may span several)
+        r = re.search(r"\\return(.*?)(\\notefnerr|\\note|\\sa|$)", doc, re.S)
         out.setdefault(m.group(2), set(re.findall(r"::(CUDA_\w+)", r.group(1)) if r else ()))
     return out
 
