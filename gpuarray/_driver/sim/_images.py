@@ -339,17 +339,32 @@ def _binary_shared(image: bytes, name: str) -> int:
 
 
 class ForeignKernel:
-    """A kernel of a loaded image that the simulator cannot execute (not one of ``kernels/``)."""
+    """A kernel of a loaded image that the simulator cannot execute (not one of ``kernels/``).
+
+    ``has_ptx``: whether the image holds the PTX of the kernel (a kernel of a
+    cubin without PTX cannot be executed by any means here; the error says
+    how to get PTX).
+    """
 
     #: Nothing to decode: the launch fails before parameters are read.
     param_types: tuple[type, ...] = ()
     foreign = True
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, has_ptx: bool = True) -> None:
         self.name = name
+        self.has_ptx = has_ptx
 
     def error(self, call: str) -> CudaError:
         """The launch error: CUDA_ERROR_INVALID_IMAGE, saying why."""
+        if not self.has_ptx:
+            return CudaError(INVALID_IMAGE, call, f"(kernel {self.name!r} comes from a cubin with "
+                                                  "no PTX: the simulator executes PTX. Load PTX "
+                                                  "instead: cuModuleLoadData/cuLibraryLoadData/"
+                                                  "cuLinkAddData with PTX text; cuda.core: "
+                                                  "Program.compile('ptx'); numba-cuda links PTX "
+                                                  "through the driver when nvJitLink is hidden, "
+                                                  "as `python -m gpuarray standin` does unless "
+                                                  "GPUARRAY_STANDIN_NVJITLINK=keep)")
         return CudaError(INVALID_IMAGE, call,
                          f"(the simulator cannot execute foreign kernels: {self.name!r} is not one "
                          "of gpuarray's kernels (kernels/), and the simulator runs only those; "

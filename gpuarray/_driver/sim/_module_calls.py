@@ -118,7 +118,7 @@ class SimModuleCalls(SimCore):
             raise CudaError(NOT_FOUND, call, f"the module has no kernel (.entry function) {name!r}")
         impl = sim_kernels.lookup(name)
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
-            impl = _images.ForeignKernel(name)
+            impl = _images.ForeignKernel(name, _images.ptx_of(entry[1], name) is not None)
         h = self._handle()
         self._functions[h] = (entry[0], name, impl, module)
         return h

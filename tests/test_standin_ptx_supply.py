@@ -1,0 +1,66 @@
+"""Where the simulator's PTX comes from under the stand-in (issue 36, item 6).
+
+The simulator executes PTX.  Under ``python -m gpuarray standin`` nvJitLink
+is hidden (empty libraries under its names, preloaded), so numba-cuda and
+cuda.core link PTX through the driver, which hands it to the simulator; the
+stand-in linker's output keeps each PTX input; a kernel of a cubin with no
+PTX fails at launch saying how to get PTX.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from gpuarray._driver import standin as _standin
+from gpuarray._driver.sim import SimBackend, _cubin, _images
+from gpuarray.errors import CudaError
+
+from .test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
+
+PTX = (b".version 9.0\n.target sm_90\n.address_size 64\n"
+       b".visible .entry supply_k(.param .u64 p)\n{\n ret;\n}\n")
+
+
+def test_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder):  # noqa: F811
+    env = _standin.environment(folder, {"LD_PRELOAD": "/x/other.so"})
+    pre = env["LD_PRELOAD"].split(":")
+    assert pre[-1] == "/x/other.so" and {p.rsplit("/", 1)[-1] for p in pre[:-1]} == {
+        "libnvJitLink.so.12", "libnvJitLink.so.13"}
+    kept = _standin.environment(folder, {"GPUARRAY_STANDIN_NVJITLINK": "keep"})
+    assert "LD_PRELOAD" not in kept
+    # in the command, the library found under nvJitLink's name has no nvJitLink in it
+    ok(run(folder, """
+        import ctypes, os
+        lib = ctypes.CDLL("libnvJitLink.so.13", mode=os.RTLD_NOLOAD)
+        assert not hasattr(lib, "__nvJitLinkVersion") and not hasattr(lib, "nvJitLinkCreate")
+        print("OK")
+    """))
+
+
+def test_the_linker_keeps_each_ptx_input_for_the_executor():
+    inputs = [("ptx", PTX + b"\0"), ("ptx", PTX.replace(b"supply_k", b"other_k") + b"\0")]
+    image = _cubin.link_image(inputs, 90)
+    assert sorted(_images.entries(image)) == ["other_k", "supply_k"]
+    assert _images.ptx_of(image, "supply_k") == PTX
+    assert b"other_k" in _images.ptx_of(image, "other_k")
+
+
+def test_a_kernel_of_a_cubin_without_ptx_says_how_to_get_ptx():
+    nvrtc = pytest.importorskip("gpuarray._kernels._nvrtc")
+    try:
+        cubin = nvrtc.compile_program('extern "C" __global__ void cubin_k(int *x) { x[0] = 1; }',
+                                      {}, ["--gpu-architecture=sm_90"], "cubin")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"NVRTC cannot compile here: {e}")
+    b = SimBackend()
+    b.init()
+    b.ctx_set_current(b.primary_ctx_retain(0))
+    f = b.module_get_function(b.module_load_data(cubin), "cubin_k")
+    assert _images.ptx_of(cubin, "cubin_k") is None
+    with pytest.raises(CudaError) as e:
+        b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, 1, [ctypes.c_uint64(0)])
+    assert e.value.name == "CUDA_ERROR_INVALID_IMAGE"
+    assert "no PTX" in str(e.value) and "Program.compile('ptx')" in str(e.value)
+    assert "GPUARRAY_STANDIN_NVJITLINK" in str(e.value)
