@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from .._capture import call_relaxed
 from .._driver import get_backend, sim_kernels
+from .._driver import standin as _standin
 from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, parse_symbol, program_source
 
@@ -77,12 +78,14 @@ def device_info(backend, ordinal: int) -> DeviceInfo:
 
 
 def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
-                driver_version: int | None = None) -> bytes:
+                driver_version: int | None = None, ptx: bool = False) -> bytes:
     """The compiled image (CUBIN or PTX) of one kernel for compute capability ``cc``.
 
     ``fast``: compile with minimal device optimisation (images never run).
     ``driver_version``: refuse an NVRTC newer than this driver
-    (:func:`._toolchain.check_driver`).  Loads NVRTC only on a cache miss.
+    (:func:`._toolchain.check_driver`).  ``ptx``: the PTX of the build a GPU
+    loads (same options), not its cubin (``GPUARRAY_SIM_KERNELS=ptx``).
+    Loads NVRTC only on a cache miss.
     """
     source, headers = program_source([spec]), _source.kernel_headers()
 
@@ -90,6 +93,8 @@ def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
         if driver_version is not None:
             _toolchain.check_driver(tc.version, driver_version)
         target = _nvrtc.select_target(*cc, archs=tc.archs, version=tc.version)
+        if ptx:
+            target = _nvrtc.Target("ptx", target.arch)
         return _cache.get_image(source, headers, target, fast=fast, toolchain=tc)
 
     tc = _toolchain.require()
@@ -100,7 +105,16 @@ def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
         return build(e.loaded)
 
 
+def _ptx_mode() -> bool:
+    """Whether the simulator runs gpuarray's kernels from their PTX (``GPUARRAY_SIM_KERNELS=ptx``)."""
+    from . import _host  # the simulator's only
+
+    return _host.mode() == "ptx"
+
+
 def _sim_image(spec: KernelSpec, info: DeviceInfo) -> bytes:
+    if _ptx_mode():  # run, so built as for a GPU
+        return build_image(spec, info.cc, driver_version=info.driver_version, ptx=True)
     if sim_compile_enabled() and _toolchain.current() is not None:
         return build_image(spec, info.cc, fast=True, driver_version=info.driver_version)
     return b"gpuarray-sim-placeholder\0" + spec.symbol.encode() + b"\0"
@@ -142,8 +156,9 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
     info = device_info(b, b.ctx_get_device())
     if b.name == "sim":
         image = _sim_image(spec, info)
-    else:
-        image = build_image(spec, info.cc, driver_version=info.driver_version)
+    else:  # over the stand-in, the simulator may run the PTX
+        image = build_image(spec, info.cc, driver_version=info.driver_version,
+                            ptx=_standin.active() and _ptx_mode())
     module = call_relaxed(b, b.module_load_data, image)  # never invalidates a capture
     entry = (b.module_get_function(module, spec.symbol), info)
     with _lock:
@@ -189,6 +204,8 @@ def sim_kernel(symbol: str):
     from . import _host  # the simulator's only
 
     m = _host.mode()
+    if m == "ptx":
+        return None  # the simulator runs the PTX of the image
     impl = _sim_kernels.get((m, symbol))
     if impl is None:
         try:
