@@ -63,7 +63,7 @@ struct ga_host_grant {
 // The launch record: filled by the runtime, read by the built-ins.  The
 // layout is mirrored by the runtime (_hostrt.cpp) and changes with
 // GA_HOST_ABI.
-#define GA_HOST_ABI 2
+#define GA_HOST_ABI 3
 struct ga_host_rt {
     ga_uint3 thread_idx, block_idx, block_dim, grid_dim;
     const ga_host_grant* grants;
@@ -77,6 +77,17 @@ struct ga_host_rt {
     void (*shared_fault)(ga_host_rt*, int code, long long off, unsigned long long size,
                          int write, unsigned long long extent);
     alignas(16) char scratch[64];
+    // For kernels translated from PTX (gpuarray/_driver/sim/ptx/): the PTX
+    // line a fault or a wait names; `progress`, bumped whenever a thread
+    // passes a barrier or warp collective; yield() waits for other threads
+    // (the runtime resumes the caller in the next round; a round in which
+    // every waiting thread yields again and nothing progressed is a
+    // deadlock: the launch ends with CUDA_ERROR_LAUNCH_FAILED naming the
+    // line and thread).
+    unsigned int line;
+    unsigned int nthreads;  // threads per block
+    unsigned long long progress;
+    void (*yield)(ga_host_rt*);
 };
 
 inline thread_local ga_host_rt* ga_rt = nullptr;

@@ -52,6 +52,41 @@ def fatbin(members: list[tuple[str, int, bytes]]) -> bytes:
     return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
 
 
+def fake_cubin(names: list[str], arch: int = 90) -> bytes:
+    """An ELF cubin for ``sm_<arch>`` whose kernels are ``names`` (symbols only, no code, no PTX)."""
+    strtab, shstr, offsets = b"\0", b"\0", []
+    for n in names:
+        offsets.append(len(strtab))
+        strtab += n.encode() + b"\0"
+    sec_names = [".shstrtab", ".strtab", ".symtab"] + [f".text.{n}" for n in names]
+    name_at = []
+    for sn in sec_names:
+        name_at.append(len(shstr))
+        shstr += sn.encode() + b"\0"
+    symtab = bytes(24) + b"".join(struct.pack("<IBBHQQ", off, 0x12, 0x10, 4 + i, 0, 0)
+                                  for i, off in enumerate(offsets))
+    blobs = [shstr, strtab, symtab] + [b"" for _ in names]
+    body, places = b"", []
+    for blob in blobs:
+        places.append(64 + len(body))
+        body += blob + bytes(-len(blob) % 8)
+    types = [3, 3, 2] + [1] * len(names)
+    table = bytes(64) + b"".join(
+        struct.pack("<IIQQQQIIQQ", name_at[i], types[i], 0, 0, places[i], len(blobs[i]),
+                    2 if types[i] == 2 else 0, 1 if types[i] == 2 else 0, 8,
+                    24 if types[i] == 2 else 0) for i in range(len(blobs)))
+    head = bytearray(64)
+    head[0:9] = b"\x7fELF\x02\x01\x01\x41\x08"
+    struct.pack_into("<HHIQQQI", head, 16, 2, 190, 1, 0, 0, 64 + len(body), arch << 8)
+    struct.pack_into("<HHHHHH", head, 0x34, 64, 0, 0, 64, len(blobs) + 1, 1)
+    return bytes(head) + body + table
+
+
+def test_a_fake_cubin_reads_as_a_cubin():
+    image = fake_cubin(["a_k", "b_k"])
+    assert _cubin.read_elf(image).arch == 90 and _images.entries(image) == ["a_k", "b_k"]
+
+
 class _Noop:
     """A kernel the simulator runs (registered under the PTX's entry name): does nothing."""
 

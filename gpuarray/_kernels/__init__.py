@@ -31,6 +31,7 @@ only to compile (see ``_toolchain``).
 
 from __future__ import annotations
 
+from .._driver.sim import _hostrt as _sim_hostrt
 from ._cache import cache_info, clear_cache
 from ._launch import copy, fill
 from ._source import kernel_source_dir
@@ -45,3 +46,14 @@ def _reset_for_tests() -> None:
 
     forget_loaded()
     _warned.clear()
+
+
+def _ptx_toolchain():
+    # the simulator's PTX executor builds with the host build's toolchain
+    from ._host import PTX_TOOLCHAIN
+
+    return PTX_TOOLCHAIN
+
+
+_sim_hostrt.set_toolchain(_ptx_toolchain)
+

@@ -545,3 +545,35 @@ def host_kernel(spec: KernelSpec) -> HostKernel:
     """
     runtime()
     return HostKernel(spec, _entry(spec))
+
+
+class PtxToolchain:
+    """The host build's toolchain as the simulator's PTX executor uses it (``_hostrt.toolchain``).
+
+    Same compiler, flags, runtime and disk cache (kind ``host``) as the host
+    build of ``kernels/``.
+    """
+
+    def runtime(self) -> _hostrt.HostRuntime:
+        return runtime()
+
+    def key(self) -> str:
+        cc = _require_compiler()
+        return _key(cc, "ptx", "")
+
+    def build(self, source: str, what: str) -> bytes:
+        return build_library(_require_compiler(), source, what)
+
+    def load(self, payload: bytes) -> ctypes.CDLL:
+        return load_library(payload)
+
+    def read(self, key: str) -> bytes | None:
+        return _cache.read_entry(key, "host") if _cache.disk_cache_enabled() else None
+
+    def write(self, key: str, payload: bytes) -> None:
+        if _cache.disk_cache_enabled():
+            _cache.write_entry(key, "host", payload)
+
+
+PTX_TOOLCHAIN = PtxToolchain()
+

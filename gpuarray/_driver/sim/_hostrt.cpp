@@ -74,7 +74,7 @@ namespace {
 typedef void (*ga_entry)(ga_host_rt*, const void*);
 
 enum State { RUNNING, WAITING, DONE, ABORTED };
-enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3 };
+enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3, DEADLOCK = 4 };
 
 struct Fiber {
     ucontext_t ctx;  // first entry only
@@ -86,6 +86,8 @@ struct Fiber {
     ga_uint3 tid;
     State state;
     bool fresh;      // not started (or abandoned, or moved threads): enter through ctx
+    bool yielded;    // waits through rt.yield (PTX): may wait again when resumed
+    unsigned int line;  // the PTX line it yielded at
     Fiber* next;     // in a thread's list or the free list
     Fiber* wnext;    // in a waiting list
 };
@@ -98,6 +100,7 @@ struct Fault {
     int space;                // Space
     unsigned long long extent;  // bytes of the __shared__ array; fiber stack size
     char what[128];           // a C++ exception's what()
+    unsigned int line;        // the PTX line (kernels translated from PTX), else 0
 };
 
 struct Launch {
@@ -292,6 +295,7 @@ void record(Launch* l, int code, Space space, unsigned long long addr, unsigned 
     ft.thread[0] = l->rt.thread_idx.x;
     ft.thread[1] = l->rt.thread_idx.y;
     ft.thread[2] = l->rt.thread_idx.z;
+    ft.line = l->rt.line;
 }
 
 void on_fault(int sig, siginfo_t* info, void* uctx) {
@@ -399,6 +403,15 @@ void enter(Launch* l, Fiber* f) {
     _longjmp(f->jb, 1);
 }
 
+void rt_yield(ga_host_rt* rt) {
+    Launch* l = cur_launch;
+    Fiber* f = l->cur;
+    f->state = WAITING;
+    f->yielded = true;
+    f->line = rt->line;
+    if (!_setjmp(f->jb)) _longjmp(l->sched, 1);
+}
+
 void rt_sync(ga_host_rt*) {
     Launch* l = cur_launch;
     Fiber* f = l->cur;
@@ -457,10 +470,15 @@ bool run_block(Launch* l) {
     while (ok && waiting != nullptr) {  // every thread has started: release the barrier
         Fiber* still = nullptr;
         Fiber** still_tail = &still;
+        const unsigned long long before = l->rt.progress;
+        bool moved = false;  // a thread passed a __syncthreads or finished
         for (Fiber* w = waiting; w != nullptr;) {
             Fiber* nx = w->wnext;
             l->rt.thread_idx = w->tid;
+            moved = moved || !w->yielded;
+            w->yielded = false;
             enter(l, w);
+            moved = moved || w->state == DONE;
             if (l->aborted) {
                 ok = false;
                 break;
@@ -473,6 +491,13 @@ bool run_block(Launch* l) {
             w = nx;
         }
         waiting = still;
+        if (ok && waiting != nullptr && !moved && l->rt.progress == before) {
+            // every waiting thread waits for one that never comes: a GPU hangs
+            l->rt.thread_idx = waiting->tid;
+            l->rt.line = waiting->line;
+            record(l, 719, DEADLOCK, 0, 0, 0, 0);
+            ok = false;
+        }
     }
     if (!ok) abandon_unparked();
     return ok;
@@ -491,7 +516,9 @@ int launch(ga_entry entry, const void* params, const unsigned int* grid,
     l.rt.sync = rt_sync;
     l.rt.fault = rt_fault;
     l.rt.shared_fault = rt_shared_fault;
+    l.rt.yield = rt_yield;
     l.nthreads = block[0] * block[1] * block[2];
+    l.rt.nthreads = l.nthreads;
     if (!ensure_altstack()) {
         *out = l.fault;
         out->code = 2;  // no memory for the signal stack

@@ -25,23 +25,24 @@ is; this module only knows the source's path and how to load the result.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ._memory import DeviceFault
 
-__all__ = ["RUNTIME_SOURCE", "ABI", "HostRuntime", "Grant", "grants_for"]
+__all__ = ["RUNTIME_SOURCE", "ABI", "HostRuntime", "Grant", "grants_for", "set_toolchain",
+           "toolchain"]
 
 #: The runtime's C++ source.
 RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
 #: The ``GA_HOST_ABI`` of ``kernels/ga_host.cuh`` this module speaks.
-ABI = 2
+ABI = 3
 
 _NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
           714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
           2: "CUDA_ERROR_OUT_OF_MEMORY"}
-_GLOBAL, _SHARED, _STACK, _EXCEPTION = 0, 1, 2, 3
+_GLOBAL, _SHARED, _STACK, _EXCEPTION, _DEADLOCK = 0, 1, 2, 3, 4
 
 
 class Grant(ctypes.Structure):
@@ -55,7 +56,8 @@ class _Fault(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int), ("write", ctypes.c_int), ("addr", ctypes.c_uint64),
                 ("size", ctypes.c_uint64), ("block", ctypes.c_uint * 3),
                 ("thread", ctypes.c_uint * 3), ("space", ctypes.c_int),
-                ("extent", ctypes.c_uint64), ("what", ctypes.c_char * 128)]
+                ("extent", ctypes.c_uint64), ("what", ctypes.c_char * 128),
+                ("line", ctypes.c_uint)]
 
 
 _Dim = ctypes.c_uint * 3
@@ -86,8 +88,12 @@ class HostRuntime:
         return mine.value, free.value
 
     def launch(self, kernel: str, entry: int, params: ctypes.Structure,
-               grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant]) -> None:
+               grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant],
+               source: Callable[[int], str] | None = None) -> None:
         """Run ``entry`` (address of ``ga_host__<kernel>``) over ``grid`` x ``block``.
+
+        ``source(line)`` names the instruction at a PTX line (kernels
+        translated from PTX); a fault there names it.
 
         Raises
         ------
@@ -106,7 +112,14 @@ class HostRuntime:
         if rc == 2:
             raise DeviceFault(2, f"kernel {kernel}: no memory for the fibers of a block")
         where = f"block {tuple(fault.block)} thread {tuple(fault.thread)}"
+        if fault.line and source is not None:
+            where = f"{source(fault.line)}; {where}"
         name = _NAMES.get(rc, rc)
+        if fault.space == _DEADLOCK:
+            raise DeviceFault(rc, f"kernel {kernel}: deadlock: every waiting thread waits at a "
+                                  "barrier or warp collective for threads that never reach it "
+                                  f"(they exited or wait elsewhere) ({name}); the first waits at "
+                                  f"{where}")
         if fault.space == _STACK:
             raise DeviceFault(rc, f"kernel {kernel}: the thread overflowed its {fault.extent >> 10}"
                                   f" KiB stack (fault at 0x{fault.addr:x}, {name}); {where}")
@@ -125,6 +138,7 @@ class HostRuntime:
                                   f"0x{fault.addr:x}, outside every checked access ({name}); "
                                   f"{where}")
         why = ("misaligned" if rc == 716 else
+               "outside every live allocation the kernel may reach" if source is not None else
                "outside the extents granted to the launch (" + ", ".join(
                    f"0x{g.base:x}+{g.size} {'rw' if g.writable else 'r'}" for g in grants) + ")")
         raise DeviceFault(rc, f"kernel {kernel}: {what} of {fault.size} bytes at address "
@@ -148,3 +162,29 @@ def grants_for(mem: Any, accesses: Sequence[tuple[int, int, bool]]) -> tuple[lis
         keep.append(owner)
         grants.append(Grant(int(address), int(nbytes), host, 1 if write else 0))
     return grants, keep
+
+
+# The C++ toolchain (compiler, flags, disk cache) belongs to the kernels layer
+# (gpuarray/_kernels/_host.py); it registers a provider here at import, so the
+# simulator's PTX executor builds with the same compiler, flags and cache
+# without importing a layer above it.
+_toolchain: Callable[[], Any] | None = None
+
+
+def set_toolchain(provider: Callable[[], Any] | None) -> None:
+    """Set the function that returns the host build's toolchain (``None`` removes it).
+
+    The toolchain has ``runtime()`` (the loaded :class:`HostRuntime`),
+    ``key()`` (compiler identity and flags, for cache keys),
+    ``build(source, what) -> bytes`` (a shared library; raises the kernels
+    layer's ``HostCompileError``), ``load(payload) -> ctypes.CDLL``, and
+    ``read(key) -> bytes | None`` / ``write(key, payload)`` (the disk cache).
+    """
+    global _toolchain
+    _toolchain = provider
+
+
+def toolchain() -> Any:
+    """The registered toolchain, or None (the kernels layer was not imported)."""
+    return _toolchain() if _toolchain is not None else None
+

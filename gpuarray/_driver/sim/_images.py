@@ -59,7 +59,7 @@ from ._cubin import BinaryError
 
 __all__ = ["PLACEHOLDER", "ImageError", "validate", "entries", "ptx_of", "code_for",
            "ForeignKernel", "INVALID_IMAGE", "static_sizes", "global_variable", "DRIVER_VERSION",
-           "ptx_isa_of_driver", "ptx_target"]
+           "ptx_isa_of_driver", "ptx_target", "ptx_texts"]
 
 #: The start of the image gpuarray's loader gives the ``sim`` backend.
 PLACEHOLDER = b"gpuarray-sim-placeholder\0"
@@ -236,6 +236,15 @@ def ptx_target(ptx: bytes) -> int:
     """The architecture of PTX text's ``.target`` (``sm_90`` -> 90; 0: none)."""
     t = re.search(rb"^\s*\.target\s+sm_(\d+)", _ptx_text(ptx), re.M)
     return int(t.group(1)) if t else 0
+
+
+def ptx_texts(image: bytes) -> list[bytes]:
+    """The distinct PTX texts that define the kernels of ``image`` (for the PTX executor)."""
+    out: list[bytes] = []
+    for text in _kernels(image).values():
+        if text is not None and text not in out:
+            out.append(text)
+    return out
 
 
 def entries(image: bytes) -> list[str]:

@@ -118,6 +118,10 @@ class AddressSpace:
                 return a
         return None
 
+    def allocations(self) -> list[Allocation]:
+        """Every allocation in the table, in address order (freed device memory included)."""
+        return list(self._allocs)
+
     @staticmethod
     def is_device_address(address: int) -> bool:
         return address >= DEVICE_BASE

@@ -2,12 +2,20 @@
 
 One concern: code and sharing -- ``cuModuleLoadData`` /
 ``cuModuleGetFunction`` check the image as a driver would and resolve a
-kernel name to its implementation (``gpuarray._driver.sim_kernels``: the
-host build of ``kernels/`` run by ``_hostrt``, or a reference; any other
-kernel of the image fails at launch: ``_images.py``), ``cuLaunchKernel`` checks the launch and
+kernel name to its implementation, ``cuLaunchKernel`` checks the launch and
 queues the kernel, which reaches device memory only through
 :class:`_KernelMemory` (bounds, use after free, peer access); the
 ``cuIpc*`` calls delegate to ``_ipc.py``.
+
+Launch dispatch: a kernel name is looked up in ``gpuarray._driver.sim_kernels``
+first (gpuarray's own kernels: the host build of ``kernels/`` run by
+``_hostrt``, or a reference).  Any other kernel of a PTX image runs on the
+PTX executor (``ptx/``): the image is parsed at ``cuModuleLoadData`` (bad
+PTX fails there, 218/222), the entry's :class:`~.ptx._run.PtxKernel` is
+the function's implementation, the module's ``.global``/``.const``
+variables are allocated once per loaded module (the same bytes
+``cuModuleGetGlobal`` answers) and handed to the kernel at launch.  A
+kernel of an image with no PTX fails at launch (``_images.ForeignKernel``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ from ._core import (
     _locked,
 )
 from ._memory import Allocation, DeviceFault
+
+INVALID_IMAGE = 200
+#: Calls whose cuda.h documentation lists CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
+_VERSION_CALLS = ("cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData")
 
 
 class _KernelMemory:
@@ -64,6 +76,34 @@ class _KernelMemory:
             return a.store.ctypes.data + off, a.store
         return a.base + off, a
 
+    def live_grants(self) -> tuple[list, list]:
+        """Grants for every live allocation this launch may touch, in address order.
+
+        The device memory of the launch's device and of its peers, mapped
+        page-locked memory and managed memory.  For kernels whose accesses
+        are known only when they run (PTX): each access is checked against
+        these.  Returns the grants and the buffers to keep alive.
+        """
+        from ._hostrt import Grant
+
+        grants, keep = [], []
+        ctx = self._ctx
+        for a in self._b.memory.allocations():
+            if not a.alive or a.unmapped:
+                continue
+            if a.store is not None:
+                if a.device != ctx.device and a.device not in ctx.peers:
+                    continue
+                host = a.store.ctypes.data
+                keep.append(a.store)
+            elif a.kind == "managed" or a.mapped:
+                host = a.base
+                keep.append(a)
+            else:
+                continue
+            grants.append(Grant(a.base, a.size, host, 1))
+        return grants, keep
+
     def write(self, address: int, data: Any) -> None:
         data = np.ascontiguousarray(np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8))
         a, off = self._resolve(address, data.size)
@@ -89,12 +129,44 @@ class SimModuleCalls(SimCore):
         image = bytes(image)
         major, minor = self.compute_capability[ctx.device]
         try:
-            _images.validate(image, placeholder_ok, cc=10 * major + minor)
+            kind = _images.validate(image, placeholder_ok, cc=10 * major + minor)
         except _images.ImageError as e:
             raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
+        # PTX, or the PTX the stand-in linker kept in its output (one program each)
+        texts = [image] if kind == "ptx" else _images.ptx_texts(image)
+        programs = []
+        if texts:
+            from . import ptx
+
+            for text in texts:
+                try:
+                    programs.append(ptx.load(text))
+                except ptx.PtxError as e:
+                    code = e.code
+                    if code != 222 or call not in _VERSION_CALLS:
+                        code = _images.code_for(call, "ptx")
+                    raise CudaError(code, call, f"({e.message})") from None
         h = self._handle()
         self._modules[h] = (ctx, image)
+        if programs:
+            self._ptx_programs()[h] = programs
         return h
+
+    def _ptx_program(self, module: int, entry: str | None = None,
+                     variable: str | None = None) -> Any:
+        """The PTX program of ``module`` that defines kernel ``entry`` (or variable ``variable``)."""
+        for program in self._ptx_programs().get(module, ()):
+            if (entry in program.module.entries if entry is not None
+                    else variable in program.module.globals):
+                return program
+        return None
+
+    def _ptx_programs(self) -> dict[int, list[Any]]:
+        """Loaded module handle -> its PTX programs (``ptx.PtxProgram``)."""
+        progs = self.__dict__.get("_ptx_loaded")
+        if progs is None:
+            progs = self.__dict__.setdefault("_ptx_loaded", {})
+        return progs
 
     @_locked
     def module_unload(self, module: int) -> None:
@@ -103,6 +175,7 @@ class SimModuleCalls(SimCore):
             raise CudaError(INVALID_VALUE, "cuModuleUnload", f"module 0x{int(module):x} is not loaded")
         _sticky.check(entry[0], "cuModuleUnload")
         del self._modules[module]
+        self._ptx_programs().pop(module, None)
         for h in [h for h, f in self._functions.items() if f[3] == module]:
             del self._functions[h]
             self._smem_optin.pop(h, None)
@@ -117,6 +190,9 @@ class SimModuleCalls(SimCore):
         if name not in _images.entries(entry[1]):  # .entry functions only
             raise CudaError(NOT_FOUND, call, f"the module has no kernel (.entry function) {name!r}")
         impl = sim_kernels.lookup(name)
+        program = self._ptx_program(module, entry=name)
+        if impl is None and program is not None:
+            impl = program.kernel(name)  # runs on the PTX executor
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
             impl = _images.ForeignKernel(name, _images.ptx_of(entry[1], name) is not None)
         h = self._handle()
@@ -139,6 +215,13 @@ class SimModuleCalls(SimCore):
         hit = self._globals.get(key)
         if hit is not None:
             return hit
+        program = self._ptx_program(module, variable=name)
+        if program is not None:
+            g = program.module.globals.get(name)
+            if g is None or g.space not in ("global", "const"):
+                raise CudaError(NOT_FOUND, call, f"the module has no device variable {name!r}")
+            self._place_globals(module, entry[0], program, call)
+            return self._globals[key]
         var = _images.global_variable(entry[1], name)
         if var is None:
             raise CudaError(NOT_FOUND, call, f"the module has no device variable {name!r}")
@@ -146,6 +229,32 @@ class SimModuleCalls(SimCore):
         self.memory.write(a, 0, var[1])
         self._globals[key] = (a.base, var[0])
         return self._globals[key]
+
+    def _place_globals(self, module: int, ctx: SimContext, program: Any, call: str) -> dict[str, int]:
+        """Allocate (once) every ``.global``/``.const`` variable of a PTX module; name -> address.
+
+        Initial bytes from the PTX; address initialisers (``= generic(x)``)
+        are filled in once every variable has its address.
+        """
+        out: dict[str, int] = {}
+        fresh = []
+        for name in program.globals_needed:
+            hit = self._globals.get((module, name))
+            if hit is None:
+                g = program.module.globals[name]
+                a = self.memory.alloc_device(ctx.device, max(g.size, 1), call=call, owner=ctx)
+                if g.init:
+                    self.memory.write(a, 0, g.init)
+                hit = self._globals[(module, name)] = (a.base, g.size)
+                fresh.append((g, a))
+            out[name] = hit[0]
+        for g, a in fresh:
+            for off, sym, add in g.relocs:
+                if sym not in out:
+                    raise CudaError(NOT_FOUND, call, f"the initialiser of {g.name} names "
+                                                     f"{sym!r}, which is not a module variable")
+                self.memory.write(a, off, int(out[sym] + add).to_bytes(8, "little"))
+        return out
 
     @_locked
     def function_kernel(self, func: int) -> Any:
@@ -233,6 +342,9 @@ class SimModuleCalls(SimCore):
         if getattr(impl, "foreign", False) and s.capture is None:
             raise impl.error(call)  # after the checks a driver makes of any launch
         # (captured, the launch is a graph node: it fails when the graph runs it)
+        run = impl.run
+        if hasattr(impl, "program"):  # a kernel of a PTX image
+            run = self._ptx_launch(impl, name, _module, ctx, b, shared_mem, call)
         try:
             snap = [type(p).from_buffer_copy(p) for p in params]  # CUDA copies parameters at launch
         except TypeError:
@@ -240,8 +352,31 @@ class SimModuleCalls(SimCore):
                             f"{[type(p).__name__ for p in params]}") from None
         acc = impl.accesses(snap)
         mem = _KernelMemory(self, ctx, name)
-        self.sched.enqueue(s, lambda: impl.run(mem, g, b, shared_mem, snap),
+        self.sched.enqueue(s, lambda: run(mem, g, b, shared_mem, snap),
                            f"kernel {name}", acc)
+
+    def _ptx_launch(self, impl: Any, name: str, module: int, ctx: SimContext,
+                    block: tuple[int, ...], shared_mem: int, call: str) -> Any:
+        """Check a PTX kernel's launch as a driver does; the function the stream runs."""
+        from . import ptx
+
+        try:
+            impl.check()  # builds the module (or loads it from the cache)
+        except ptx.PtxError as e:
+            raise CudaError(INVALID_IMAGE, call, f"({e.message})") from None
+        except RuntimeError as e:  # the kernels layer's HostCompileError
+            raise CudaError(INVALID_IMAGE, call, f"(the translated PTX failed to build: {e})"
+                            ) from None
+        info = impl.info
+        threads = block[0] * block[1] * block[2]
+        if info.max_threads is not None and threads > info.max_threads:
+            raise CudaError(INVALID_VALUE, call, f"{name}: {threads} threads per block, the "
+                                                 f"kernel allows {info.max_threads} (.maxntid)")
+        if info.static_shared_bytes + shared_mem > 48 << 10:
+            raise CudaError(INVALID_VALUE, call, f"{name}: {info.static_shared_bytes} static + "
+                                                 f"{shared_mem} dynamic bytes of shared memory")
+        addresses = self._place_globals(module, ctx, impl.program, call)
+        return lambda mem, g, b, smem, snap: impl.run(mem, g, b, smem, snap, globals=addresses)
 
     # ----------------------------------------------------------------- IPC
     # Across processes through shared memory: see _ipc.py.

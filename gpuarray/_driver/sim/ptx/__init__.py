@@ -1,0 +1,119 @@
+"""The simulator's PTX executor: PTX text, translated to C++, run on the host build's fibers.
+
+A module of PTX (what NVRTC, numba-cuda or cuda.core hand to
+``cuModuleLoadData``) runs here as a GPU would run it, with every memory
+access checked.  Its own room beneath the simulator, in four layers:
+
+``_lex.py`` / ``_parse.py`` / ``_ast.py`` / ``_info.py``  -- syntax
+    PTX text -> :class:`PtxModule` (directives, module variables with
+    their initial bytes, functions with parameters, declarations and
+    instructions, each with its PTX line), and what a driver reports of
+    each entry (:class:`EntryInfo`).  Syntax errors are 218
+    (``CUDA_ERROR_INVALID_PTX``), a ``.version`` newer than
+    :data:`SUPPORTED_VERSION` is 222 (``CUDA_ERROR_UNSUPPORTED_PTX_VERSION``).
+``_emit.py`` / ``_ops.py`` -- translation
+    One C++ function per PTX function: registers become typed locals,
+    labels ``goto`` targets, predicates ``if``; ``.local`` variables are
+    frames of the thread's local arena; call-site ``.param`` variables byte
+    arrays; every load and store goes through a checked helper of
+    ``ptxrt.h``; one exported wrapper per ``.entry`` has the runtime's entry
+    signature.  An instruction, modifier or type the translator does not
+    know makes every entry that reaches it unlaunchable: the launch fails
+    with ``CUDA_ERROR_INVALID_IMAGE`` (200, not sticky) naming the
+    instruction and its PTX line -- never a silently different program.
+``ptxrt.h`` -- runtime support (C++)
+    Address windows, checked accesses, barriers and warp collectives,
+    atomics, rounding, conversions, printf.  It sits on the SAME fiber
+    runtime as the host build of ``kernels/`` (``sim/_hostrt.cpp``, which
+    gained ``yield`` and deadlock detection for this: a round in which every
+    waiting thread waits again and nothing progressed ends the launch with
+    719 naming the thread and the PTX line).
+``_build.py`` / ``_run.py`` -- build, cache and launch
+    The unit is built with the host build's compiler and flags
+    (``gpuarray/_kernels/_host.py``; plus ``-ffp-contract=off``) into the
+    kernel disk cache (same folder and trust rules), keyed by the hash of
+    the PTX, :data:`TRANSLATOR_VERSION`, the header, the compiler's
+    identity and the flags; writes are atomic and a corrupt entry is a
+    miss.  :class:`PtxKernel` is the ``SimKernel`` the simulator's launch
+    dispatch (``sim/_module_calls.py``) runs for a kernel of a PTX image.
+
+Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
+--------------------------------------------------------------------------
+``parse(text) -> PtxModule``
+    ``text`` is ``str`` (bytes: :func:`load` decodes up to the first NUL).
+    Raises :class:`PtxError` (``.code`` 218 or 222, ``.message`` naming the
+    line, ``.line``).
+``PtxModule``: ``.version`` ``(major, minor)``, ``.target`` (``"sm_90"``),
+    ``.arch`` (90), ``.address_size`` (64; 32-bit PTX is refused with 218),
+    ``.entries`` ``{name: EntryInfo}`` (``.entry`` with a body only),
+    ``.functions`` ``{name: Function}`` (``.entry`` and ``.func``, declarations
+    too), ``.globals`` ``{name: GlobalVar}``.
+``EntryInfo``: ``params`` ``[(name, size, align, offset)]``, ``param_size``,
+    ``static_shared_bytes``, ``const_bytes``, ``local_bytes``, ``max_threads``
+    (``.maxntid``/``.reqntid`` product, else None), ``ptx_version`` (the
+    target's number, ``sm_90`` -> 90: the virtual architecture
+    ``CU_FUNC_ATTRIBUTE_PTX_VERSION`` reports), ``uses_dynamic_shared``.
+``GlobalVar``: ``name``, ``space`` (``"global"``, ``"const"``, ``"shared"``),
+    ``size``, ``align``, ``init`` (initial bytes; address initialisers are
+    zeros there and listed in ``relocs`` ``[(offset, symbol, addend)]``),
+    ``extern``.
+``load(image) -> PtxProgram``: parse (cached per text) and translate; the
+    C++ is built on the first launch.  ``PtxProgram.module``,
+    ``.kernel(name) -> PtxKernel``, ``.globals_needed`` (module variables in
+    the order of the launch's address table).
+``PtxKernel`` (a ``SimKernel``): ``param_types`` (one ctypes type per PTX
+    parameter: ``c_uint8 * size`` with the parameter's alignment, so the
+    stand-in can decode ``kernelParams``), ``info`` (:class:`EntryInfo`),
+    ``foreign = False``, ``accesses(params) -> []``, ``check()`` (raises
+    :class:`UnsupportedPtx`, code 200, for an unlaunchable entry), and
+    ``run(mem, grid, block, shared_mem, params, globals=...)``.
+    ``globals`` maps each module variable to its device address; the
+    dispatch allocates them once per loaded module, so that
+    ``cuModuleGetGlobal`` and the kernel see the same bytes.
+
+Execution model
+---------------
+Blocks run one after another on the stream's OS thread; the threads of a
+block are fibers switched only where a thread must wait (``bar.sync``,
+``bar.red``, warp collectives).  Warps are 32 consecutive linear thread
+ids; ``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
+``bar.warp.sync`` complete when every lane of the member mask has arrived
+(a lane outside its own mask, lanes meeting at different collectives or
+with different masks, a mask naming lanes that exited or do not exist:
+719 naming the line; a lane that never arrives: the deadlock fault).
+``activemask`` is the warp's lanes that have not exited.  ``bar.sync``
+without a thread count waits for every thread that has not exited.
+Atomics are compare-and-swap loops on the host memory (atomic against
+other launches running on other streams).  ``%clock``/``%clock64`` count
+reads (monotonic, not time).
+
+Numerics
+--------
+Integers exact (division by zero gives all ones, as a GPU does; no trap).
+Float ``add/sub/mul/div/fma/sqrt/rcp`` with ``.rn`` are IEEE, correctly
+rounded (C++ without contraction, ``-ffp-contract=off``; ``fma`` is libm's
+``fmaf``/``fma``); ``.rz/.rm/.rp`` run under ``fesetround`` with volatile
+operands.  ``.ftz`` flushes subnormal inputs and results of ``.f32`` to
+sign-preserving zero; ``.sat`` clamps to [0, 1] (NaN -> 0).  Float-to-int
+``cvt`` saturates (NaN -> 0) as PTX specifies.  f16/bf16 conversions are
+exact software roundings (all four modes).  ``.approx`` functions use the
+C library (glibc: ``exp2f``, ``log2f``, ``sinf``, ``cosf``, ``tanhf`` within
+1-2 ulp; ``rsqrt`` as ``1/sqrt`` in double; ``rcp/sqrt/div.approx``
+correctly rounded), all inside the PTX ISA's stated bounds.  Unknown
+until a GPU run: bit-equality of ``.approx`` results (a GPU's are
+coarser), of ``add``/``mul`` without a rounding modifier (ptxas may fuse
+them into an ``fma``; here they are never fused), and NaN payloads
+(here the C++ operation's; a GPU gives the canonical NaN).
+"""
+
+from __future__ import annotations
+
+from ._ast import EntryInfo, Function, GlobalVar, PtxModule
+from ._build import PtxProgram, load
+from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
+from ._lex import PtxError
+from ._parse import SUPPORTED_VERSION, parse
+from ._run import PtxKernel
+
+__all__ = ["parse", "load", "PtxError", "UnsupportedPtx", "PtxModule", "EntryInfo", "GlobalVar",
+           "Function", "PtxProgram", "PtxKernel", "SUPPORTED_VERSION", "TRANSLATOR_VERSION"]

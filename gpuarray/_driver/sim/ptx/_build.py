@@ -1,0 +1,189 @@
+"""Loaded PTX programs: parse once per text, translate and build once per toolchain, cached.
+
+One concern: turn an image's PTX into a :class:`PtxProgram` whose entries
+are addresses the fiber runtime can call.  Parsing is memoised per text
+(by hash); the C++ is built on first need with the host build's toolchain
+(``_hostrt.toolchain()``: compiler, flags, disk cache), and stored in the
+kernel disk cache under a key of the PTX's hash, the translator's version,
+the runtime header's hash and the toolchain's key (compiler identity and
+flags).  The entry holds the library and the translation's facts, so a
+warm load neither translates nor compiles; a corrupt entry is a miss
+(the cache verifies its digest), and writes are atomic (the cache's).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+from .. import _hostrt
+from ._ast import PtxModule
+from ._emit import TRANSLATOR_VERSION, UnsupportedPtx, translate
+from ._parse import parse
+
+__all__ = ["HEADER", "PtxProgram", "load", "cache_key"]
+
+#: The runtime support header, inlined at the top of every unit.
+HEADER = Path(__file__).with_name("ptxrt.h")
+_MAGIC = b"GAPTX1\n"
+
+_lock = threading.Lock()
+_programs: dict[str, PtxProgram] = {}
+
+
+def _text(image: bytes | str) -> str:
+    if isinstance(image, str):
+        return image.split("\0", 1)[0]
+    return bytes(image).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def load(image: bytes | str) -> PtxProgram:
+    """The :class:`PtxProgram` of PTX ``image`` (text, or bytes up to the first NUL).
+
+    Raises
+    ------
+    PtxError
+        The text is not PTX the executor reads (218, 222).
+    """
+    text = _text(image)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    with _lock:
+        prog = _programs.get(digest)
+    if prog is None:
+        prog = PtxProgram(parse(text), digest)
+        with _lock:
+            prog = _programs.setdefault(digest, prog)
+    return prog
+
+
+def _header_digest() -> str:
+    global _HEADER_DIGEST
+    if _HEADER_DIGEST is None:
+        _HEADER_DIGEST = hashlib.sha256(HEADER.read_bytes()).hexdigest()
+    return _HEADER_DIGEST
+
+
+_HEADER_DIGEST: str | None = None
+
+
+def cache_key(digest: str, toolchain_key: str) -> str:
+    """The disk cache key of the build of the PTX whose text hashes to ``digest``."""
+    parts = ["gpuarray-ptx", TRANSLATOR_VERSION, str(_hostrt.ABI), _header_digest(),
+             toolchain_key, digest]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _pack(meta: dict, lib: bytes) -> bytes:
+    m = json.dumps(meta, sort_keys=True).encode()
+    return _MAGIC + struct.pack("<Q", len(m)) + m + lib
+
+
+def _unpack(payload: bytes) -> tuple[dict, bytes] | None:
+    if not payload.startswith(_MAGIC) or len(payload) < len(_MAGIC) + 8:
+        return None
+    (n,) = struct.unpack_from("<Q", payload, len(_MAGIC))
+    start = len(_MAGIC) + 8
+    try:
+        meta = json.loads(payload[start:start + n])
+    except ValueError:
+        return None
+    return (meta, payload[start + n:]) if isinstance(meta, dict) else None
+
+
+class PtxProgram:
+    """One PTX module: its syntax tree, and (once built) its entries' addresses.
+
+    ``module`` is the :class:`~._ast.PtxModule`; ``globals_needed`` the
+    module variables (``.global`` and ``.const``) in the order of the
+    launch's address table.
+    """
+
+    def __init__(self, module: PtxModule, digest: str) -> None:
+        self.module = module
+        self.digest = digest
+        self.globals_needed = [g.name for g in module.globals.values()
+                               if g.space in ("global", "const")]
+        self._lock = threading.Lock()
+        self._meta: dict | None = None
+        self._lib: ctypes.CDLL | None = None
+        self._entries: dict[str, int] = {}
+        self._kernels: dict[str, Any] = {}
+        self._lines = module.text.split("\n")
+        self.built_now = False  # whether this process compiled it (a cache miss)
+
+    def kernel(self, name: str) -> Any:
+        """The ``SimKernel`` (:class:`~._run.PtxKernel`) of entry ``name`` (KeyError: none)."""
+        from ._run import PtxKernel
+
+        k = self._kernels.get(name)
+        if k is None:
+            info = self.module.entries[name]
+            k = self._kernels.setdefault(name, PtxKernel(self, name, info))
+        return k
+
+    def source_line(self, line: int) -> str:
+        """``PTX line N: <instruction>`` for fault messages."""
+        text = self._lines[line - 1].strip() if 0 < line <= len(self._lines) else ""
+        return f"PTX line {line}: {text}" if text else f"PTX line {line}"
+
+    def build(self) -> dict:
+        """Translate and build (or load from the cache) once; the translation's facts.
+
+        Raises
+        ------
+        UnsupportedPtx
+            No C++ toolchain is registered (the kernels layer is not imported).
+        """
+        with self._lock:
+            if self._meta is not None:
+                return self._meta
+            tc = _hostrt.toolchain()
+            if tc is None:
+                raise UnsupportedPtx("the simulator executes PTX with the host build's C++ "
+                                     "toolchain, which is not available (import gpuarray)")
+            key = cache_key(self.digest, tc.key())
+            payload = tc.read(key)
+            got = _unpack(payload) if payload is not None else None
+            if got is not None:
+                meta, lib_bytes = got
+                try:
+                    lib = tc.load(lib_bytes)
+                    entries = {n: _address(lib, s) for n, s in meta["exports"].items()}
+                except (OSError, AttributeError, KeyError, TypeError):
+                    got = None  # not a library of this module: rebuild
+            if got is None:
+                tr = translate(self.module)
+                header = HEADER.read_text(encoding="utf-8")
+                source = tr.source.replace('#include "ptxrt.h"\n', header + "\n", 1)
+                lib_bytes = tc.build(source, f"the PTX module {self.digest[:12]} (translated)")
+                meta = {"exports": tr.exports, "globals": tr.globals,
+                        "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,
+                        "local": tr.local_bytes, "unsupported": tr.unsupported}
+                tc.write(key, _pack(meta, lib_bytes))
+                lib = tc.load(lib_bytes)
+                entries = {n: _address(lib, s) for n, s in meta["exports"].items()}
+                self.built_now = True
+            self._lib = lib
+            self._entries = entries
+            self._meta = meta
+            return meta
+
+    def entry(self, name: str) -> int:
+        """The address of entry ``name``'s wrapper (building first)."""
+        self.build()
+        return self._entries[name]
+
+    def runtime(self) -> _hostrt.HostRuntime:
+        tc = _hostrt.toolchain()
+        if tc is None:
+            raise UnsupportedPtx("the host build's toolchain is not available")
+        return tc.runtime()
+
+
+def _address(lib: ctypes.CDLL, symbol: str) -> int:
+    return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0

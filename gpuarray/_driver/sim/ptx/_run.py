@@ -1,0 +1,146 @@
+"""One launch of a PTX entry: the ``SimKernel`` the simulator runs for a kernel of a PTX image.
+
+One concern: turn a launch (parameters as ctypes objects, grid, block,
+dynamic shared bytes, the module variables' addresses) into the runtime's
+call -- the parameter block laid out as the PTX signature says, the
+launch record of ``ptxrt.h`` (``ptx::Launch``), the shared window, the
+grants (every live allocation the context may touch), and the printf
+buffer, written to the process's stdout (file descriptor 1, as a driver
+does) when the launch ends, even when it faulted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _hostrt
+from ._ast import EntryInfo
+from ._emit import UnsupportedPtx
+
+__all__ = ["PtxKernel", "PRINTF_BUFFER"]
+
+#: Bytes of printf output kept per launch (``cudaLimitPrintfFifoSize``'s default).
+PRINTF_BUFFER = 1 << 20
+
+
+class _Launch(ctypes.Structure):
+    """``ptx::Launch`` of ``ptxrt.h``."""
+
+    _fields_ = [("params", ctypes.c_void_p), ("param_size", ctypes.c_uint64),
+                ("globals", ctypes.c_void_p), ("shared", ctypes.c_void_p),
+                ("shared_size", ctypes.c_uint64), ("dyn_offset", ctypes.c_uint64),
+                ("dyn_size", ctypes.c_uint64), ("printf_buf", ctypes.c_void_p),
+                ("printf_cap", ctypes.c_uint64), ("printf_len", ctypes.c_uint64),
+                ("last", ctypes.c_void_p), ("clock", ctypes.c_uint64)]
+
+
+_NO_GRANT = _hostrt.Grant(0, 0, None, 0)
+_param_types: dict[tuple[int, int], type] = {}
+
+
+def param_type(size: int, align: int) -> type:
+    """A ctypes type of ``size`` bytes and alignment ``align`` (one PTX parameter)."""
+    key = (size, align)
+    t = _param_types.get(key)
+    if t is None:
+        base = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32,
+                8: ctypes.c_uint64}.get(min(align, 8), ctypes.c_uint8)
+        if size % ctypes.sizeof(base) == 0:
+            t = base * (size // ctypes.sizeof(base))
+        else:
+            t = ctypes.c_uint8 * size
+        t = _param_types.setdefault(key, t)
+    return t
+
+
+class PtxKernel:
+    """The simulator's implementation of one ``.entry`` of a PTX module (a ``SimKernel``).
+
+    ``param_types``: one ctypes type per PTX parameter (its bytes); ``info``:
+    the entry's :class:`~._ast.EntryInfo`.  ``accesses`` declares nothing
+    (what a PTX kernel touches is known only when it runs; every access is
+    checked against the live allocations instead).
+    """
+
+    foreign = False
+
+    def __init__(self, program: Any, name: str, info: EntryInfo) -> None:
+        self.program = program
+        self.name = name
+        self.info = info
+        self.param_types = tuple(param_type(size, align) for _n, size, align, _o in info.params)
+
+    def __repr__(self) -> str:
+        return f"<PTX kernel {self.name}>"
+
+    def check(self) -> None:
+        """Build the module if needed; raise :class:`UnsupportedPtx` if the entry cannot run."""
+        why = self.program.build()["unsupported"].get(self.name)
+        if why:
+            raise UnsupportedPtx(f"kernel {self.name}: {why}")
+
+    def accesses(self, params: Sequence[Any]) -> list[tuple[int, int, bool]]:
+        return []
+
+    def pack(self, params: Sequence[Any]) -> ctypes.Array:
+        """The parameter block: each parameter's bytes at its PTX offset.
+
+        Raises
+        ------
+        TypeError
+            Wrong number of parameters, or one whose size is not the PTX parameter's.
+        """
+        info = self.info
+        if len(params) != len(info.params):
+            raise TypeError(f"kernel {self.name} takes {len(info.params)} parameters, "
+                            f"got {len(params)}")
+        block = (ctypes.c_uint8 * max(info.param_size, 1))()
+        for p, (pname, size, _align, off) in zip(params, info.params, strict=True):
+            if isinstance(p, (bytes, bytearray)):
+                data = bytes(p)
+            else:
+                try:
+                    data = ctypes.string_at(ctypes.addressof(p), ctypes.sizeof(p))
+                except TypeError:
+                    raise TypeError(f"kernel {self.name}: parameter {pname} must be a ctypes "
+                                    f"object, got {type(p).__name__}") from None
+            if len(data) != size:
+                raise TypeError(f"kernel {self.name}: parameter {pname} is {size} bytes, got "
+                                f"{len(data)} ({type(p).__name__})")
+            ctypes.memmove(ctypes.addressof(block) + off, data, size)
+        return block
+
+    def run(self, mem: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+            shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None = None) -> None:
+        """Run every thread of every block on ``mem`` (a ``_KernelMemory``)."""
+        meta = self.program.build()
+        why = meta["unsupported"].get(self.name)
+        if why:
+            raise UnsupportedPtx(f"kernel {self.name}: {why}")
+        entry = self.program.entry(self.name)
+        pblock = self.pack(params)
+        names = meta["globals"]
+        table = (ctypes.c_uint64 * max(1, len(names)))(
+            *[int((globals or {})[n]) for n in names]) if names else (ctypes.c_uint64 * 1)()
+        dyn_offset = int(meta["dyn_offset"])
+        shared = np.full(max(dyn_offset + int(shared_mem), 1), 0xFF, dtype=np.uint8)
+        out = ctypes.create_string_buffer(PRINTF_BUFFER)
+        grants, keep = mem.live_grants()
+        launch = _Launch(ctypes.addressof(pblock), self.info.param_size,
+                         ctypes.addressof(table), shared.ctypes.data, dyn_offset + int(shared_mem),
+                         dyn_offset, int(shared_mem), ctypes.addressof(out), PRINTF_BUFFER, 0,
+                         ctypes.addressof(_NO_GRANT), 0)
+        try:
+            self.program.runtime().launch(self.name, entry, launch, grid, block, grants,
+                                          source=self.program.source_line)
+        finally:
+            del keep
+            if launch.printf_len:
+                sys.stdout.flush()
+                os.write(1, out.raw[:launch.printf_len])
