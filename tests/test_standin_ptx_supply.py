@@ -64,3 +64,60 @@ def test_a_kernel_of_a_cubin_without_ptx_says_how_to_get_ptx():
     assert e.value.name == "CUDA_ERROR_INVALID_IMAGE"
     assert "no PTX" in str(e.value) and "Program.compile('ptx')" in str(e.value)
     assert "GPUARRAY_STANDIN_NVJITLINK" in str(e.value)
+
+
+_CALLER = b""".version 8.0
+.target sm_90
+.address_size 64
+.extern .func  (.param .b32 func_retval0) twice
+(
+	.param .b32 twice_param_0
+)
+;
+.visible .entry caller_k(.param .u64 out)
+{
+	.reg .b32 %r<3>;
+	.reg .b64 %rd<3>;
+	mov.u32 %r1, 21;
+	{
+	.param .b32 a;
+	st.param.b32 [a], %r1;
+	.param .b32 r;
+	call.uni (r), twice, (a);
+	ld.param.b32 %r2, [r];
+	}
+	ld.param.u64 %rd1, [out];
+	cvta.to.global.u64 %rd2, %rd1;
+	st.global.u32 [%rd2], %r2;
+	ret;
+}
+"""
+_CALLEE = b""".version 9.0
+.target sm_90
+.address_size 64
+.visible .func  (.param .b32 func_retval0) twice(.param .b32 twice_param_0)
+{
+	.reg .b32 %r<3>;
+	ld.param.b32 %r1, [twice_param_0];
+	add.s32 %r2, %r1, %r1;
+	st.param.b32 [func_retval0], %r2;
+	ret;
+}
+"""
+
+
+def test_ptx_inputs_that_call_each_other_are_linked_into_one_program():
+    image = _cubin.link_image([("ptx", _CALLER + b"\0"), ("ptx", _CALLEE + b"\0")], 90)
+    linked = _images.ptx_of(image, "caller_k")
+    assert linked is not None and b".extern" not in linked and b".version 9.0" in linked
+    assert _images.link_ptx([_CALLER, _CALLER.replace(b"caller_k", b"other_k")]) is None
+    b = SimBackend()
+    b.init()
+    b.ctx_set_current(b.primary_ctx_retain(0))
+    f = b.module_get_function(b.module_load_data(image), "caller_k")
+    out = b.mem_alloc(4)
+    b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, 1, [ctypes.c_uint64(out)])
+    got = (ctypes.c_uint32 * 1)()
+    b.memcpy_dtoh_async(ctypes.addressof(got), out, 4, 1)
+    b.ctx_synchronize()
+    assert got[0] == 42
