@@ -51,6 +51,7 @@ from . import (
     _calls_module,
     _calls_stream,
 )
+from ..sim import _sticky
 from ._support import STANDIN_DEVICE_MARK, backend
 
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
@@ -88,6 +89,23 @@ def _keep(e: BaseException) -> None:
     _tls.error = e
 
 
+_REPORTED: set[str] = set()
+
+
+def _report_fault(e: CudaError) -> None:
+    """Print a sticky fault's simulator message once (the kernel, the PTX instruction, the thread).
+
+    The caller gets only the code (``CUDA_ERROR_ILLEGAL_ADDRESS``); this line
+    is what compute-sanitizer would print on a GPU.
+    """
+    text = str(e)
+    detail = text.split(")", 1)[-1].strip() if ")" in text else text
+    if detail in _REPORTED:
+        return
+    _REPORTED.add(detail)
+    print(f"gpuarray stand-in driver: {e.name}: {detail}", file=sys.stderr)
+
+
 def last_error() -> BaseException | None:
     """The exception behind the calling thread's last failed driver call (None if none)."""
     return getattr(_tls, "error", None)
@@ -105,6 +123,8 @@ def serve(name: str, args: tuple[int, ...]) -> int:
         return 0
     except CudaError as e:
         _keep(e)
+        if e.code in _sticky.STICKY_CODES:
+            _report_fault(e)
         return e.code
     except CudaUnavailableError as e:
         _keep(e)
