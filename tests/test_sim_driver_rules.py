@@ -56,6 +56,15 @@ def test_valid_images_and_the_placeholder_load():
         b.module_load_data(_images.PLACEHOLDER + b"k\0", placeholder_ok=False)
 
 
+def test_a_kernel_of_a_ptx_image_runs_on_the_ptx_executor():
+    import gpuarray  # noqa: F401  (registers the host build's toolchain)
+
+    b = _backend()
+    f = b.module_get_function(b.module_load_data(PTX), "foreign_k")
+    b.launch_kernel(f, (2, 1, 1), (32, 1, 1), 0, LEGACY, [ctypes.c_uint64(0)])
+    b.ctx_synchronize()
+
+
 def test_a_kernel_without_ptx_resolves_and_fails_at_launch_without_poisoning_the_context():
     b = _backend()
     m = b.module_load_data(fake_cubin(["foreign_k"]))   # a cubin: no PTX to execute

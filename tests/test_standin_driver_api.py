@@ -4,7 +4,7 @@ Each behaviour is checked through the real cuda-bindings in one child process
 over the stand-in ``libcuda.so.1`` (``python -m gpuarray standin``): the
 context stack and created contexts, synchronous copies and memsets, address
 ranges, every device and pointer attribute, error strings, images checked as
-a driver does, PTX kernels executed, the linker and libraries,
+a driver does, foreign kernels failing at launch, the linker and libraries,
 function attributes and occupancy -- and the codes cuda.h documents for bad
 input, with no traceback printed by the stand-in for an ordinary error.
 NULL outputs are driven through the serving side in-process.
@@ -105,7 +105,7 @@ assert len(got) == len(every)
 assert chk(d.cuGetErrorName(E.CUDA_ERROR_INVALID_VALUE)) == b"CUDA_ERROR_INVALID_VALUE"
 assert chk(d.cuGetErrorString(E.CUDA_ERROR_OUT_OF_MEMORY)) == b"out of memory"
 
-# images as a driver judges them; a PTX kernel resolves and runs
+# images as a driver judges them; a kernel of a PTX image resolves and runs
 chk(d.cuModuleLoadData(b"this is not a module\0"), E.CUDA_ERROR_INVALID_PTX)
 chk(d.cuModuleLoadData(b"\x7fELF" + bytes(60)), E.CUDA_ERROR_NO_BINARY_FOR_GPU)
 ptx = (b".version 8.0\n.target sm_90\n.address_size 64\n.visible .global .align 4 .u32 counter = 42;\n"
@@ -117,7 +117,7 @@ gp, gsize = chk(d.cuModuleGetGlobal(m, b"counter"))
 v = np.zeros(1, np.uint32)
 chk(d.cuMemcpyDtoH(v.ctypes.data, gp, 4))
 assert gsize == 4 and v[0] == 42
-chk(d.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, 0, 0))  # PTX: the simulator executes it
+chk(d.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, 0, 0))     # PTX: runs on the PTX executor
 chk(d.cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, s, 0, 0), E.CUDA_ERROR_INVALID_VALUE)
 chk(d.cuCtxSynchronize())                                # a refused launch is not sticky
 FA = d.CUfunction_attribute

@@ -86,7 +86,8 @@ class _KernelMemory:
         """
         from ._hostrt import Grant
 
-        grants, keep = [], []
+        grants: list[Any] = []
+        keep: list[Any] = []
         ctx = self._ctx
         for a in self._b.memory.allocations():
             if not a.alive or a.unmapped:
@@ -350,6 +351,8 @@ class SimModuleCalls(SimCore):
         except TypeError:
             raise TypeError(f"{name}: kernel parameters must be ctypes objects, got "
                             f"{[type(p).__name__ for p in params]}") from None
+        if hasattr(impl, "pack"):  # a PTX kernel: the parameters match its signature
+            impl.pack(snap)
         acc = impl.accesses(snap)
         mem = _KernelMemory(self, ctx, name)
         self.sched.enqueue(s, lambda: run(mem, g, b, shared_mem, snap),

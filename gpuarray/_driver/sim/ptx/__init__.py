@@ -81,7 +81,9 @@ ids; ``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
 (a lane outside its own mask, lanes meeting at different collectives or
 with different masks, a mask naming lanes that exited or do not exist:
 719 naming the line; a lane that never arrives: the deadlock fault).
-``activemask`` is the warp's lanes that have not exited.  ``bar.sync``
+``activemask`` is the lanes converged at it: a lane waits until every lane
+of its warp that has not exited is at an ``activemask`` or blocked at a
+barrier or collective, and gets the lanes at the same ``activemask``.  ``bar.sync``
 without a thread count waits for every thread that has not exited.
 Atomics are compare-and-swap loops on the host memory (atomic against
 other launches running on other streams).  ``%clock``/``%clock64`` count

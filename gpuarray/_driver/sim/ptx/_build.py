@@ -5,7 +5,7 @@ are addresses the fiber runtime can call.  Parsing is memoised per text
 (by hash); the C++ is built on first need with the host build's toolchain
 (``_hostrt.toolchain()``: compiler, flags, disk cache), and stored in the
 kernel disk cache under a key of the PTX's hash, the translator's version,
-the runtime header's hash and the toolchain's key (compiler identity and
+the hash of the translator's and runtime header's sources and the toolchain's key (compiler identity and
 flags).  The entry holds the library and the translation's facts, so a
 warm load neither translates nor compiles; a corrupt entry is a miss
 (the cache verifies its digest), and writes are atomic (the cache's).
@@ -61,10 +61,18 @@ def load(image: bytes | str) -> PtxProgram:
     return prog
 
 
+#: The files whose text decides the generated C++ (their hash is part of the key,
+#: so an edited translator never meets a stale build).
+_SOURCES = ("ptxrt.h", "_ast.py", "_lex.py", "_parse.py", "_info.py", "_emit.py", "_ops.py")
+
+
 def _header_digest() -> str:
     global _HEADER_DIGEST
     if _HEADER_DIGEST is None:
-        _HEADER_DIGEST = hashlib.sha256(HEADER.read_bytes()).hexdigest()
+        h = hashlib.sha256()
+        for name in _SOURCES:
+            h.update(HEADER.with_name(name).read_bytes())
+        _HEADER_DIGEST = h.hexdigest()
     return _HEADER_DIGEST
 
 
@@ -114,6 +122,11 @@ class PtxProgram:
         self._entries: dict[str, int] = {}
         self._kernels: dict[str, Any] = {}
         self._lines = module.text.split("\n")
+        #: whether any function calls vprintf (a launch then gets a printf buffer)
+        self.uses_printf = any(
+            it.base == "call" and any(getattr(a, "name", "") == "vprintf" for a in it.args)
+            for f in module.functions.values() for it in f.body or []
+            if getattr(it, "base", None) == "call")
         self.built_now = False  # whether this process compiled it (a cache miss)
 
     def kernel(self, name: str) -> Any:

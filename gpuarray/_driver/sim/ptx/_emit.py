@@ -293,6 +293,58 @@ class _Translator:
         return f"{fn.name}/{name}" if f"{fn.name}/{name}" in self.shared_offsets else name
 
 
+def _rename(op, names: dict[str, str]):
+    if isinstance(op, Reg):
+        return Reg(names.get(op.name, op.name), op.neg)
+    if isinstance(op, Sym) and op.name in names:
+        return Sym(names[op.name], op.offset)
+    if isinstance(op, Addr) and op.base is not None:
+        return Addr(_rename(op.base, names), op.offset)
+    if isinstance(op, Vec):
+        return Vec(tuple(_rename(x, names) for x in op.items), op.kind)
+    return op
+
+
+def _rescope(body: list) -> list:
+    """The body with every declaration that shadows an outer one renamed in its scope.
+
+    PTX scopes nest (``{ .reg .pred %p1; ... }`` in inline assembly and call
+    sequences); the C++ hoists every declaration to the function's top, so
+    a shadowing name gets a unique one (``%p1@3``) for the rest of its scope.
+    """
+    out: list = []
+    scopes: list[dict[str, str]] = [{}]
+    seen: set[str] = set()
+    count = 0
+    for it in body:
+        if isinstance(it, tuple) and it[0] == "{":
+            scopes.append(dict(scopes[-1]))
+        elif isinstance(it, tuple) and it[0] == "}":
+            if len(scopes) > 1:
+                scopes.pop()
+        elif isinstance(it, Decl):
+            names = ([f"{it.name}{i}" for i in range(it.count)] if it.count else [it.name])
+            if len(scopes) > 1 and any(n in seen for n in names):
+                count += 1
+                if it.count:  # %r<4> shadowing: rename the whole range by its prefix
+                    new = f"{it.name}@{count}@"
+                    for n in names:
+                        scopes[-1][n] = n.replace(it.name, new, 1)
+                    it = Decl(it.line, it.space, it.type, new, it.count, it.align, it.dims,
+                              it.vector, it.init, it.extern)
+                else:
+                    scopes[-1][it.name] = f"{it.name}@{count}"
+                    it = Decl(it.line, it.space, it.type, f"{it.name}@{count}", it.count,
+                              it.align, it.dims, it.vector, it.init, it.extern)
+            seen.update(names)
+        elif isinstance(it, Instr) and len(scopes) > 1 and scopes[-1]:
+            names_map = scopes[-1]
+            it = Instr(it.line, it.base, it.mods, [_rename(x, names_map) for x in it.args],
+                       _rename(it.pred, names_map) if it.pred is not None else None)
+        out.append(it)
+    return out
+
+
 def _declare(ctx: FuncCtx) -> list[str]:
     """Hoisted declarations of a function: registers, frames, call-site parameters."""
     out = []
@@ -333,6 +385,9 @@ def _declare(ctx: FuncCtx) -> list[str]:
 
 def _function(tr: _Translator, fn: Function, ops) -> tuple[str, str | None]:
     """C++ of one function with a body; and the first unsupported thing (or None)."""
+    if fn.body is not None:
+        fn = Function(fn.name, fn.kind, fn.line, fn.params, fn.rets, fn.linkage, fn.perf,
+                      _rescope(fn.body))
     ctx = FuncCtx(tr, fn)
     name = cname("F", fn.name) if fn.kind == "func" else cname("K", fn.name)
     head = f"static void {name}(ptx::Thread* T, char* const* A)"

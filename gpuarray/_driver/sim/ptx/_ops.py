@@ -660,6 +660,8 @@ def _shfl(ctx: FuncCtx, it: Instr) -> str:
     if "sync" not in it.mods:
         raise ctx.error(f"{it.opcode}: shfl without .sync (removed after sm_6x) is not supported")
     mode = next((m for m in it.mods if m in ("up", "down", "bfly", "idx")), None)
+    if mode is None:
+        raise ctx.error(f"{it.opcode}: no shuffle mode")
     kind = {"up": "SHFL_UP", "down": "SHFL_DOWN", "bfly": "SHFL_BFLY", "idx": "SHFL_IDX"}[mode]
     d, a, b, c, mask = it.args
     dp = None
@@ -718,7 +720,7 @@ def _redux(ctx: FuncCtx, it: Instr) -> str:
 
 
 def _activemask(ctx: FuncCtx, it: Instr) -> str:
-    return ctx.assign(it.args[0], "ptx::activemask(T)", "uint32_t")
+    return ctx.assign(it.args[0], f"ptx::activemask(T, {it.line})", "uint32_t")
 
 
 def _call(ctx: FuncCtx, it: Instr) -> str:

@@ -64,13 +64,11 @@ def _number(words: list[str], i: int, line: int) -> tuple[Imm | FImm, int]:
         raise _err(line, "a number is missing")
     w = words[i]
     if w[:2] in ("0f", "0F"):
-        v: Imm | FImm = FImm(int(w[2:], 16), 32)
-        if neg:
-            v = FImm(v.bits ^ 0x80000000, 32)
+        f32 = FImm(int(w[2:], 16), 32)
+        v: Imm | FImm = FImm(f32.bits ^ 0x80000000, 32) if neg else f32
     elif w[:2] in ("0d", "0D"):
-        v = FImm(int(w[2:], 16), 64)
-        if neg:
-            v = FImm(v.bits ^ (1 << 63), 64)
+        f64 = FImm(int(w[2:], 16), 64)
+        v = FImm(f64.bits ^ (1 << 63), 64) if neg else f64
     elif any(c in w for c in ".eE") and w[:2] not in ("0x", "0X"):
         f = -float(w) if neg else float(w)
         v = FImm(int.from_bytes(struct.pack("<d", f), "little"), 64)
@@ -109,6 +107,11 @@ class _Args:
     def done(self) -> bool:
         return self.i >= len(self.w)
 
+    def dot(self) -> bool:
+        """Whether the next word is a directive or qualifier (``.name``)."""
+        w = self.peek()
+        return w is not None and w.startswith(".")
+
     # operands
     def operand(self):
         w = self.peek()
@@ -141,13 +144,14 @@ class _Args:
             v, self.i = _number(self.w, self.i, self.line)
             return v
         self.take()
+        v0: Reg | Sym | None
         if w == "_":
             v0 = None
         elif w.startswith("%"):
             v0 = Reg(w)
         else:
             off = 0
-            if self.peek() in ("+", "-") and self.peek(1) is not None and _is_num(self.peek(1)):
+            if self.peek() in ("+", "-") and self.peek(1) is not None and _is_num(self.peek(1) or ""):
                 sign = -1 if self.take() == "-" else 1
                 off = sign * _int(self.take(), self.line)
             v0 = Sym(w, off)
@@ -164,6 +168,13 @@ class _Args:
         if w is not None and not _is_num(w) and w != "-":
             self.take()
             base = Reg(w) if w.startswith("%") else Sym(w)
+        if self.peek() == ",":  # [tex, {coords}]: texture and surface operands
+            items: list = [base]
+            while self.peek() == ",":
+                self.take()
+                items.append(self.operand())
+            self.take("]")
+            return Vec(tuple(items), "addr")  # type: ignore[return-value]
         while self.peek() != "]":
             sign = 1
             if self.peek() in ("+", "-"):
@@ -186,7 +197,7 @@ def _decl(st: Statement, words: list[str], extern: bool = False) -> Decl:
     space = a.take()[1:]
     align, vector = 0, 1
     typ = ""
-    while a.peek() is not None and a.peek().startswith("."):
+    while a.dot():
         w = a.take()
         if w == ".align":
             align = _int(a.take(), st.line)
@@ -207,7 +218,7 @@ def _decl(st: Statement, words: list[str], extern: bool = False) -> Decl:
         a.take()
         d.count = _int(a.take(), st.line)
         a.take(">")
-    dims = []
+    dims: list[int | None] = []
     while a.peek() == "[":
         a.take()
         if a.peek() == "]":
@@ -306,7 +317,7 @@ def _params(a: _Args, line: int) -> list[Param]:
         if w not in (".param", ".reg"):
             raise _err(line, f"expected .param in a parameter list, found {w!r}")
         typ, align, ptr, count = "", 0, "", 1
-        while a.peek() is not None and a.peek().startswith("."):
+        while a.dot():
             q = a.take()
             if q == ".align":
                 align = _int(a.take(), line)
@@ -353,7 +364,7 @@ def _header(st: Statement) -> Function:
         if d not in _PERF:
             raise _err(st.line, f"unknown directive {d!r} in the header of {name}")
         vals = []
-        while not a.done() and not a.peek().startswith("."):
+        while not a.done() and not a.dot():
             w = a.take()
             if w != ",":
                 vals.append(_int(w, st.line) if _is_num(w) else 0)

@@ -27,6 +27,8 @@ __all__ = ["PtxKernel", "PRINTF_BUFFER"]
 
 #: Bytes of printf output kept per launch (``cudaLimitPrintfFifoSize``'s default).
 PRINTF_BUFFER = 1 << 20
+#: Bytes of the block state record (``ptx::kBlockBytes``).
+BLOCK_STATE = 65536
 
 
 class _Launch(ctypes.Structure):
@@ -37,7 +39,8 @@ class _Launch(ctypes.Structure):
                 ("shared_size", ctypes.c_uint64), ("dyn_offset", ctypes.c_uint64),
                 ("dyn_size", ctypes.c_uint64), ("printf_buf", ctypes.c_void_p),
                 ("printf_cap", ctypes.c_uint64), ("printf_len", ctypes.c_uint64),
-                ("last", ctypes.c_void_p), ("clock", ctypes.c_uint64)]
+                ("last", ctypes.c_void_p), ("clock", ctypes.c_uint64),
+                ("block", ctypes.c_void_p)]
 
 
 _NO_GRANT = _hostrt.Grant(0, 0, None, 0)
@@ -130,12 +133,14 @@ class PtxKernel:
             *[int((globals or {})[n]) for n in names]) if names else (ctypes.c_uint64 * 1)()
         dyn_offset = int(meta["dyn_offset"])
         shared = np.full(max(dyn_offset + int(shared_mem), 1), 0xFF, dtype=np.uint8)
-        out = ctypes.create_string_buffer(PRINTF_BUFFER)
+        cap = PRINTF_BUFFER if self.program.uses_printf else 0
+        out = ctypes.create_string_buffer(max(cap, 1))
+        state = np.empty(BLOCK_STATE, dtype=np.uint8)  # ptx::begin initialises what it reads
         grants, keep = mem.live_grants()
         launch = _Launch(ctypes.addressof(pblock), self.info.param_size,
                          ctypes.addressof(table), shared.ctypes.data, dyn_offset + int(shared_mem),
-                         dyn_offset, int(shared_mem), ctypes.addressof(out), PRINTF_BUFFER, 0,
-                         ctypes.addressof(_NO_GRANT), 0)
+                         dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
+                         ctypes.addressof(_NO_GRANT), 0, state.ctypes.data)
         try:
             self.program.runtime().launch(self.name, entry, launch, grid, block, grants,
                                           source=self.program.source_line)

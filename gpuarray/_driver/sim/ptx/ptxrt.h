@@ -61,6 +61,7 @@ struct Launch {
     uint64_t printf_len;
     const ga_host_grant* last;  // the grant the last global access hit
     uint64_t clock;
+    char* block;                // kBlockBytes for the running block's barrier and warp state
 };
 
 // A trap (or an error of the kernel the runtime reports as 719).
@@ -73,14 +74,20 @@ struct Exit {};  // `exit` inside a .func: unwinds to the entry
 
 struct Warp {
     uint32_t arrived, exited;
+    uint32_t blocked;      // lanes waiting at a barrier or collective now
+    uint32_t am_arrived;   // lanes at an activemask
+    uint32_t am_line[32], am_gen[32], am_res[32];
+    uint32_t at_bar;       // lanes blocked at a block barrier
+    uint8_t bar_id[32];
     uint32_t gen[32], kind[32], mask[32], b[32], c[32];
     uint64_t val[32], res[32];
     uint8_t resp[32];
 };
 
 struct Block {
-    uint32_t arrived[16], gen[16], acc[16], result[16];
+    uint32_t arrived[16], gen[16], acc[16], result[16], count[16];
     uint32_t exited;
+    uint32_t pending;  // barriers with arrivals
     Warp warps[32];
 };
 
@@ -93,7 +100,10 @@ struct Thread {
     uint64_t local_size, sp;
 };
 
-inline thread_local Block block_state;
+// The launch's blocks run one after another on one OS thread: one Block
+// record (in the launch record's buffer) serves them all.
+const size_t kBlockBytes = 65536;
+static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer is too small");
 
 [[noreturn]] inline void trap(Thread* t, uint32_t line, const char* m) {
     t->rt->line = line;
@@ -208,16 +218,34 @@ inline void wait(Thread* t, uint32_t line) {
     t->rt->yield(t->rt);
 }
 
+// Releases barrier `id`: its waiters are no longer blocked (for activemask).
+inline void bar_release(Thread* t, uint32_t id) {
+    Block& b = *t->blk;
+    b.arrived[id] = 0;
+    b.pending &= ~(1u << id);
+    b.result[id] = b.acc[id];
+    b.acc[id] = 0;
+    ++b.gen[id];
+    ++t->rt->progress;
+    const uint32_t nw = (t->rt->nthreads + 31) / 32;
+    for (uint32_t k = 0; k < nw; ++k) {
+        Warp& w = b.warps[k];
+        for (uint32_t m = w.at_bar; m; m &= m - 1) {
+            const uint32_t i = __builtin_ctz(m);
+            if (w.bar_id[i] == id) {
+                w.at_bar &= ~(1u << i);
+                w.blocked &= ~(1u << i);
+            }
+        }
+    }
+}
+
 inline void bar_arrive(Thread* t, uint32_t id, uint32_t count) {
     Block& b = *t->blk;
     const uint32_t expected = count ? count : t->rt->nthreads;
-    if (++b.arrived[id] + (count ? 0 : b.exited) >= expected) {
-        b.arrived[id] = 0;
-        b.result[id] = b.acc[id];
-        b.acc[id] = 0;
-        ++b.gen[id];
-        ++t->rt->progress;
-    }
+    if (b.arrived[id] == 0) b.count[id] = count;  // exits release only a barrier of all threads
+    b.pending |= 1u << id;
+    if (++b.arrived[id] + (count ? 0 : b.exited) >= expected) bar_release(t, id);
 }
 
 // bar.sync / barrier.sync / bar.red: `op` 0 none, 1 popc, 2 and, 3 or.
@@ -226,6 +254,10 @@ inline uint32_t bar_sync(Thread* t, uint32_t id, uint32_t count, int op, bool p,
     if (id >= 16) trap(t, line, "barrier number >= 16");
     Block& b = *t->blk;
     const uint32_t g = b.gen[id];
+    Warp& w = b.warps[t->warp];
+    w.blocked |= 1u << t->lane;
+    w.at_bar |= 1u << t->lane;
+    w.bar_id[t->lane] = (uint8_t)id;
     if (op == 1) b.acc[id] += p;
     if (op == 2) b.acc[id] += !p;  // and: no thread false
     if (op == 3) b.acc[id] += p;   // or: some thread true
@@ -233,11 +265,7 @@ inline uint32_t bar_sync(Thread* t, uint32_t id, uint32_t count, int op, bool p,
     const uint32_t expected = count ? count : t->rt->nthreads;
     while (b.gen[id] == g) {
         if (!count && b.arrived[id] && b.arrived[id] + b.exited >= expected) {
-            b.arrived[id] = 0;
-            b.result[id] = b.acc[id];
-            b.acc[id] = 0;
-            ++b.gen[id];
-            ++t->rt->progress;
+            bar_release(t, id);
             break;
         }
         wait(t, line);
@@ -342,6 +370,7 @@ inline void complete(Thread* t, Warp& w, uint32_t mask, uint32_t line) {
         ++w.gen[i];
     }
     w.arrived &= ~mask;
+    w.blocked &= ~mask;  // released: no longer blocked, though not yet resumed
     ++t->rt->progress;
 }
 
@@ -364,6 +393,7 @@ inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val
     w.c[lane] = c;
     const uint32_t g = w.gen[lane];
     w.arrived |= 1u << lane;
+    w.blocked |= 1u << lane;
     while (w.gen[lane] == g) {
         if ((w.arrived & mask) == mask) {
             complete(t, w, mask, line);
@@ -388,16 +418,40 @@ inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val
     return w.res[lane];
 }
 
-inline uint32_t activemask(Thread* t) {
-    return lanes_of(t) & ~t->blk->warps[t->warp].exited;
+// activemask: the lanes converged here.  A lane waits until every lane of
+// its warp that has not exited is at an activemask or blocked at a barrier
+// or collective; the answer is the lanes at an activemask of the same line.
+inline uint32_t activemask(Thread* t, uint32_t line) {
+    Warp& w = t->blk->warps[t->warp];
+    const uint32_t lane = t->lane, bit = 1u << lane;
+    w.am_line[lane] = line;
+    w.am_arrived |= bit;
+    const uint32_t g = w.am_gen[lane];
+    while (w.am_gen[lane] == g) {
+        const uint32_t alive = lanes_of(t) & ~w.exited;
+        if (((w.am_arrived | w.blocked) & alive) == alive) {
+            uint32_t members = 0;
+            for (uint32_t i = 0; i < 32; ++i)
+                if ((w.am_arrived >> i & 1) && w.am_line[i] == line) members |= 1u << i;
+            for (uint32_t i = 0; i < 32; ++i)
+                if (members >> i & 1) {
+                    w.am_res[i] = members;
+                    ++w.am_gen[i];
+                }
+            w.am_arrived &= ~members;
+            ++t->rt->progress;
+            break;
+        }
+        wait(t, line);
+    }
+    return w.am_res[lane];
 }
 
 // ------------------------------------------------------------- lifecycle
 inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t local_size) {
-    ga_rt = rt;
     t->rt = rt;
     t->L = L;
-    t->blk = &block_state;
+    t->blk = reinterpret_cast<Block*>(L->block);
     t->tid = rt->thread_idx.x + rt->block_dim.x * (rt->thread_idx.y + rt->block_dim.y *
                                                    rt->thread_idx.z);
     t->lane = t->tid & 31;
@@ -410,8 +464,11 @@ inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t lo
         memset(b.arrived, 0, sizeof b.arrived);
         memset(b.acc, 0, sizeof b.acc);
         b.exited = 0;
+        b.pending = 0;
         const uint32_t nw = (rt->nthreads + 31) / 32;
-        for (uint32_t i = 0; i < nw; ++i) b.warps[i].arrived = b.warps[i].exited = 0;
+        for (uint32_t i = 0; i < nw; ++i)
+            b.warps[i].arrived = b.warps[i].exited = b.warps[i].blocked = b.warps[i].am_arrived =
+                b.warps[i].at_bar = 0;
     }
 }
 
@@ -421,13 +478,10 @@ inline void end(Thread* t) {
     b.warps[t->warp].exited |= 1u << t->lane;
     ++t->rt->progress;
     // a bar.sync without a count no longer waits for this thread
-    for (int id = 0; id < 16; ++id)
-        if (b.arrived[id] && b.arrived[id] + b.exited >= t->rt->nthreads) {
-            b.arrived[id] = 0;
-            b.result[id] = b.acc[id];
-            b.acc[id] = 0;
-            ++b.gen[id];
-        }
+    for (uint32_t m = b.pending; m; m &= m - 1) {
+        const uint32_t id = __builtin_ctz(m);
+        if (!b.count[id] && b.arrived[id] + b.exited >= t->rt->nthreads) bar_release(t, id);
+    }
 }
 
 // ------------------------------------------------------------- atomics
@@ -640,63 +694,64 @@ template <class F, class V> inline F i2f(V v, int m) {
 }
 
 // Narrow float formats (f16: 5 exponent bits, 11-bit significand; bf16: 8, 8),
-// exactly rounded from double with mode m (FE_*); returns the bits.
+// exactly rounded from double with mode m (FE_*), on the bits: one
+// rounding, subnormals and overflow by mode, NaN -> the canonical quiet NaN
+// (sign kept).  Returns the bits.
 inline uint16_t narrow(double d, int ebits, int pbits, int m) {
     const uint64_t db = bits<uint64_t>(d);
-    const uint16_t sign = (uint16_t)((db >> 63) << 15);
-    const int bias = (1 << (ebits - 1)) - 1;
-    const uint16_t inf = (uint16_t)(sign | (((1 << ebits) - 1) << (pbits - 1)));
-    if (d != d) return (uint16_t)(inf | (1 << (pbits - 2)) | (ebits == 8 ? (db >> 45) & 0x3f : 0));
-    const double a = fabs(d);
-    if (a == 0) return sign;
+    const uint32_t sign = (uint32_t)(db >> 63) << 15;
+    const int fb = pbits - 1;  // stored fraction bits
+    const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias;
+    const uint32_t inf = (uint32_t)((1 << ebits) - 1) << fb;
+    const int dexp = (int)((db >> 52) & 0x7ff);
+    const uint64_t dman = db & ((1ull << 52) - 1);
+    if (dexp == 0x7ff) return (uint16_t)(sign | inf | (dman ? 1u << (fb - 1) : 0));
+    if (dexp == 0 && dman == 0) return (uint16_t)sign;
+    const uint64_t sig = dexp ? dman | (1ull << 52) : dman;
+    const int e = dexp ? dexp - 1023 : -1022;
+    const int shift = 52 - fb + (e < emin ? emin - e : 0);
+    uint64_t q, rem, half;
+    if (shift >= 64) {
+        q = 0;
+        rem = sig;
+        half = ~0ull;  // rem < half: never a halfway case
+    } else {
+        q = sig >> shift;
+        rem = sig & ((1ull << shift) - 1);
+        half = 1ull << (shift - 1);
+    }
     const bool neg = sign != 0;
-    // increments away from zero by mode: nearest even, toward zero, down, up
-    int e;
-    frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
-    int exp = e - 1;  // a = 1.x * 2^exp
-    const int emin = 1 - bias;
-    const int q_exp = exp < emin ? emin : exp;  // scale of the last significand bit
-    const double ulp = ldexp(1.0, q_exp - (pbits - 1));
-    const double q = a / ulp;  // exact: a power-of-two scaling
-    double fl = floor(q);
-    const double rem = q - fl;
-    bool up;
-    if (rem == 0) up = false;
-    else if (m == FE_TOWARDZERO) up = false;
-    else if (m == FE_DOWNWARD) up = neg;
-    else if (m == FE_UPWARD) up = !neg;
-    else up = rem > 0.5 || (rem == 0.5 && fmod(fl, 2.0) != 0);
-    if (up) fl += 1;
-    const double r = fl * ulp;
-    const int emax = bias;
-    const double maxv = ldexp(2.0 - ldexp(1.0, 1 - pbits), emax);
-    if (r > maxv) {  // overflow: infinity, or the largest finite by mode
+    bool up = false;
+    if (rem) {
+        if (m == FE_TOWARDZERO) up = false;
+        else if (m == FE_DOWNWARD) up = neg;
+        else if (m == FE_UPWARD) up = !neg;
+        else up = rem > half || (rem == half && (q & 1));
+    }
+    q += up;
+    const uint64_t h = e < emin ? q : ((uint64_t)(e + bias - 1) << fb) + q;
+    if (h >= inf) {  // overflow: infinity, or the largest finite, by mode
         const bool to_inf = m == FE_TONEAREST || (m == FE_UPWARD && !neg) ||
                             (m == FE_DOWNWARD && neg);
-        return to_inf ? inf : (uint16_t)(inf - 1);
+        return (uint16_t)(sign | (to_inf ? inf : inf - 1));
     }
-    int re;
-    frexp(r, &re);
-    int rexp = re - 1;
-    if (rexp < emin) {  // subnormal: exponent field 0
-        return (uint16_t)(sign | (uint16_t)ldexp(r, (pbits - 1) - emin));
-    }
-    const uint16_t mant = (uint16_t)(ldexp(r, -rexp) * (1 << (pbits - 1))) & ((1 << (pbits - 1)) - 1);
-    return (uint16_t)(sign | ((rexp + bias) << (pbits - 1)) | mant);
+    return (uint16_t)(sign | h);
 }
-inline double widen(uint16_t h, int ebits, int pbits) {
-    const int bias = (1 << (ebits - 1)) - 1;
-    const int e = (h >> (pbits - 1)) & ((1 << ebits) - 1);
-    const int f = h & ((1 << (pbits - 1)) - 1);
-    const double s = (h >> 15) ? -1.0 : 1.0;
-    if (e == (1 << ebits) - 1) return f ? NAN : s * INFINITY;
-    if (e == 0) return s * ldexp((double)f, 1 - bias - (pbits - 1));
-    return s * ldexp((double)(f | (1 << (pbits - 1))), e - bias - (pbits - 1));
+inline float widen(uint16_t h, int ebits, int pbits) {
+    const int fb = pbits - 1, bias = (1 << (ebits - 1)) - 1;
+    const uint32_t sign = (uint32_t)(h >> 15) << 31;
+    const uint32_t e = (h >> fb) & ((1u << ebits) - 1), f = h & ((1u << fb) - 1);
+    if (e == (1u << ebits) - 1) return bits<float>(sign | 0x7f800000u | (f << (23 - fb)));
+    if (e == 0) {  // zero or subnormal: f * 2^(1 - bias - fb), exact in float
+        const float v = ldexpf((float)f, 1 - bias - fb);
+        return sign ? -v : v;
+    }
+    return bits<float>(sign | ((e - bias + 127) << 23) | (f << (23 - fb)));
 }
 inline uint16_t f2h(double d, int m) { return narrow(d, 5, 11, m); }
 inline uint16_t f2bf(double d, int m) { return narrow(d, 8, 8, m); }
-inline float h2f(uint16_t h) { return (float)widen(h, 5, 11); }
-inline float bf2f(uint16_t h) { return (float)widen(h, 8, 8); }
+inline float h2f(uint16_t h) { return widen(h, 5, 11); }
+inline float bf2f(uint16_t h) { return widen(h, 8, 8); }
 
 // Integer to integer with .sat: clamped to the destination's range.
 template <class D, class S> inline D clamp_int(S v) {
