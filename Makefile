@@ -92,7 +92,8 @@ $(PEERS_VENV)/.stamp: $(DEPS) tests/requirements-peers.txt
 test-numba-driver: $(PEERS_VENV)/.stamp
 	$(PEERS_VENV)/bin/python tools/numba_driver/run.py
 	$(PEERS_VENV)/bin/python -m gpuarray standin -- $(PEERS_VENV)/bin/python -m pytest -q \
-	    -p no:cacheprovider tests/test_peers_driver_api.py tests/test_peers_capture.py $(PYTEST_ARGS)
+	    -p no:cacheprovider tests/test_peers_driver_api.py tests/test_peers_capture.py \
+	    tests/test_numba_kernels_page.py $(PYTEST_ARGS)
 
 # Simulator runs are smoke tests of the benchmark code, not measurements:
 # their JSON is named tmp-* (git-ignored). CUDA runs are committable.

@@ -90,13 +90,16 @@ def _keep(e: BaseException) -> None:
 
 
 _REPORTED: set[str] = set()
+_INVALID_IMAGE = 200
 
 
 def _report_fault(e: CudaError) -> None:
-    """Print a sticky fault's simulator message once (the kernel, the PTX instruction, the thread).
+    """Print the simulator's message of a sticky fault or an unlaunchable kernel, once each.
 
-    The caller gets only the code (``CUDA_ERROR_ILLEGAL_ADDRESS``); this line
-    is what compute-sanitizer would print on a GPU.
+    The caller gets only the code (``CUDA_ERROR_ILLEGAL_ADDRESS``, or
+    ``CUDA_ERROR_INVALID_IMAGE`` for a kernel the simulator cannot execute);
+    the line names the kernel, the PTX instruction and the thread, as
+    compute-sanitizer would on a GPU, or says how to get PTX.
     """
     text = str(e)
     detail = text.split(")", 1)[-1].strip() if ")" in text else text
@@ -123,8 +126,8 @@ def serve(name: str, args: tuple[int, ...]) -> int:
         return 0
     except CudaError as e:
         _keep(e)
-        if e.code in _sticky.STICKY_CODES:
-            _report_fault(e)
+        if e.code in _sticky.STICKY_CODES or e.code == _INVALID_IMAGE:
+            _report_fault(e)  # the caller sees only the code: say what the simulator saw
         return e.code
     except CudaUnavailableError as e:
         _keep(e)
