@@ -175,7 +175,7 @@ def validate(image: bytes, placeholder_ok: bool = False, cc: int | None = None) 
         if cc is not None and not _cubin_runs_on(elf.arch, cc):
             raise ImageError("binary", f"a cubin for sm_{elf.arch}: no binary for this device "
                                        f"(sm_{cc})")
-        for kind, data in elf.embedded:  # the stand-in linker's inputs, checked at cuLinkAddData
+        for _kind, data in elf.embedded:  # the stand-in linker's inputs, checked at cuLinkAddData
             validate(data, cc=cc)
         return "elf"
     if image.startswith(_cubin.FATBIN_MAGIC):
@@ -257,9 +257,10 @@ def _kernels(image: bytes) -> dict[str, bytes | None]:
             members = _cubin.read_fatbin(image)
         except BinaryError:
             return {}
-        for m in members:
-            if m.payload is not None:
-                for k, v in _kernels(m.payload if m.kind == "elf" else m.payload + b"\0").items():
+        for member in members:
+            if member.payload is not None:
+                data = member.payload if member.kind == "elf" else member.payload + b"\0"
+                for k, v in _kernels(data).items():
                     found.setdefault(k, v)
         return found
     text = image.split(b"\0", 1)[0]
@@ -334,7 +335,7 @@ def static_sizes(image: bytes, name: str) -> dict[str, int]:
     without PTX, the shared size is its ``.nv.shared.<name>`` section's and
     the others are 0.
     """
-    return dict(zip(("shared", "const", "local"), _static_sizes(image, name)))
+    return dict(zip(("shared", "const", "local"), _static_sizes(image, name), strict=True))
 
 
 @functools.lru_cache(maxsize=256)

@@ -42,6 +42,7 @@ import traceback
 from collections.abc import Callable
 
 from ...errors import CudaError, CudaUnavailableError
+from ..sim import _sticky
 from . import (
     _calls_context,
     _calls_copy,
@@ -51,7 +52,6 @@ from . import (
     _calls_module,
     _calls_stream,
 )
-from ..sim import _sticky
 from ._support import STANDIN_DEVICE_MARK, backend
 
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
