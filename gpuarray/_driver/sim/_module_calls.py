@@ -270,14 +270,24 @@ class SimModuleCalls(SimCore):
     def function_info(self, func: int) -> tuple[str, int, int, dict[str, int]]:
         """Simulator only: ``(name, module, device, static sizes)`` of function handle ``func``.
 
-        The static sizes are the kernel's shared, const and local memory read
-        from its image (``_images.static_sizes``).
+        The static sizes are the kernel's shared, const and local memory: from
+        its PTX program's entry facts (``ptx.EntryInfo``, functions it calls
+        included) when the module has one, else read from the image
+        (``_images.static_sizes``), and ``max_threads`` (``.maxntid``/
+        ``.reqntid``; 1024 without).
         """
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_HANDLE, "cuFuncGetAttribute", f"function 0x{int(func):x}")
-        module = self._modules.get(entry[3])
-        sizes = _images.static_sizes(module[1] if module else b"", entry[1])
+        program = self._ptx_program(entry[3], entry=entry[1])
+        if program is not None:
+            info = program.module.entries[entry[1]]
+            sizes = {"shared": info.static_shared_bytes, "const": info.const_bytes,
+                     "local": info.local_bytes, "max_threads": info.max_threads or 1024}
+        else:
+            module = self._modules.get(entry[3])
+            sizes = {**_images.static_sizes(module[1] if module else b"", entry[1]),
+                     "max_threads": 1024}
         return entry[1], entry[3], entry[0].device, sizes
 
     @_locked
@@ -311,8 +321,12 @@ class SimModuleCalls(SimCore):
                             f"(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)")
         self._smem_optin[func] = int(nbytes)
 
-    def _check_shared(self, func: int, shared_mem: int, call: str) -> None:
-        """A launch's dynamic shared memory fits what the function may use (else INVALID_VALUE)."""
+    def _check_shared(self, func: int, shared_mem: int, call: str, threads: int = 1) -> None:
+        """A launch's dynamic shared memory and block fit what the function may use (else INVALID_VALUE)."""
+        name, _m, _d, sizes = self.function_info(func)
+        if threads > sizes["max_threads"]:
+            raise CudaError(INVALID_VALUE, call, f"{name}: a block of {threads} threads; the kernel "
+                                                 f"allows {sizes['max_threads']} (.maxntid/.reqntid)")
         limit = self.function_max_dynamic_shared(func)
         if not 0 <= shared_mem <= limit:
             name, _m, _d, sizes = self.function_info(func)
@@ -339,7 +353,7 @@ class SimModuleCalls(SimCore):
         if (len(g) != 3 or len(b) != 3 or min(g + b) < 1 or g[0] > 2**31 - 1
                 or max(g[1:]) > 65535 or b[0] * b[1] * b[2] > 1024 or b[2] > 64):
             raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
-        self._check_shared(func, shared_mem, call)
+        self._check_shared(func, shared_mem, call, b[0] * b[1] * b[2])
         if getattr(impl, "foreign", False) and s.capture is None:
             raise impl.error(call)  # after the checks a driver makes of any launch
         # (captured, the launch is a graph node: it fails when the graph runs it)

@@ -286,7 +286,7 @@ def cuLinkDestroy(state: int) -> None:
 #: the PTX's .target, the binary version is the device's compute capability;
 #: MAX_DYNAMIC_SHARED_SIZE_BYTES is the simulator's, 48 KiB less the static size
 #: until an opt-in).
-_FUNC_ATTRS = {0: 1024, 1: 0, 2: 0, 3: 0, 4: 32, 7: 0, 9: -1, 10: 0, 11: 0,
+_FUNC_ATTRS = {4: 32, 7: 0, 9: -1, 10: 0, 11: 0,
                12: 0, 13: 0, 14: 0, 15: 0}
 _SET: dict[tuple[int, int], int] = {}  # (function, attribute) -> value set
 _MAX_DYNAMIC_SHARED, _CARVEOUT = 8, 9
@@ -296,8 +296,8 @@ def _func_attr(call: str, func: int, attr: int) -> int:
     b = backend()
     name, module, dev, sizes = b.function_info(func)
     attr = _signed(attr)
-    if attr in (1, 2, 3):  # SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES: from the image
-        return sizes[("shared", "const", "local")[attr - 1]]
+    if attr in (0, 1, 2, 3):  # MAX_THREADS_PER_BLOCK, SHARED/CONST/LOCAL_SIZE_BYTES: from the image
+        return sizes[("max_threads", "shared", "const", "local")[attr]]
     if attr == _MAX_DYNAMIC_SHARED:
         return b.function_max_dynamic_shared(func)
     if attr in (5, 6):  # PTX_VERSION (the PTX's .target), BINARY_VERSION: compute capability
