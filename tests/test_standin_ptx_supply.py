@@ -121,3 +121,30 @@ def test_ptx_inputs_that_call_each_other_are_linked_into_one_program():
     b.memcpy_dtoh_async(ctypes.addressof(got), out, 4, 1)
     b.ctx_synchronize()
     assert got[0] == 42
+
+
+_CUDA_CORE = """
+import numpy as np
+from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+import gpuarray
+
+dev = Device()
+dev.set_current()
+src = 'extern "C" __global__ void scale(float *x, float a, int n) {' \\
+      ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }'
+code = Program(src, "c++", ProgramOptions(arch="sm_90")).compile("ptx")
+kernel = code.get_kernel("scale")
+x = gpuarray.to_device(np.arange(100, dtype=np.float32))
+gpuarray.synchronize()                 # the upload is done before another stream's kernel
+s = dev.create_stream()
+launch(s, LaunchConfig(grid=4, block=32), kernel, x.__cuda_array_interface__["data"][0],
+       np.float32(3), np.int32(100))
+s.sync()
+assert np.array_equal(x.copy_to_host(), 3 * np.arange(100, dtype=np.float32))
+print("OK")
+"""
+
+
+def test_a_cuda_core_program_compiled_to_ptx_runs(folder):  # noqa: F811
+    pytest.importorskip("cuda.core", reason="cuda.core is not installed (.venv-peers has it)")
+    ok(run(folder, _CUDA_CORE))
