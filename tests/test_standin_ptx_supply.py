@@ -30,6 +30,8 @@ def test_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder):  # noqa: F
         "libnvJitLink.so.12", "libnvJitLink.so.13"}
     kept = _standin.environment(folder, {"GPUARRAY_STANDIN_NVJITLINK": "keep"})
     assert "LD_PRELOAD" not in kept
+    again = _standin.environment(folder, {**env, "GPUARRAY_STANDIN_NVJITLINK": "keep"})
+    assert again["LD_PRELOAD"] == "/x/other.so"   # from within a command over the stand-in
     # in the command, the library found under nvJitLink's name has no nvJitLink in it
     ok(run(folder, """
         import ctypes, os

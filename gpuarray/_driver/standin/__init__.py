@@ -184,10 +184,14 @@ def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str
     env = dict(os.environ if base is None else base)
     ld = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = str(folder) + (os.pathsep + ld if ld else "")
+    hide = [str(folder / name) for name in _HIDE if (folder / name).is_file()]
+    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide]
     if env.get(KEEP_NVJITLINK) != "keep":
-        hide = [str(folder / name) for name in _HIDE if (folder / name).is_file()]
-        pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide]
-        env["LD_PRELOAD"] = ":".join(hide + pre)
+        pre = hide + pre
+    if pre:
+        env["LD_PRELOAD"] = ":".join(pre)
+    else:
+        env.pop("LD_PRELOAD", None)
     env["GPUARRAY_BACKEND"] = "cuda"
     env[MARK] = str(folder)
     return env
