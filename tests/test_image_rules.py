@@ -200,7 +200,7 @@ def test_maxntid_bounds_the_block_and_is_the_max_threads_attribute(sim):
     ptx = PTX.replace(b".entry h36b_noop(.param .u64 h36b_noop_param_0)\n",
                       b".entry h36b_noop(.param .u64 h36b_noop_param_0)\n.maxntid 64, 1, 1\n")
     f = sim.module_get_function(sim.module_load_data(ptx), "h36b_noop")
-    assert sim.function_info(f)[3]["max_threads"] == 64
+    assert sim.function_info(f)[3]["max_threads"] == 64 and sim.function_info(f)[3]["ptx_version"] == 90
     s = sim.stream_create()
     sim.launch_kernel(f, (1, 1, 1), (64, 1, 1), 0, s, [ctypes.c_uint64(0)])
     assert _code(sim.launch_kernel, f, (1, 1, 1), (65, 1, 1), 0, s, [ctypes.c_uint64(0)]) == 1

@@ -304,6 +304,9 @@ CASES = [
              | (((((a >> 32) * (b & 0xFFFFFFFF)) >> 32)
                  + ((((a & 0xFFFFFFFF) * (b & 0xFFFFFFFF)) & 0xFFFFFFFF) + (b >> 32) >> 32))
                 & 0xFFFFFFFF) << 32))),
+    Case("ld_cache_hints", U32, "ld.global.nc.L1::no_allocate.L2::256B.u32 %d, [%x5];"
+         " ld.relaxed.gpu.global.u32 %e, [%x6]; add.u32 %d, %d, %e;", _i("u32"),
+         _ints("u32", lambda a, b, c: a + b)),
     Case("setp_selp", I32, "setp.lt.s32 %p, %a, %b; setp.lo.u32 %q, %a, %c;"
          " and.pred %p, %p, %q; selp.s32 %d, %a, %c, %p;", _i("s32"),
          _ints("s32", lambda a, b, c: a if a < b and (a % 2**32) < (c % 2**32) else c)),

@@ -194,6 +194,59 @@ def test_numba_math_calls_a_func_with_param_sequences(b):
     assert np.allclose(out, want, rtol=3e-7)
 
 
+def test_numba_atomic_inc_dec_and_cas_on_a_view(b):
+    (_, out) = _run_numba(b, "numba_atom_incdec", [np.arange(1, 33, dtype=np.uint32),
+                                                   np.array([0, 3, 0], np.uint32)])
+    # 32 increments wrapping after 7; 32 decrements from 3 wrapping to 7; the first CAS wins
+    assert out[0] == 32 % 8 and out[1] == 3 and out[2] in range(1, 33)
+
+
+def test_numba_f64_shuffles_up_xor_idx(b):
+    a = np.arange(32, dtype=np.float64) * 1.5
+    (_, out) = _run_numba(b, "numba_shfl_f64", [a, np.zeros(32)])
+    lane = np.arange(32)
+    up = np.where(lane >= 1, a[np.maximum(lane - 1, 0)], a)
+    assert np.array_equal(out, up + 2 * a[lane ^ 3] + 3 * a[5])
+
+
+def test_numba_integer_and_bit_operations(b):
+    x = np.array([-100, -7, -1, 0, 1, 5, 99, 2**40] + list(range(24)), np.int64)
+    (_, out) = _run_numba(b, "numba_int_ops", [x, np.zeros(32, np.int64)])
+    assert out.tolist() == [(v // 7) + (v % 5) + (v >> 2) + (v << 3) + (v ^ 0x55)
+                            + int(float(v) * 0.3) + min(v, 3) + max(v, -3) + abs(v)
+                            for v in x.tolist()]
+    u = np.array([0, 1, 0x80000000, 0xFFFFFFFF] + list(range(5, 33)), np.uint32)
+    (_, bits) = _run_numba(b, "numba_bit_ops", [u, np.zeros(32, np.uint32)])
+    assert bits.tolist() == [(bin(v).count("1") + 32 - v.bit_length() + (v & -v).bit_length()
+                              + int(f"{v:032b}"[::-1], 2)) % 2**32 for v in u.tolist()]
+
+
+def test_numba_match_all_and_lanemask(b):
+    (_, out) = _run_numba(b, "numba_match_all", [np.full(32, 4, np.int32),
+                                                np.zeros(32, np.uint32)])
+    assert out.tolist() == [(0xFFFFFFFF + 1 + (1 << i) - 1) % 2**32 for i in range(32)]
+    a = np.full(32, 4, np.int32)
+    a[7] = 5
+    (_, out) = _run_numba(b, "numba_match_all", [a, np.zeros(32, np.uint32)])
+    assert out.tolist() == [(1 << i) - 1 for i in range(32)]
+
+
+def test_numba_f64_math_on_2d_arrays(b):
+    a = np.random.default_rng(3).random((5, 7))
+    out = np.zeros((5, 7))
+    params, ptrs = [], []
+    for x in (a, out):
+        d = upload(b, x)
+        params += [u64(0), u64(0), u64(x.size), u64(8), u64(d)] + [u64(s) for s in x.shape]
+        params += [u64(s) for s in x.strides]
+        ptrs.append(d)
+    text = fixture("numba_math_f64_2d")
+    launch(b, text, _entry(text), params, block=(8, 8, 1))
+    got = download(b, ptrs[1], 35, np.float64).reshape(5, 7)
+    want = a ** 1.5 + np.exp(a) + np.log1p(a) + np.arctan2(a, 2.0) + np.tanh(a)
+    assert np.allclose(got, want, rtol=1e-14)
+
+
 # ------------------------------------------------- functions and globals
 RECURSION = HEAD + """
 .func (.param .b64 r) fact(.param .b64 n)
@@ -345,6 +398,25 @@ UNSUPPORTED = HEAD + """
 """
 
 
+@pytest.mark.parametrize("body, what", [
+    ("max.xorsign.abs.f32 %f1, %f2, %f3;", ".xorsign"),
+    ("barrier.cluster.arrive;", ".cluster"),
+    ("lop3.or.b32 %r1|%p1, %r2, %r3, %r4, 0x96, %p2;", "lop3.or.b32"),
+    ("mov.u32 %r1, %envreg3;", "%envreg3"),
+    ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%rd1], [%rd2], 16, "
+     "[%rd3];", "cp.async.bulk"),
+    ("wgmma.fence.sync.aligned;", "wgmma.fence"),
+])
+def test_unknown_forms_are_refused_not_guessed(b, body, what):
+    text = HEAD + (".visible .entry k() { .reg .f32 %f<4>; .reg .b32 %r<5>; .reg .pred %p<3>;"
+                   " .reg .b64 %rd<4>;\n" + body + "\nret; }")
+    f = b.module_get_function(b.module_load_data(text.encode() + b"\0"), "k")
+    with pytest.raises(CudaError) as e:
+        b.launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, 1, [])
+    assert e.value.name == "CUDA_ERROR_INVALID_IMAGE" and "PTX line 5" in str(e.value)
+    assert what in str(e.value)
+
+
 def test_unsupported_instructions_fail_the_launch_naming_them(b):
     module = b.module_load_data(UNSUPPORTED.encode() + b"\0")
     out = b.mem_alloc(4)
@@ -480,3 +552,48 @@ def test_saxpy_over_the_standin_driver(folder):  # noqa: F811
 
     code = f"PTX_PATH = {str(FIXTURES / 'saxpy.ptx')!r}\n" + _STANDIN_CHILD
     ok(run(folder, code))
+
+
+def test_function_info_comes_from_the_ptx(b):
+    text = fixture("numba_shared_hist")
+    f = b.module_get_function(b.module_load_data(text.encode() + b"\0"), _entry(text))
+    _name, _module, _dev, sizes = b.function_info(f)
+    assert sizes["shared"] == 64 and sizes["const"] == 0 and sizes["local"] == 0
+    assert sizes["max_threads"] is None and sizes["ptx_version"] == 90
+
+
+LINK_A = HEAD + """
+.extern .func (.param .b32 r) twice(.param .b32 x);
+.visible .entry use_twice(.param .u64 o)
+{
+  .reg .b64 %o; .reg .b32 %v;
+  ld.param.u64 %o, [o];
+  { .param .b32 a; .param .b32 r;
+    st.param.b32 [a], 21;
+    call (r), twice, (a);
+    ld.param.b32 %v, [r]; }
+  st.global.u32 [%o], %v;
+  ret;
+}
+"""
+LINK_B = ".version 7.8\n.target sm_80\n.address_size 64\n" + """
+.weak .func (.param .b32 r) twice(.param .b32 x) { .reg .b32 %a; ld.param.b32 %a, [x];
+  st.param.b32 [r], %a; ret; }
+.visible .func (.param .b32 r) twice(.param .b32 x) { .reg .b32 %a; ld.param.b32 %a, [x];
+  add.s32 %a, %a, %a; st.param.b32 [r], %a; ret; }
+"""
+
+
+def test_linked_modules_resolve_declarations_to_definitions(b):
+    alone = ptx.load(LINK_A)
+    assert "twice" in alone.build()["unsupported"]["use_twice"]  # declared, not defined
+    prog = ptx.link([LINK_A.encode() + b"\0", LINK_B])
+    assert prog.module.version == (8, 0) and prog.build()["unsupported"] == {}
+    out = b.mem_alloc(4)
+    from gpuarray._driver.sim.ptx._run import PtxKernel
+
+    k = prog.kernel("use_twice")
+    assert isinstance(k, PtxKernel)
+    # the linked text is an image of its own: load it as the stand-in's cuLinkComplete would
+    launch(b, prog.module.text, "use_twice", [u64(out)])
+    assert download(b, out, 1, np.uint32)[0] == 42

@@ -17,9 +17,18 @@ wrong either way.  A misaligned access (address not a multiple of the
 access type's alignment) is ``CUDA_ERROR_MISALIGNED_ADDRESS`` (716), as on
 a GPU.
 
+Kernels translated from PTX (``ptx/``) run on the same runtime: they wait
+for other threads (barriers, warp collectives) through ``yield``, which
+resumes them in the next round; a round in which every waiting thread
+waits again and none progressed is a deadlock, reported as
+``CUDA_ERROR_LAUNCH_FAILED`` (719) naming the thread and the PTX line
+(faults name the instruction through ``launch(source=...)``).
+
 Building the library (compiler, flags, disk cache) is the kernels layer's
 job (``gpuarray/_kernels/_host.py``), which knows where ``kernels/ga_host.cuh``
-is; this module only knows the source's path and how to load the result.
+is and registers itself here (:func:`set_toolchain`) for the PTX
+executor; this module only knows the source's path and how to load the
+result.
 """
 
 from __future__ import annotations

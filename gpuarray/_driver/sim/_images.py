@@ -59,7 +59,7 @@ from ._cubin import BinaryError
 
 __all__ = ["PLACEHOLDER", "ImageError", "validate", "entries", "ptx_of", "code_for",
            "ForeignKernel", "INVALID_IMAGE", "static_sizes", "global_variable", "DRIVER_VERSION",
-           "ptx_isa_of_driver", "ptx_target", "ptx_texts", "link_ptx"]
+           "ptx_isa_of_driver", "ptx_target", "ptx_texts"]
 
 #: The start of the image gpuarray's loader gives the ``sim`` backend.
 PLACEHOLDER = b"gpuarray-sim-placeholder\0"
@@ -197,41 +197,6 @@ def validate(image: bytes, placeholder_ok: bool = False, cc: int | None = None) 
 
 
 _ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$]*)")
-_FUNC_DEF = re.compile(rb"(\.visible\s+|\.weak\s+)?\.func\s+(?:\([^)]*\)\s*)?([\w$]+)\s*"
-                       rb"(?:\([^)]*\))?\s*(?:\.\w+[^{;]*)?\{")
-_FUNC_EXTERN = re.compile(rb"\.extern\s+\.func\s+((?:\([^)]*\)\s*)?([\w$]+)\s*(?:\([^)]*\))?\s*;)")
-_HEADER = re.compile(rb"^\s*\.(version|target|address_size)\b[^\n]*$", re.M)
-
-
-def link_ptx(texts: Sequence[bytes]) -> bytes | None:
-    """One PTX module of several linked together, as the driver's JIT linker would.
-
-    An ``.extern .func`` declared in one input and defined in another
-    becomes a declaration of that definition; the ``.version`` is the
-    newest, the ``.target`` the first input's.  None when nothing crosses
-    inputs, or a function is defined in two inputs (kept apart then).
-    """
-    bodies = [_ptx_text(t) for t in texts]
-    defined: dict[bytes, bytes] = {}
-    for body in bodies:
-        for m in _FUNC_DEF.finditer(body):
-            if m.group(2) in defined:
-                return None
-            defined[m.group(2)] = (m.group(1) or b"").strip()
-    if not any(m.group(2) in defined for b in bodies for m in _FUNC_EXTERN.finditer(b)):
-        return None
-    versions = [tuple(map(int, v)) for b in bodies
-                for v in re.findall(rb"^\s*\.version\s+(\d+)\.(\d+)", b, re.M)]
-    target = re.search(rb"^\s*\.target\s+[^\n]*$", bodies[0], re.M)
-    head = b".version %d.%d\n" % max(versions) + (target.group(0).strip() if target else b"")
-    out = [head + b"\n.address_size 64\n"]
-    for body in bodies:
-        body = _HEADER.sub(b"", body)
-        body = _FUNC_EXTERN.sub(lambda m: (defined[m.group(2)] + b" .func " + m.group(1)).lstrip()
-                                if m.group(2) in defined else m.group(0), body)
-        out.append(body)
-    return b"\n".join(out)
-
 
 @functools.lru_cache(maxsize=128)
 def _kernels(image: bytes) -> dict[str, bytes | None]:
@@ -246,11 +211,9 @@ def _kernels(image: bytes) -> dict[str, bytes | None]:
         except BinaryError:
             return {}
         found.update(dict.fromkeys(elf.entries))
-        ptx_inputs = [d for k, d in elf.embedded if k == "ptx"]
-        linked = link_ptx(ptx_inputs) if len(ptx_inputs) > 1 else None
-        for kind, data in elf.embedded:
+        for _kind, data in elf.embedded:
             for k, v in _kernels(data).items():
-                found.setdefault(k, linked if linked is not None and kind == "ptx" else v)
+                found.setdefault(k, v)
         return found
     if image.startswith(_cubin.FATBIN_MAGIC):
         try:
@@ -276,12 +239,27 @@ def ptx_target(ptx: bytes) -> int:
 
 
 def ptx_texts(image: bytes) -> list[bytes]:
-    """The distinct PTX texts that define the kernels of ``image`` (for the PTX executor)."""
+    """Every PTX text of ``image`` (without NULs), in order: the image itself, the PTX inputs the
+    stand-in linker kept, a fatbin's readable PTX members -- for the PTX executor, which links
+    several into one program as the driver's JIT linker does (``ptx.link``)."""
     out: list[bytes] = []
-    for text in _kernels(image).values():
-        if text is not None and text not in out:
-            out.append(text)
-    return out
+    if image.startswith(PLACEHOLDER):
+        return out
+    if image.startswith(_cubin.ELF_MAGIC) or image.startswith(_cubin.FATBIN_MAGIC):
+        try:
+            if image.startswith(_cubin.ELF_MAGIC):
+                parts = [(k, d) for k, d in _cubin.read_elf(image).embedded]
+            else:
+                parts = [("ptx" if m.kind == "ptx" else "cubin", m.payload)
+                         for m in _cubin.read_fatbin(image) if m.payload is not None]
+        except BinaryError:
+            return out
+        for kind, data in parts:
+            for text in ([data.split(b"\0", 1)[0]] if kind == "ptx" else ptx_texts(data)):
+                if text not in out:
+                    out.append(text)
+        return out
+    return [image.split(b"\0", 1)[0]]
 
 
 def entries(image: bytes) -> list[str]:

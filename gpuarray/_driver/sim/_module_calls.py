@@ -133,20 +133,19 @@ class SimModuleCalls(SimCore):
             kind = _images.validate(image, placeholder_ok, cc=10 * major + minor)
         except _images.ImageError as e:
             raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
-        # PTX, or the PTX the stand-in linker kept in its output (one program each)
+        # PTX, or the PTX inputs the stand-in linker kept in its output, linked as one program
         texts = [image] if kind == "ptx" else _images.ptx_texts(image)
         programs = []
         if texts:
             from . import ptx
 
-            for text in texts:
-                try:
-                    programs.append(ptx.load(text))
-                except ptx.PtxError as e:
-                    code = e.code
-                    if code != 222 or call not in _VERSION_CALLS:
-                        code = _images.code_for(call, "ptx")
-                    raise CudaError(code, call, f"({e.message})") from None
+            try:
+                programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(texts))
+            except ptx.PtxError as e:
+                code = e.code
+                if code != 222 or call not in _VERSION_CALLS:
+                    code = _images.code_for(call, "ptx")
+                raise CudaError(code, call, f"({e.message})") from None
         h = self._handle()
         self._modules[h] = (ctx, image)
         if programs:
@@ -270,24 +269,26 @@ class SimModuleCalls(SimCore):
     def function_info(self, func: int) -> tuple[str, int, int, dict[str, int]]:
         """Simulator only: ``(name, module, device, static sizes)`` of function handle ``func``.
 
-        The static sizes are the kernel's shared, const and local memory: from
-        its PTX program's entry facts (``ptx.EntryInfo``, functions it calls
-        included) when the module has one, else read from the image
-        (``_images.static_sizes``), and ``max_threads`` (``.maxntid``/
-        ``.reqntid``; 1024 without).
+        The static sizes are the kernel's shared, const and local memory: for
+        a kernel of a PTX program, the executor's facts of the entry
+        (``ptx.EntryInfo``: functions it calls included), with ``max_threads``
+        (``.maxntid``/``.reqntid`` product, or None) and ``ptx_version`` (the
+        target's virtual architecture, e.g. 90); else read from the image
+        (``_images.static_sizes``), ``max_threads`` None.
         """
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_HANDLE, "cuFuncGetAttribute", f"function 0x{int(func):x}")
         program = self._ptx_program(entry[3], entry=entry[1])
-        if program is not None:
+        if program is not None:  # the executor's facts of the entry
             info = program.module.entries[entry[1]]
             sizes = {"shared": info.static_shared_bytes, "const": info.const_bytes,
-                     "local": info.local_bytes, "max_threads": info.max_threads or 1024}
+                     "local": info.local_bytes, "max_threads": info.max_threads,
+                     "ptx_version": info.ptx_version}
         else:
             module = self._modules.get(entry[3])
             sizes = {**_images.static_sizes(module[1] if module else b"", entry[1]),
-                     "max_threads": 1024}
+                     "max_threads": None}
         return entry[1], entry[3], entry[0].device, sizes
 
     @_locked
@@ -324,7 +325,7 @@ class SimModuleCalls(SimCore):
     def _check_shared(self, func: int, shared_mem: int, call: str, threads: int = 1) -> None:
         """A launch's dynamic shared memory and block fit what the function may use (else INVALID_VALUE)."""
         name, _m, _d, sizes = self.function_info(func)
-        if threads > sizes["max_threads"]:
+        if threads > (sizes["max_threads"] or 1024):
             raise CudaError(INVALID_VALUE, call, f"{name}: a block of {threads} threads; the kernel "
                                                  f"allows {sizes['max_threads']} (.maxntid/.reqntid)")
         limit = self.function_max_dynamic_shared(func)

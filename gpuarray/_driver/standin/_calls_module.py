@@ -296,8 +296,10 @@ def _func_attr(call: str, func: int, attr: int) -> int:
     b = backend()
     name, module, dev, sizes = b.function_info(func)
     attr = _signed(attr)
-    if attr in (0, 1, 2, 3):  # MAX_THREADS_PER_BLOCK, SHARED/CONST/LOCAL_SIZE_BYTES: from the image
-        return sizes[("max_threads", "shared", "const", "local")[attr]]
+    if attr == 0:  # MAX_THREADS_PER_BLOCK: .maxntid/.reqntid, else the device's 1024
+        return sizes["max_threads"] or 1024
+    if attr in (1, 2, 3):  # SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES: from the image
+        return sizes[("shared", "const", "local")[attr - 1]]
     if attr == _MAX_DYNAMIC_SHARED:
         return b.function_max_dynamic_shared(func)
     if attr in (5, 6):  # PTX_VERSION (the PTX's .target), BINARY_VERSION: compute capability

@@ -103,7 +103,7 @@ def _report_fault(e: CudaError) -> None:
     """
     text = str(e)
     detail = text.split(")", 1)[-1].strip() if ")" in text else text
-    if detail in _REPORTED:
+    if detail in _REPORTED or "(sticky: " in text:  # a later call repeating the fault
         return
     _REPORTED.add(detail)
     print(f"gpuarray stand-in driver: {e.name}: {detail}", file=sys.stderr)

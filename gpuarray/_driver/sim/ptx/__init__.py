@@ -57,6 +57,9 @@ Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
     ``size``, ``align``, ``init`` (initial bytes; address initialisers are
     zeros there and listed in ``relocs`` ``[(offset, symbol, addend)]``),
     ``extern``.
+``link(images) -> PtxProgram``: several PTX modules as one (``cuLinkAddData``
+    inputs): declarations resolve to other modules' definitions, ``.weak``
+    yields to strong, ``.common`` merges.
 ``load(image) -> PtxProgram``: parse (cached per text) and translate; the
     C++ is built on the first launch.  ``PtxProgram.module``,
     ``.kernel(name) -> PtxKernel``, ``.globals_needed`` (module variables in
@@ -111,11 +114,11 @@ them into an ``fma``; here they are never fused), and NaN payloads
 from __future__ import annotations
 
 from ._ast import EntryInfo, Function, GlobalVar, PtxModule
-from ._build import PtxProgram, load
+from ._build import PtxProgram, link, load
 from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
 from ._lex import PtxError
 from ._parse import SUPPORTED_VERSION, parse
 from ._run import PtxKernel
 
-__all__ = ["parse", "load", "PtxError", "UnsupportedPtx", "PtxModule", "EntryInfo", "GlobalVar",
+__all__ = ["parse", "load", "link", "PtxError", "UnsupportedPtx", "PtxModule", "EntryInfo", "GlobalVar",
            "Function", "PtxProgram", "PtxKernel", "SUPPORTED_VERSION", "TRANSLATOR_VERSION"]

@@ -26,10 +26,12 @@ from ._ast import PtxModule
 from ._emit import TRANSLATOR_VERSION, UnsupportedPtx, translate
 from ._parse import parse
 
-__all__ = ["HEADER", "PtxProgram", "load", "cache_key"]
+__all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source"]
 
-#: The runtime support header, inlined at the top of every unit.
-HEADER = Path(__file__).with_name("ptxrt.h")
+#: The runtime support headers, inlined in this order at the top of every unit.
+HEADERS = tuple(Path(__file__).with_name(n)
+                for n in ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h"))
+HEADER = HEADERS[0]
 _MAGIC = b"GAPTX1\n"
 
 _lock = threading.Lock()
@@ -63,7 +65,27 @@ def load(image: bytes | str) -> PtxProgram:
 
 #: The files whose text decides the generated C++ (their hash is part of the key,
 #: so an edited translator never meets a stale build).
-_SOURCES = ("ptxrt.h", "_ast.py", "_lex.py", "_parse.py", "_info.py", "_emit.py", "_ops.py")
+_SOURCES = ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h", "_ast.py", "_lex.py", "_parse.py", "_info.py", "_emit.py", "_ops.py",
+            "_opbase.py", "_ops_mem.py", "_ops_alu.py", "_ops_ctl.py")
+
+
+def link(images: list[bytes | str]) -> PtxProgram:
+    """One program of several PTX modules, as ``cuLinkAddData`` + ``cuLinkComplete`` make.
+
+    The texts are joined in order: a function one module declares
+    (``.extern .func``) and another defines resolves to the definition; a
+    ``.weak`` definition yields to a strong one; ``.common`` variables merge.
+    The newest ``.version`` and the first ``.target`` apply.
+
+    Raises
+    ------
+    PtxError
+        A text is not PTX (218, 222), or two modules define one function.
+    """
+    texts = [_text(i) for i in images]
+    if not texts:
+        raise ValueError("link() needs at least one PTX module")
+    return load("\n".join(texts))
 
 
 def _header_digest() -> str:
@@ -77,6 +99,16 @@ def _header_digest() -> str:
 
 
 _HEADER_DIGEST: str | None = None
+
+
+def runtime_source() -> str:
+    """The runtime support headers as one text (their includes of each other dropped)."""
+    parts = []
+    for h in HEADERS:
+        text = h.read_text(encoding="utf-8")
+        parts.append("\n".join(line for line in text.split("\n")
+                               if line.strip() != '#include "ptxrt.h"'))
+    return "\n".join(parts)
 
 
 def cache_key(digest: str, toolchain_key: str) -> str:
@@ -171,8 +203,7 @@ class PtxProgram:
                     got = None  # not a library of this module: rebuild
             if got is None:
                 tr = translate(self.module)
-                header = HEADER.read_text(encoding="utf-8")
-                source = tr.source.replace('#include "ptxrt.h"\n', header + "\n", 1)
+                source = tr.source.replace('#include "ptxrt.h"\n', runtime_source() + "\n", 1)
                 lib_bytes = tc.build(source, f"the PTX module {self.digest[:12]} (translated)")
                 meta = {"exports": tr.exports, "globals": tr.globals,
                         "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,

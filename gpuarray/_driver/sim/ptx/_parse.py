@@ -459,7 +459,7 @@ def parse(text: str) -> PtxModule:
                 major, minor = (int(x) for x in w[1].split("."))
             except (IndexError, ValueError):
                 raise _err(st.line, f"bad .version {' '.join(w[1:])!r}") from None
-            version = (major, minor)
+            version = max(version or (0, 0), (major, minor))  # linked modules: the newest
             if version > SUPPORTED_VERSION:
                 raise PtxError(UNSUPPORTED_PTX_VERSION,
                                f"PTX line {st.line}: .version {major}.{minor} is newer than the "
@@ -467,7 +467,7 @@ def parse(text: str) -> PtxModule:
                                f"{SUPPORTED_VERSION[1]})", st.line)
             continue
         if head == ".target":
-            target = w[1] if len(w) > 1 else ""
+            target = target or (w[1] if len(w) > 1 else "")  # linked modules: the first
             continue
         if head == ".address_size":
             address_size = _int(w[1], st.line)
@@ -488,8 +488,12 @@ def parse(text: str) -> PtxModule:
                 i = _body(stmts, i, fn)
             prior = functions.get(fn.name)
             if prior is None or prior.body is None:
+                if prior is not None and fn.body is None:
+                    continue  # a second declaration
                 functions[fn.name] = fn
-            elif fn.body is not None:
+            elif fn.body is not None and prior.linkage == "weak":
+                functions[fn.name] = fn  # a strong definition replaces a weak one (linking)
+            elif fn.body is not None and fn.linkage != "weak":
                 raise _err(st.line, f"function {fn.name} is defined twice (line {prior.line})")
             continue
         if j < len(w) and w[j] in (".global", ".const", ".shared", ".local"):

@@ -1,0 +1,172 @@
+"""PTX control flow, synchronisation, warp collectives and calls to C++.
+
+One concern: ``bra``/``ret``/``exit``/``trap``, barriers and fences,
+``shfl``/``vote``/``match``/``redux``/``activemask``, and ``call`` with its
+``.param`` sequences (``vprintf`` and ``__assertfail`` provided by the
+simulator).
+"""
+
+from __future__ import annotations
+
+from ._ast import Instr, Sym, Vec
+from ._emit import FuncCtx, cname
+from ._opbase import type_of
+
+__all__ = ["BUILTIN_CALLS"]
+
+#: External functions the executor provides itself.
+BUILTIN_CALLS = ("vprintf", "__assertfail")
+
+
+# -------------------------------------------------------- control, sync
+def _bra(ctx: FuncCtx, it: Instr) -> str:
+    tgt = it.args[0]
+    if not isinstance(tgt, Sym):
+        raise ctx.error(f"{it.opcode}: indirect branch")
+    return f"goto {cname('L', tgt.name)};"
+
+
+def _ret(ctx: FuncCtx, it: Instr) -> str:
+    return "goto L__ret_;"
+
+
+def _exit(ctx: FuncCtx, it: Instr) -> str:
+    return "goto L__ret_;" if ctx.fn.kind == "entry" else "throw ptx::Exit();"
+
+
+def _trap(ctx: FuncCtx, it: Instr) -> str:
+    return f'ptx::trap(T, {it.line}, "trap instruction");'
+
+
+def _nop(ctx: FuncCtx, it: Instr) -> str:
+    return ";"
+
+
+def _fence(ctx: FuncCtx, it: Instr) -> str:
+    return "__atomic_thread_fence(__ATOMIC_SEQ_CST);"
+
+
+def _bar(ctx: FuncCtx, it: Instr) -> str:
+    unknown = set(it.mods) - {"sync", "arrive", "red", "popc", "and", "or", "warp", "cta",
+                              "aligned", "u32", "pred"}
+    if unknown:
+        raise ctx.error(f"{it.opcode}: .{sorted(unknown)[0]} barriers are not supported")
+    mods = [m for m in it.mods if m not in ("cta", "aligned", "sync") or m == "sync"]
+    if it.base == "bar" and "warp" in mods:
+        mask = ctx.value(it.args[0], "b32")
+        return f"ptx::collective(T, ptx::WARP_SYNC, {mask}, 0, 0, 0, {it.line});"
+    arrive = "arrive" in mods
+    red = next((m for m in ("popc", "and", "or") if m in mods), None)
+    args = list(it.args)
+    d = args.pop(0) if red else None
+    pred = ctx.value(args.pop(), "pred") if red else "false"
+    bid = ctx.value(args[0], "u32")
+    cnt = ctx.value(args[1], "u32") if len(args) > 1 else "0u"
+    if arrive:
+        return f"ptx::bar_arrive(T, {bid}, {cnt});"
+    op = {"popc": 1, "and": 2, "or": 3}.get(red or "", 0)
+    call = f"ptx::bar_sync(T, {bid}, {cnt}, {op}, {pred}, {it.line})"
+    if d is None:
+        return call + ";"
+    return ctx.assign(d, call if red == "popc" else f"({call} != 0)",
+                      "uint32_t" if red == "popc" else "bool")
+
+
+def _shfl(ctx: FuncCtx, it: Instr) -> str:
+    if "sync" not in it.mods:
+        raise ctx.error(f"{it.opcode}: shfl without .sync (removed after sm_6x) is not supported")
+    mode = next((m for m in it.mods if m in ("up", "down", "bfly", "idx")), None)
+    if mode is None:
+        raise ctx.error(f"{it.opcode}: no shuffle mode")
+    kind = {"up": "SHFL_UP", "down": "SHFL_DOWN", "bfly": "SHFL_BFLY", "idx": "SHFL_IDX"}[mode]
+    d, a, b, c, mask = it.args
+    dp = None
+    if isinstance(d, Vec):
+        d, dp = d.items
+    call = (f"ptx::collective(T, ptx::{kind}, {ctx.value(mask, 'b32')}, {ctx.value(a, 'b32')}, "
+            f"{ctx.value(b, 'b32')}, {ctx.value(c, 'b32')}, {it.line}, &p_)")
+    out = f"{{ bool p_ = false; const uint32_t r_ = (uint32_t){call}; "
+    out += ctx.assign(d, "r_", "uint32_t")
+    if dp is not None:
+        out += " " + ctx.assign(dp, "p_", "bool")
+    return out + " }"
+
+
+def _vote(ctx: FuncCtx, it: Instr) -> str:
+    if "sync" not in it.mods:
+        raise ctx.error(f"{it.opcode}: vote without .sync is not supported")
+    mode = next(m for m in it.mods if m in ("all", "any", "uni", "ballot"))
+    d, a, mask = it.args
+    kind = {"all": "VOTE_ALL", "any": "VOTE_ANY", "uni": "VOTE_UNI", "ballot": "VOTE_BALLOT"}[mode]
+    call = (f"ptx::collective(T, ptx::{kind}, {ctx.value(mask, 'b32')}, "
+            f"(uint64_t){ctx.value(a, 'pred')}, 0, 0, {it.line})")
+    if mode == "ballot":
+        return ctx.assign(d, f"(uint32_t){call}", "uint32_t")
+    return ctx.assign(d, f"({call} != 0)", "bool")
+
+
+def _match(ctx: FuncCtx, it: Instr) -> str:
+    mode = next(m for m in it.mods if m in ("any", "all"))
+    t = type_of(ctx, it)
+    d, a, mask = it.args
+    dp = None
+    if isinstance(d, Vec):
+        d, dp = d.items
+    kind = "MATCH_ANY" if mode == "any" else "MATCH_ALL"
+    call = (f"ptx::collective(T, ptx::{kind}, {ctx.value(mask, 'b32')}, "
+            f"(uint64_t){ctx.value(a, t)}, 0, 0, {it.line}, &p_)")
+    out = f"{{ bool p_ = false; const uint32_t r_ = (uint32_t){call}; " + ctx.assign(d, "r_", "uint32_t")
+    if dp is not None:
+        out += " " + ctx.assign(dp, "p_", "bool")
+    return out + " }"
+
+
+def _redux(ctx: FuncCtx, it: Instr) -> str:
+    t = type_of(ctx, it)
+    op = next(m for m in it.mods if m in ("add", "min", "max", "and", "or", "xor"))
+    if t not in ("u32", "s32", "b32"):
+        raise ctx.error(f"{it.opcode} is not supported")
+    kind = {"add": "REDUX_ADD", "and": "REDUX_AND", "or": "REDUX_OR", "xor": "REDUX_XOR",
+            "min": "REDUX_MIN" if t == "s32" else "REDUX_UMIN",
+            "max": "REDUX_MAX" if t == "s32" else "REDUX_UMAX"}[op]
+    d, a, mask = it.args
+    call = (f"ptx::collective(T, ptx::{kind}, {ctx.value(mask, 'b32')}, "
+            f"(uint64_t){ctx.value(a, 'u32')}, 0, 0, {it.line})")
+    return ctx.assign(d, f"(uint32_t){call}", "uint32_t")
+
+
+def _activemask(ctx: FuncCtx, it: Instr) -> str:
+    return ctx.assign(it.args[0], f"ptx::activemask(T, {it.line})", "uint32_t")
+
+
+def _call(ctx: FuncCtx, it: Instr) -> str:
+    args = list(it.args)
+    rets: list = []
+    if args and isinstance(args[0], Vec) and args[0].kind == "list":
+        rets = list(args.pop(0).items)
+    if not args or not isinstance(args[0], Sym):
+        raise ctx.error(f"{it.opcode}: an indirect call is not supported")
+    callee = args.pop(0).name
+    params = list(args[0].items) if args and isinstance(args[0], Vec) else []
+    if len(args) > 1:
+        raise ctx.error(f"{it.opcode}: a call with a prototype (indirect) is not supported")
+    ptrs = []
+    for p in rets + params:
+        if not isinstance(p, Sym) or p.name not in ctx.params:
+            raise ctx.error(f"call of {callee}: argument {p!r} is not a .param variable")
+        ptrs.append(ctx.params[p.name][0])
+    if callee == "vprintf":
+        if len(params) != 2 or len(rets) != 1:
+            raise ctx.error("vprintf called with other than (format, arguments)")
+        return (f"ptx::store<uint32_t>({ptrs[0]}, (uint32_t)ptx::vprintf(T, "
+                f"ptx::load<uint64_t>({ptrs[1]}), ptx::load<uint64_t>({ptrs[2]}), {it.line}));")
+    if callee == "__assertfail":
+        return f'ptx::trap(T, {it.line}, "device-side assertion failed (__assertfail)");'
+    g = ctx.tr.module.functions.get(callee)
+    if g is None or g.body is None:
+        raise ctx.error(f"call of {callee}, which the module declares but does not define")
+    if len(rets) != len(g.rets) or len(params) != len(g.params):
+        raise ctx.error(f"call of {callee} with {len(rets)} results and {len(params)} "
+                        f"arguments; it has {len(g.rets)} and {len(g.params)}")
+    return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "
+            f"{cname('F', callee)}(T, av_); }}")

@@ -1,0 +1,161 @@
+"""PTX data movement to C++: ``mov``, ``cvta``, ``isspacep``, ``ld``/``st``, atomics.
+
+One concern: instructions that move bytes between registers and the
+address windows of ``ptxrt.h`` (every access through a checked helper).
+"""
+
+from __future__ import annotations
+
+from ._ast import Addr, Instr, Vec
+from ._emit import CTYPE, FLOATS, SIZE, FuncCtx, operand_vec
+from ._opbase import check_mods, nargs, type_of
+
+
+# ------------------------------------------------------------------ moves
+def _mov(ctx: FuncCtx, it: Instr) -> str:
+    nargs(ctx, it, 2)
+    t = type_of(ctx, it)
+    d, a = it.args
+    if isinstance(d, Vec):  # unpack: mov.b64 {%r1, %r2}, %rd1
+        parts = operand_vec(d)
+        w = SIZE[CTYPE[t]] // len(parts)
+        u = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t"}[w]
+        src = ctx.value(a, {2: "b16", 4: "b32", 8: "b64"}[SIZE[CTYPE[t]]])
+        out = [f"{{ const auto v_ = {src};"]
+        for i, p in enumerate(parts):
+            if p is not None:
+                out.append(ctx.assign(p, f"({u})(v_ >> {8 * w * i})", u))
+        return " ".join(out) + " }"
+    if isinstance(a, Vec):  # pack
+        parts = operand_vec(a)
+        w = SIZE[CTYPE[t]] // len(parts)
+        wt = {1: "b8", 2: "b16", 4: "b32"}[w]
+        big = {2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}[SIZE[CTYPE[t]]]
+        expr = " | ".join(f"(({big}){ctx.value(p, wt)} << {8 * w * i})"
+                          for i, p in enumerate(parts))
+        return ctx.assign(d, f"({big})({expr})", big)
+    return ctx.assign(d, ctx.value(a, t), CTYPE[t])
+
+
+def _cvta(ctx: FuncCtx, it: Instr) -> str:
+    nargs(ctx, it, 2)
+    d, a = it.args
+    to = "to" in it.mods
+    space = next((m for m in it.mods if m in ("global", "shared", "local", "const", "param")),
+                 None)
+    if space is None:
+        raise ctx.error(f"{it.opcode}: no state space")
+    v = ctx.value(a, "u64")
+    base = {"shared": "ptx::kShared", "local": "0", "param": "0"}.get(space)
+    if space in ("global", "const", "local", "param") or base is None:
+        return ctx.assign(d, v, "uint64_t")  # these windows are generic already
+    if to:
+        return ctx.assign(d, f"({v} - {base})", "uint64_t")
+    return ctx.assign(d, f"({v} + {base})", "uint64_t")
+
+
+def _isspacep(ctx: FuncCtx, it: Instr) -> str:
+    d, a = it.args
+    v = ctx.value(a, "u64")
+    top = {"shared": 1, "local": 2, "param": 3}.get(it.mods[0])
+    if top is None:
+        return ctx.assign(d, f"(({v} >> 48) == 0 || ({v} >> 48) >= 16)", "bool")
+    return ctx.assign(d, f"(({v} >> 48) == {top})", "bool")
+
+
+# ----------------------------------------------------------------- memory
+def _space(it: Instr) -> str:
+    for m in it.mods:
+        if m in ("global", "shared", "local", "param", "const", "generic"):
+            return m
+    return "generic"
+
+
+def _vec(it: Instr) -> int:
+    for m in it.mods:
+        if m in ("v2", "v4", "v8"):
+            return int(m[1:])
+    return 1
+
+
+_PTR = {"global": "gptr", "const": "gptr", "shared": "sptr", "local": "lptr", "generic": "genptr"}
+
+
+def _ptr(ctx: FuncCtx, it: Instr, a, size: int, write: bool) -> str:
+    if not isinstance(a, Addr):
+        raise ctx.error(f"{it.opcode}: the address operand is not [...]")
+    space = _space(it)
+    if space == "param":
+        return ctx.param_ptr(a, size, write, it.line)
+    return f"ptx::{_PTR[space]}(T, {ctx.address(a)}, {size}, {int(write)}, {it.line})"
+
+
+def _ld(ctx: FuncCtx, it: Instr) -> str:
+    check_mods(ctx, it, {"global", "shared", "local", "param", "const", "generic", "v2", "v4",
+                          "ldu"})
+    nargs(ctx, it, 2, 3)
+    t = type_of(ctx, it)
+    ct = CTYPE[t]
+    n = _vec(it)
+    dsts = operand_vec(it.args[0])
+    if len(dsts) != n:
+        raise ctx.error(f"{it.opcode}: {len(dsts)} destinations for .v{n}")
+    size = SIZE[ct] if t != "pred" else 1
+    out = [f"{{ const char* p_ = {_ptr(ctx, it, it.args[1], size * n, False)};"]
+    for i, dst in enumerate(dsts):
+        if dst is not None:
+            out.append(ctx.assign(dst, f"ptx::load<{ct}>(p_ + {i * size})", ct))
+    return " ".join(out) + " }"
+
+
+def _st(ctx: FuncCtx, it: Instr) -> str:
+    check_mods(ctx, it, {"global", "shared", "local", "param", "generic", "v2", "v4"})
+    nargs(ctx, it, 2, 3)
+    t = type_of(ctx, it)
+    ct = CTYPE[t]
+    n = _vec(it)
+    srcs = operand_vec(it.args[1])
+    if len(srcs) != n:
+        raise ctx.error(f"{it.opcode}: {len(srcs)} sources for .v{n}")
+    size = SIZE[ct]
+    out = [f"{{ char* p_ = {_ptr(ctx, it, it.args[0], size * n, True)};"]
+    for i, s in enumerate(srcs):
+        out.append(f"ptx::store<{ct}>(p_ + {i * size}, {ctx.value(s, t)});")
+    return " ".join(out) + " }"
+
+
+_ATOM_OPS = {"add", "and", "or", "xor", "exch", "cas", "inc", "dec", "min", "max"}
+
+
+def _atom(ctx: FuncCtx, it: Instr) -> str:
+    red = it.base == "red"
+    check_mods(ctx, it, _ATOM_OPS | {"global", "shared", "generic"})
+    op = next((m for m in it.mods if m in _ATOM_OPS), None)
+    if op is None:
+        raise ctx.error(f"{it.opcode}: no operation")
+    t = type_of(ctx, it)
+    ct = CTYPE[t]
+    if t in ("f16", "bf16", "f16x2", "bf16x2") or _vec(it) != 1:
+        raise ctx.error(f"{it.opcode}: atomics on .{t} or vectors are not supported")
+    args = it.args if not red else [None] + it.args
+    d, a = args[0], args[1]
+    b = ctx.value(args[2], t)
+    p = _ptr(ctx, it, a, SIZE[ct], True)
+    if op == "cas":
+        c = ctx.value(args[3], t)
+        call = f"ptx::atom_cas<{ct}>(p_, {b}, {c})"
+    else:
+        body = {
+            "add": f"({ct})(o + b_)", "and": f"({ct})(o & b_)", "or": f"({ct})(o | b_)",
+            "xor": f"({ct})(o ^ b_)", "exch": "b_",
+            "inc": f"({ct})(o >= b_ ? 0 : o + 1)", "dec": f"({ct})((o == 0 || o > b_) ? b_ : o - 1)",
+            "min": "(o < b_ ? o : b_)" if ct not in FLOATS else "ptx::fmin_(o, b_)",
+            "max": "(o > b_ ? o : b_)" if ct not in FLOATS else "ptx::fmax_(o, b_)",
+        }[op]
+        if op in ("and", "or", "xor") and ct in FLOATS:
+            raise ctx.error(f"{it.opcode}: bit operation on a float")
+        call = f"ptx::atom_rmw<{ct}>(p_, [&]({ct} o) {{ return {body}; }})"
+    out = f"{{ char* p_ = {p}; const {ct} b_ = {b}; (void)b_; "
+    if d is None or red:
+        return out + f"(void){call}; }}"
+    return out + ctx.assign(d, call, ct) + " }"

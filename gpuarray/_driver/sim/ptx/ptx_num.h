@@ -1,0 +1,292 @@
+// Atomics, integer and float helpers, rounding modes, f16/bf16 conversions.
+// Part of the runtime support of kernels translated from PTX (see ptxrt.h;
+// the build inlines ptxrt.h, ptx_sync.h, ptx_num.h and ptx_printf.h in that order).
+#pragma once
+#include "ptxrt.h"
+
+namespace ptx {
+
+// ------------------------------------------------------------- atomics
+template <class V> inline V atom_cas(char* p, V cmp, V val) {
+    V expected = cmp;
+    __atomic_compare_exchange(reinterpret_cast<V*>(p), &expected, &val, false, __ATOMIC_SEQ_CST,
+                              __ATOMIC_SEQ_CST);
+    return expected;  // the old value either way
+}
+
+// op: the new value from the old (a CAS loop, so every operation is atomic).
+template <class V, class F> inline V atom_rmw(char* p, F op) {
+    V old = load<V>(p);
+    for (;;) {
+        V nv = op(old);
+        V seen = old;
+        if (__atomic_compare_exchange(reinterpret_cast<V*>(p), &seen, &nv, false,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return old;
+        old = seen;
+    }
+}
+
+// ------------------------------------------------------------ integers
+template <class V> inline V sat_add(V a, V b) {
+    V r;
+    if (__builtin_add_overflow(a, b, &r)) return a < 0 ? (V)(-(V)1 << (8 * sizeof(V) - 1))
+                                                        : (V)~((V)1 << (8 * sizeof(V) - 1));
+    return r;
+}
+template <class V> inline V sat_sub(V a, V b) {
+    V r;
+    if (__builtin_sub_overflow(a, b, &r)) return a < 0 ? (V)(-(V)1 << (8 * sizeof(V) - 1))
+                                                        : (V)~((V)1 << (8 * sizeof(V) - 1));
+    return r;
+}
+template <class V> inline V idiv(V a, V b) {  // PTX: x/0 is all ones (unsigned), no trap
+    if (b == 0) return (V)-1;
+    if ((V)-1 < 0 && b == (V)-1) return (V)(0 - (typename std::make_unsigned<V>::type)a);
+    return a / b;
+}
+template <class V> inline V irem(V a, V b) {
+    if (b == 0) return a;
+    if ((V)-1 < 0 && b == (V)-1) return 0;
+    return a % b;
+}
+// mode: 0 generic, 1 f4e, 2 b4e, 3 rc8, 4 ecl, 5 ecr, 6 rc16.
+inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t c, int mode) {
+    const uint64_t x = ((uint64_t)b << 32) | a;
+    const uint32_t s = c & 3;
+    uint32_t r = 0;
+    for (uint32_t i = 0; i < 4; ++i) {
+        uint32_t sel;
+        switch (mode) {
+            case 1: sel = (s + i) & 7; break;
+            case 2: sel = (s - i) & 7; break;
+            case 3: sel = s; break;
+            case 4: sel = i > s ? i : s; break;
+            case 5: sel = i < s ? i : s; break;
+            case 6: sel = (s & 1) * 2 + (i & 1); break;
+            default: sel = (c >> (4 * i)) & 15; break;
+        }
+        uint32_t byte = (x >> (8 * (sel & 7))) & 0xff;
+        if (mode == 0 && (sel & 8)) byte = (byte & 0x80) ? 0xff : 0;
+        r |= byte << (8 * i);
+    }
+    return r;
+}
+template <class V> inline V bfe(V a, uint32_t pos, uint32_t len, bool is_signed) {
+    const uint32_t bits = 8 * sizeof(V);
+    pos &= 0xff;
+    len &= 0xff;
+    typedef typename std::make_unsigned<V>::type U;
+    const U ua = (U)a;
+    bool sbit = false;
+    if (is_signed) {
+        const uint32_t top = pos + len - 1 >= bits - 1 ? bits - 1 : pos + len - 1;
+        sbit = len == 0 ? false : (ua >> top) & 1;
+    }
+    U r = 0;
+    for (uint32_t i = 0; i < bits; ++i) {
+        const bool bit = i < len ? (pos + i < bits ? (ua >> (pos + i)) & 1 : sbit) : sbit;
+        r |= (U)bit << i;
+    }
+    return (V)r;
+}
+template <class V> inline V bfi(V a, V b, uint32_t pos, uint32_t len) {
+    const uint32_t bits = 8 * sizeof(V);
+    pos &= 0xff;
+    len &= 0xff;
+    typedef typename std::make_unsigned<V>::type U;
+    U r = (U)b;
+    for (uint32_t i = 0; i < len && pos + i < bits; ++i) {
+        const U bit = (U)1 << (pos + i);
+        r = (r & ~bit) | ((((U)a >> i) & 1) ? bit : 0);
+    }
+    return (V)r;
+}
+template <class V> inline V shl(V a, uint32_t n) { return n >= 8 * sizeof(V) ? 0 : (V)(a << n); }
+template <class V> inline V shr(V a, uint32_t n) {  // arithmetic for signed V
+    if (n >= 8 * sizeof(V)) return (V)-1 < 0 && a < 0 ? (V)-1 : 0;
+    return (V)(a >> n);
+}
+template <class V> inline uint32_t clz(V a) {
+    return a == 0 ? 8 * sizeof(V) : sizeof(V) == 8 ? __builtin_clzll((uint64_t)a)
+                                                   : __builtin_clz((uint32_t)a);
+}
+template <class V> inline V brev(V a) {
+    V r = 0;
+    for (uint32_t i = 0; i < 8 * sizeof(V); ++i) r |= (V)((a >> i) & 1) << (8 * sizeof(V) - 1 - i);
+    return r;
+}
+inline uint64_t mulhi_u64(uint64_t a, uint64_t b) {
+    return (uint64_t)(((unsigned __int128)a * b) >> 64);
+}
+inline int64_t mulhi_s64(int64_t a, int64_t b) { return (int64_t)(((__int128)a * b) >> 64); }
+
+// ------------------------------------------------------------- floats
+// Directed rounding: the operation runs under fesetround, its operands
+// and result volatile so the compiler neither folds nor moves it.
+struct Round {
+    int saved;
+    explicit Round(int mode) : saved(fegetround()) { if (mode != saved) fesetround(mode); }
+    ~Round() { if (fegetround() != saved) fesetround(saved); }
+};
+template <class V> inline V rnd_add(V a, V b, int m) {
+    Round r(m);
+    volatile V x = a, y = b;
+    volatile V z = x + y;
+    return z;
+}
+template <class V> inline V rnd_mul(V a, V b, int m) {
+    Round r(m);
+    volatile V x = a, y = b;
+    volatile V z = x * y;
+    return z;
+}
+template <class V> inline V rnd_div(V a, V b, int m) {
+    Round r(m);
+    volatile V x = a, y = b;
+    volatile V z = x / y;
+    return z;
+}
+inline float rnd_fma(float a, float b, float c, int m) {
+    Round r(m);
+    volatile float x = a, y = b, z = c;
+    volatile float w = fmaf(x, y, z);
+    return w;
+}
+inline double rnd_fma(double a, double b, double c, int m) {
+    Round r(m);
+    volatile double x = a, y = b, z = c;
+    volatile double w = fma(x, y, z);
+    return w;
+}
+template <class V> inline V rnd_sqrt(V a, int m) {
+    Round r(m);
+    volatile V x = a;
+    volatile V z = sizeof(V) == 4 ? (V)sqrtf((float)x) : (V)sqrt((double)x);
+    return z;
+}
+inline float rnd_f32(double a, int m) {
+    Round r(m);
+    volatile double x = a;
+    volatile float z = (float)x;
+    return z;
+}
+template <class V> inline V ftz(V v) {  // flush subnormals to sign-preserving zero
+    return fpclassify(v) == FP_SUBNORMAL ? copysign((V)0, v) : v;
+}
+inline float sat01(float v) { return v != v ? 0.0f : v < 0 ? 0.0f : v > 1 ? 1.0f : v; }
+inline double sat01(double v) { return v != v ? 0.0 : v < 0 ? 0.0 : v > 1 ? 1.0 : v; }
+// PTX min/max: NaN only when both are NaN; -0 < +0.
+template <class V> inline V fmin_(V a, V b) {
+    if (a != a) return b;
+    if (b != b) return a;
+    if (a == b) return signbit(a) ? a : b;
+    return a < b ? a : b;
+}
+template <class V> inline V fmax_(V a, V b) {
+    if (a != a) return b;
+    if (b != b) return a;
+    if (a == b) return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+inline float canon(float v) { return v != v ? bits<float>(0x7fffffffu) : v; }
+
+// Float to integer: PTX saturates (NaN -> 0); `m` rounds first.
+template <class V> inline V f2i(double v, int m) {
+    if (v != v) return 0;
+    switch (m) {
+        case 1: v = nearbyint(v); break;  // rni (nearest even: the default mode)
+        case 2: v = trunc(v); break;      // rzi
+        case 3: v = floor(v); break;      // rmi
+        case 4: v = ceil(v); break;       // rpi
+        default: v = trunc(v); break;
+    }
+    const double lo = (V)-1 < 0 ? -ldexp(1.0, 8 * sizeof(V) - 1) : 0.0;
+    const double hi = (V)-1 < 0 ? ldexp(1.0, 8 * sizeof(V) - 1) : ldexp(1.0, 8 * sizeof(V));
+    if (v <= lo) return (V)-1 < 0 ? (V)((typename std::make_unsigned<V>::type)1 << (8 * sizeof(V) - 1)) : 0;
+    if (v >= hi) return (V)-1 < 0 ? (V)~((typename std::make_unsigned<V>::type)1 << (8 * sizeof(V) - 1)) : (V)-1;
+    return (V)v;
+}
+// Integer to float with rounding mode m (FE_* value).
+template <class F, class V> inline F i2f(V v, int m) {
+    Round r(m);
+    volatile V x = v;
+    volatile F z = (F)x;
+    return z;
+}
+
+// Narrow float formats (f16: 5 exponent bits, 11-bit significand; bf16: 8, 8),
+// exactly rounded from double with mode m (FE_*), on the bits: one
+// rounding, subnormals and overflow by mode, NaN -> the canonical quiet NaN
+// (sign kept).  Returns the bits.
+inline uint16_t narrow(double d, int ebits, int pbits, int m) {
+    const uint64_t db = bits<uint64_t>(d);
+    const uint32_t sign = (uint32_t)(db >> 63) << 15;
+    const int fb = pbits - 1;  // stored fraction bits
+    const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias;
+    const uint32_t inf = (uint32_t)((1 << ebits) - 1) << fb;
+    const int dexp = (int)((db >> 52) & 0x7ff);
+    const uint64_t dman = db & ((1ull << 52) - 1);
+    if (dexp == 0x7ff) return (uint16_t)(sign | inf | (dman ? 1u << (fb - 1) : 0));
+    if (dexp == 0 && dman == 0) return (uint16_t)sign;
+    const uint64_t sig = dexp ? dman | (1ull << 52) : dman;
+    const int e = dexp ? dexp - 1023 : -1022;
+    const int shift = 52 - fb + (e < emin ? emin - e : 0);
+    uint64_t q, rem, half;
+    if (shift >= 64) {
+        q = 0;
+        rem = sig;
+        half = ~0ull;  // rem < half: never a halfway case
+    } else {
+        q = sig >> shift;
+        rem = sig & ((1ull << shift) - 1);
+        half = 1ull << (shift - 1);
+    }
+    const bool neg = sign != 0;
+    bool up = false;
+    if (rem) {
+        if (m == FE_TOWARDZERO) up = false;
+        else if (m == FE_DOWNWARD) up = neg;
+        else if (m == FE_UPWARD) up = !neg;
+        else up = rem > half || (rem == half && (q & 1));
+    }
+    q += up;
+    const uint64_t h = e < emin ? q : ((uint64_t)(e + bias - 1) << fb) + q;
+    if (h >= inf) {  // overflow: infinity, or the largest finite, by mode
+        const bool to_inf = m == FE_TONEAREST || (m == FE_UPWARD && !neg) ||
+                            (m == FE_DOWNWARD && neg);
+        return (uint16_t)(sign | (to_inf ? inf : inf - 1));
+    }
+    return (uint16_t)(sign | h);
+}
+inline float widen(uint16_t h, int ebits, int pbits) {
+    const int fb = pbits - 1, bias = (1 << (ebits - 1)) - 1;
+    const uint32_t sign = (uint32_t)(h >> 15) << 31;
+    const uint32_t e = (h >> fb) & ((1u << ebits) - 1), f = h & ((1u << fb) - 1);
+    if (e == (1u << ebits) - 1) return bits<float>(sign | 0x7f800000u | (f << (23 - fb)));
+    if (e == 0) {  // zero or subnormal: f * 2^(1 - bias - fb), exact in float
+        const float v = ldexpf((float)f, 1 - bias - fb);
+        return sign ? -v : v;
+    }
+    return bits<float>(sign | ((e - bias + 127) << 23) | (f << (23 - fb)));
+}
+inline uint16_t f2h(double d, int m) { return narrow(d, 5, 11, m); }
+inline uint16_t f2bf(double d, int m) { return narrow(d, 8, 8, m); }
+inline float h2f(uint16_t h) { return widen(h, 5, 11); }
+inline float bf2f(uint16_t h) { return widen(h, 8, 8); }
+
+// Integer to integer with .sat: clamped to the destination's range.
+template <class D, class S> inline D clamp_int(S v) {
+    const long double x = (long double)v;
+    const long double lo = (long double)std::numeric_limits<D>::min();
+    const long double hi = (long double)std::numeric_limits<D>::max();
+    return x < lo ? std::numeric_limits<D>::min() : x > hi ? std::numeric_limits<D>::max() : (D)v;
+}
+
+inline uint64_t globaltimer() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+}  // namespace ptx

@@ -1,0 +1,281 @@
+// Barriers, warp collectives and the thread lifecycle on the fiber runtime's yield().
+// Part of the runtime support of kernels translated from PTX (see ptxrt.h;
+// the build inlines ptxrt.h, ptx_sync.h, ptx_num.h and ptx_printf.h in that order).
+#pragma once
+#include "ptxrt.h"
+
+namespace ptx {
+
+// ------------------------------------------------------------------ sync
+inline void wait(Thread* t, uint32_t line) {
+    t->rt->line = line;
+    t->rt->yield(t->rt);
+}
+
+// Releases barrier `id`: its waiters are no longer blocked (for activemask).
+inline void bar_release(Thread* t, uint32_t id) {
+    Block& b = *t->blk;
+    b.arrived[id] = 0;
+    b.pending &= ~(1u << id);
+    b.result[id] = b.acc[id];
+    b.acc[id] = 0;
+    ++b.gen[id];
+    ++t->rt->progress;
+    const uint32_t nw = (t->rt->nthreads + 31) / 32;
+    for (uint32_t k = 0; k < nw; ++k) {
+        Warp& w = b.warps[k];
+        for (uint32_t m = w.at_bar; m; m &= m - 1) {
+            const uint32_t i = __builtin_ctz(m);
+            if (w.bar_id[i] == id) {
+                w.at_bar &= ~(1u << i);
+                w.blocked &= ~(1u << i);
+            }
+        }
+    }
+}
+
+inline void bar_arrive(Thread* t, uint32_t id, uint32_t count) {
+    Block& b = *t->blk;
+    const uint32_t expected = count ? count : t->rt->nthreads;
+    if (b.arrived[id] == 0) b.count[id] = count;  // exits release only a barrier of all threads
+    b.pending |= 1u << id;
+    if (++b.arrived[id] + (count ? 0 : b.exited) >= expected) bar_release(t, id);
+}
+
+// bar.sync / barrier.sync / bar.red: `op` 0 none, 1 popc, 2 and, 3 or.
+inline uint32_t bar_sync(Thread* t, uint32_t id, uint32_t count, int op, bool p,
+                         uint32_t line) {
+    if (id >= 16) trap(t, line, "barrier number >= 16");
+    Block& b = *t->blk;
+    const uint32_t g = b.gen[id];
+    Warp& w = b.warps[t->warp];
+    w.blocked |= 1u << t->lane;
+    w.at_bar |= 1u << t->lane;
+    w.bar_id[t->lane] = (uint8_t)id;
+    if (op == 1) b.acc[id] += p;
+    if (op == 2) b.acc[id] += !p;  // and: no thread false
+    if (op == 3) b.acc[id] += p;   // or: some thread true
+    bar_arrive(t, id, count);
+    const uint32_t expected = count ? count : t->rt->nthreads;
+    while (b.gen[id] == g) {
+        if (!count && b.arrived[id] && b.arrived[id] + b.exited >= expected) {
+            bar_release(t, id);
+            break;
+        }
+        wait(t, line);
+    }
+    const uint32_t r = b.result[id];
+    return op == 2 ? (r == 0) : op == 3 ? (r != 0) : r;
+}
+
+enum Kind { SHFL_UP = 1, SHFL_DOWN, SHFL_BFLY, SHFL_IDX, VOTE_ALL, VOTE_ANY, VOTE_UNI,
+            VOTE_BALLOT, MATCH_ANY, MATCH_ALL, WARP_SYNC, REDUX_ADD, REDUX_MIN, REDUX_MAX,
+            REDUX_UMIN, REDUX_UMAX, REDUX_AND, REDUX_OR, REDUX_XOR };
+
+inline uint32_t lanes_of(Thread* t) {  // lanes of the thread's warp that exist
+    const uint32_t first = t->warp * 32, n = t->rt->nthreads - first;
+    return n >= 32 ? 0xffffffffu : (1u << n) - 1;
+}
+
+inline void complete(Thread* t, Warp& w, uint32_t mask, uint32_t line) {
+    const uint32_t kind = w.kind[t->lane];
+    for (uint32_t i = 0; i < 32; ++i) {
+        if (!(mask >> i & 1)) continue;
+        if (w.kind[i] != kind || w.mask[i] != mask) {
+            char m[160];
+            snprintf(m, sizeof m, "lanes %u and %u of warp %u meet at different warp collectives "
+                     "or with different member masks (0x%x, 0x%x)", t->lane, i, t->warp, mask,
+                     w.mask[i]);
+            trap(t, line, m);
+        }
+    }
+    uint64_t ballot = 0;
+    bool all_eq = true;
+    for (uint32_t i = 0; i < 32; ++i)
+        if (mask >> i & 1) {
+            ballot |= (uint64_t)(w.val[i] != 0) << i;
+            all_eq = all_eq && w.val[i] == w.val[__builtin_ctz(mask)];
+        }
+    for (uint32_t i = 0; i < 32; ++i) {
+        if (!(mask >> i & 1)) continue;
+        uint64_t r = 0;
+        uint8_t p = 1;
+        if (kind <= SHFL_IDX) {
+            const uint32_t b = w.b[i] & 31, c = w.c[i];
+            const uint32_t seg = (c >> 8) & 31, minl = i & seg;
+            const uint32_t maxl = minl | ((c & 31) & ~seg);
+            int j;
+            if (kind == SHFL_UP) {
+                j = (int)i - (int)b;
+                p = j >= (int)minl;
+            } else if (kind == SHFL_DOWN) {
+                j = (int)i + (int)b;
+                p = j <= (int)maxl;
+            } else if (kind == SHFL_BFLY) {
+                j = (int)(i ^ b);
+                p = j <= (int)maxl;
+            } else {
+                j = (int)(minl | (b & ~seg));
+                p = j <= (int)maxl;
+            }
+            if (!p) j = (int)i;
+            if (!(mask >> j & 1)) {
+                char m[160];
+                snprintf(m, sizeof m, "shfl.sync: lane %u of warp %u reads lane %d, which is not "
+                         "in the member mask 0x%x", i, t->warp, j, mask);
+                trap(t, line, m);
+            }
+            r = w.val[j];
+        } else if (kind == VOTE_ALL) {
+            r = p = (ballot & mask) == mask;
+        } else if (kind == VOTE_ANY) {
+            r = p = ballot != 0;
+        } else if (kind == VOTE_UNI) {
+            r = p = ballot == 0 || (ballot & mask) == mask;
+        } else if (kind == VOTE_BALLOT) {
+            r = ballot;
+        } else if (kind == MATCH_ANY) {
+            for (uint32_t k = 0; k < 32; ++k)
+                if ((mask >> k & 1) && w.val[k] == w.val[i]) r |= 1ull << k;
+        } else if (kind == MATCH_ALL) {
+            r = all_eq ? mask : 0;
+            p = all_eq;
+        } else if (kind >= REDUX_ADD) {
+            uint32_t acc = kind == REDUX_AND ? 0xffffffffu : kind == REDUX_MIN ? 0x7fffffffu
+                         : kind == REDUX_UMIN ? 0xffffffffu : kind == REDUX_MAX ? 0x80000000u : 0;
+            for (uint32_t k = 0; k < 32; ++k) {
+                if (!(mask >> k & 1)) continue;
+                const uint32_t v = (uint32_t)w.val[k];
+                switch (kind) {
+                    case REDUX_ADD: acc += v; break;
+                    case REDUX_MIN: acc = (int32_t)v < (int32_t)acc ? v : acc; break;
+                    case REDUX_MAX: acc = (int32_t)v > (int32_t)acc ? v : acc; break;
+                    case REDUX_UMIN: acc = v < acc ? v : acc; break;
+                    case REDUX_UMAX: acc = v > acc ? v : acc; break;
+                    case REDUX_AND: acc &= v; break;
+                    case REDUX_OR: acc |= v; break;
+                    default: acc ^= v; break;
+                }
+            }
+            r = acc;
+        }
+        w.res[i] = r;
+        w.resp[i] = p;
+        ++w.gen[i];
+    }
+    w.arrived &= ~mask;
+    w.blocked &= ~mask;  // released: no longer blocked, though not yet resumed
+    ++t->rt->progress;
+}
+
+// A warp collective of `kind` among the lanes of `mask`; returns this
+// lane's result (and its predicate in *p).
+inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val, uint32_t b,
+                           uint32_t c, uint32_t line, bool* p = nullptr) {
+    Warp& w = t->blk->warps[t->warp];
+    const uint32_t lane = t->lane;
+    if (!(mask >> lane & 1)) {
+        char m[128];
+        snprintf(m, sizeof m, "lane %u of warp %u executes a warp collective whose member mask "
+                 "0x%x leaves it out", lane, t->warp, mask);
+        trap(t, line, m);
+    }
+    w.kind[lane] = kind;
+    w.mask[lane] = mask;
+    w.val[lane] = val;
+    w.b[lane] = b;
+    w.c[lane] = c;
+    const uint32_t g = w.gen[lane];
+    w.arrived |= 1u << lane;
+    w.blocked |= 1u << lane;
+    while (w.gen[lane] == g) {
+        if ((w.arrived & mask) == mask) {
+            complete(t, w, mask, line);
+            break;
+        }
+        if (mask & w.exited) {
+            char m[160];
+            snprintf(m, sizeof m, "lane %u of warp %u waits at a warp collective (member mask "
+                     "0x%x) for lanes that exited (0x%x)", lane, t->warp, mask, mask & w.exited);
+            trap(t, line, m);
+        }
+        if (mask & ~lanes_of(t)) {
+            char m[160];
+            snprintf(m, sizeof m, "the member mask 0x%x of a warp collective names lanes that "
+                     "the block does not have (warp %u has lanes 0x%x)", mask, t->warp,
+                     lanes_of(t));
+            trap(t, line, m);
+        }
+        wait(t, line);
+    }
+    if (p) *p = w.resp[lane];
+    return w.res[lane];
+}
+
+// activemask: the lanes converged here.  A lane waits until every lane of
+// its warp that has not exited is at an activemask or blocked at a barrier
+// or collective; the answer is the lanes at an activemask of the same line.
+inline uint32_t activemask(Thread* t, uint32_t line) {
+    Warp& w = t->blk->warps[t->warp];
+    const uint32_t lane = t->lane, bit = 1u << lane;
+    w.am_line[lane] = line;
+    w.am_arrived |= bit;
+    const uint32_t g = w.am_gen[lane];
+    while (w.am_gen[lane] == g) {
+        const uint32_t alive = lanes_of(t) & ~w.exited;
+        if (((w.am_arrived | w.blocked) & alive) == alive) {
+            uint32_t members = 0;
+            for (uint32_t i = 0; i < 32; ++i)
+                if ((w.am_arrived >> i & 1) && w.am_line[i] == line) members |= 1u << i;
+            for (uint32_t i = 0; i < 32; ++i)
+                if (members >> i & 1) {
+                    w.am_res[i] = members;
+                    ++w.am_gen[i];
+                }
+            w.am_arrived &= ~members;
+            ++t->rt->progress;
+            break;
+        }
+        wait(t, line);
+    }
+    return w.am_res[lane];
+}
+
+// ------------------------------------------------------------- lifecycle
+inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t local_size) {
+    t->rt = rt;
+    t->L = L;
+    t->blk = reinterpret_cast<Block*>(L->block);
+    t->tid = rt->thread_idx.x + rt->block_dim.x * (rt->thread_idx.y + rt->block_dim.y *
+                                                   rt->thread_idx.z);
+    t->lane = t->tid & 31;
+    t->warp = t->tid >> 5;
+    t->local = local;
+    t->local_size = local_size;
+    t->sp = 0;
+    if (t->tid == 0) {  // the block's first thread: a fresh block
+        Block& b = *t->blk;
+        memset(b.arrived, 0, sizeof b.arrived);
+        memset(b.acc, 0, sizeof b.acc);
+        b.exited = 0;
+        b.pending = 0;
+        const uint32_t nw = (rt->nthreads + 31) / 32;
+        for (uint32_t i = 0; i < nw; ++i)
+            b.warps[i].arrived = b.warps[i].exited = b.warps[i].blocked = b.warps[i].am_arrived =
+                b.warps[i].at_bar = 0;
+    }
+}
+
+inline void end(Thread* t) {
+    Block& b = *t->blk;
+    ++b.exited;
+    b.warps[t->warp].exited |= 1u << t->lane;
+    ++t->rt->progress;
+    // a bar.sync without a count no longer waits for this thread
+    for (uint32_t m = b.pending; m; m &= m - 1) {
+        const uint32_t id = __builtin_ctz(m);
+        if (!b.count[id] && b.arrived[id] + b.exited >= t->rt->nthreads) bar_release(t, id);
+    }
+}
+
+}  // namespace ptx
