@@ -470,9 +470,12 @@ def test_warp_shuffle_with_partial_and_full_warps(b):
     out = b.mem_alloc(4 * 64)
     launch(b, WARPS, "shfl_all", [u64(out)], block=(64, 1, 1))
     assert download(b, out, 64, np.uint32).tolist() == [i ^ 1 for i in range(64)]
-    with pytest.raises(CudaError) as e:  # a full mask in a 16-thread block
-        launch(b, WARPS, "shfl_all", [u64(out)], block=(16, 1, 1))
-    assert e.value.code == 719 and "does not have" in str(e.value)
+    # a full mask in a 16-thread block: lanes 16-31 were never launched, so they are
+    # not members (the PTX ISA waits for "non-exited threads" of the mask; numba-cuda's
+    # own tests run full-mask collectives in blocks of 10 threads on GPUs)
+    out16 = b.mem_alloc(4 * 16)
+    launch(b, WARPS, "shfl_all", [u64(out16)], block=(16, 1, 1))
+    assert download(b, out16, 16, np.uint32).tolist() == [i ^ 1 for i in range(16)]
 
 
 def test_a_lane_that_never_reaches_a_collective_is_a_fault_not_a_hang(b):
