@@ -453,6 +453,18 @@ WARPS = HEAD + """
   bar.warp.sync -1;
   ret;
 }
+.visible .entry stuck_lane()
+{
+  .reg .b32 %t; .reg .pred %p;
+  mov.u32 %t, %laneid;
+  setp.eq.u32 %p, %t, 5;
+  @%p bra STUCK;
+  bar.warp.sync -1;
+  ret;
+STUCK:
+  bar.sync 0;
+  ret;
+}
 .visible .entry counted_barrier()
 {
   .reg .b32 %t; .reg .pred %p;
@@ -479,9 +491,13 @@ def test_warp_shuffle_with_partial_and_full_warps(b):
 
 
 def test_a_lane_that_never_reaches_a_collective_is_a_fault_not_a_hang(b):
+    # a lane that exited is not waited for (the PTX ISA's "non-exited threads")
+    launch(b, WARPS, "early_exit", [], block=(32, 1, 1))
+    b.ctx_synchronize()
+    # a lane that waits elsewhere never arrives: a deadlock, reported
     with pytest.raises(CudaError) as e:
-        launch(b, WARPS, "early_exit", [], block=(32, 1, 1))
-    assert e.value.code == 719 and "exited" in str(e.value) and "PTX line" in str(e.value)
+        launch(b, WARPS, "stuck_lane", [], block=(32, 1, 1))
+    assert e.value.code == 719 and "deadlock" in str(e.value) and "PTX line" in str(e.value)
 
 
 def test_a_barrier_nobody_completes_is_a_deadlock_fault(b):

@@ -7,9 +7,9 @@ Usage (in ``.venv-peers``: numba-cuda 0.30.4 and gpuarray installed;
     python tools/numba_cudapy/run.py [--whole] [--workers N] [--junit FILE] [-- PYTEST_ARGS...]
 
 What runs: the modules of :data:`SELECTION` -- a CI-sized choice of the
-suite, kernels that use warp shuffles and votes, shared, local and constant
-memory, barriers, printf, recursion, whole programs (matmul, Laplace,
-Black-Scholes) -- under ``python -m gpuarray standin --``, with numba-cuda's
+suite, kernels that use warp shuffles, votes and matches, shared (static and
+dynamic), local and constant memory, barriers, reductions, recursion, a whole
+program (Black-Scholes) -- under ``python -m gpuarray standin --``, with numba-cuda's
 pytest settings and conftest plugin (``tools/numba_driver``) and a per-test
 time limit (``timeout_plugin.py``: ``--per-test-timeout``, 120 s here).  The
 simulator executes the PTX numba-cuda compiles (nvJitLink is hidden under the
@@ -39,16 +39,31 @@ driver_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(driver_run)
 
 PACKAGE = "numba.cuda.tests.cudapy"
-#: The modules CI runs.
+#: The modules CI runs (about 40 s on 2 workers; test_laplace, test_matmul and the
+#: subprocess-heavy test_print take 80, 37 and 60 s more, so they run with --whole only).
 SELECTION = tuple(f"{PACKAGE}.{m}" for m in (
-    "test_warp_ops", "test_sm", "test_sync", "test_localmem", "test_constmem", "test_print",
-    "test_reduction", "test_laplace", "test_matmul", "test_blackscholes", "test_idiv",
-    "test_recursion", "test_freevar", "test_globals",
+    "test_warp_ops", "test_sm", "test_sync", "test_localmem", "test_constmem",
+    "test_reduction", "test_blackscholes", "test_idiv", "test_recursion", "test_freevar",
+    "test_globals",
 ))
-#: "module::Class::test" -> the kernel it needs executed that the simulator cannot execute.
-NEEDS_KERNEL: dict[str, str] = {}
+_F16 = ("converts a 64-bit integer to half (cvt.rn.f16.s64), which the PTX executor does "
+        "not implement: the launch is refused with CUDA_ERROR_INVALID_IMAGE naming it")
+#: "::Class::test" (numba's module paths are not in the report) -> the kernel it needs
+#: executed that the simulator cannot execute.
+NEEDS_KERNEL: dict[str, str] = {
+    "::TestCudaLocalMem::test_issue_fp16_support": _F16,
+    "::TestSharedMemoryIssue::test_issue_fp16_support": _F16,
+}
 #: Failures for another reason, with that reason.
 OTHER_EXPECTED: dict[str, str] = {}
+#: Tests not run, with the reason: each poisons its process (a sticky fault, as on a
+#: GPU), so every later test of the same pytest worker would fail after it.
+NOT_RUN: dict[str, str] = {
+    "test_struct_model_type_arr":
+        "a bug of the test: its kernel writes 10 elements into np.array((10,)), a "
+        "1-element array; the simulator reports the out-of-bounds store "
+        "(CUDA_ERROR_ILLEGAL_ADDRESS, sticky), which a GPU does not check",
+}
 #: Per-test time limit (seconds) for the selection and for --whole.
 PER_TEST_TIMEOUT = "120"
 
@@ -58,9 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     whole = "--whole" in argv
     if whole:
         argv.remove("--whole")
-    if not any(a.startswith("--per-test-timeout") for a in argv):
-        argv += ["--", f"--per-test-timeout={PER_TEST_TIMEOUT}"] if "--" not in argv else [
-            f"--per-test-timeout={PER_TEST_TIMEOUT}"]
+    extra = [] if any(a.startswith("--per-test-timeout") for a in argv) else [
+        f"--per-test-timeout={PER_TEST_TIMEOUT}"]
+    extra += ["-k", "not (" + " or ".join(NOT_RUN) + ")"]
+    for test, why in NOT_RUN.items():
+        print(f"not run: {test}: {why}")
+    argv += extra if "--" in argv else ["--", *extra]
     return driver_run.referee(
         argv, (PACKAGE,) if whole else SELECTION, NEEDS_KERNEL, OTHER_EXPECTED,
         "kernel tests (whole cudapy suite) over the stand-in" if whole
