@@ -10,12 +10,19 @@ current, and a ``CUkernel`` is its ``CUfunction``), the JIT linker
 ``cuLaunchKernelEx``.
 
 Images are judged as a driver would (``sim/_images.py``): bad ones fail at
-load or ``cuLinkAddData`` with a code cuda.h lists for that call.  The
-linker's output is an ELF cubin holding its inputs, so the kernels of each
-input are found in it.  A kernel that is not one of gpuarray's resolves
-(``cuModuleGetFunction``, ``cuLibraryGetKernel``) and fails at launch with
-``CUDA_ERROR_INVALID_IMAGE``, saying the simulator cannot execute foreign
-kernels.  Occupancy is computed from the device profile (2048 threads,
+load or ``cuLinkAddData`` with a code cuda.h lists for that call.  A binary
+image has no size argument: its header says it, and it is read through
+``/proc/self/mem``, so a header that points past the image is refused, never
+a crash.  The linker's output is an ELF cubin holding its PTX and cubin
+inputs in sections of their own (``sim/_cubin.link_image``), so the kernels
+of each input are found in it and the simulator executes its PTX (several
+PTX inputs linked as one program).  A kernel of a cubin without PTX resolves
+and fails at launch with ``CUDA_ERROR_INVALID_IMAGE``, saying how to get
+PTX.  Function attributes come from the kernel's PTX (static sizes,
+``.maxntid``); ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` is the simulator's (48 KiB
+less the static size, or the opt-in, checked against
+``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``); the ``cuKernel*`` forms check their
+device.  Occupancy is computed from the device profile (2048 threads,
 32 blocks, 228 KiB of shared memory and 64 Ki registers per SM, 32
 registers per thread, 1 KiB of shared memory reserved per block).
 """
