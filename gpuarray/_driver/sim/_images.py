@@ -35,10 +35,13 @@ only: PTX ``.entry`` directives, the ``STO_CUDA_ENTRY`` function symbols of
 an ELF cubin, those of a fatbin's readable members and of the inputs the
 stand-in linker kept (``_cubin.link_image``), and the placeholder's name.
 A parameter, a shared variable or any other string is not a kernel
-(``cuModuleGetFunction``: ``CUDA_ERROR_NOT_FOUND``).  A kernel found in the
-image that is not one of gpuarray's (``gpuarray._driver.sim_kernels``) is a
-:class:`ForeignKernel`: ``cuModuleGetFunction`` gives a handle, as a driver
-does, and the launch fails with ``CUDA_ERROR_INVALID_IMAGE`` -- one of the
+(``cuModuleGetFunction``: ``CUDA_ERROR_NOT_FOUND``).  :func:`ptx_of` and
+:func:`ptx_texts` give the PTX of a kernel / of an image, which the PTX
+executor (``sim/ptx``) runs.  A kernel found in the image that is neither one
+of gpuarray's (``gpuarray._driver.sim_kernels``) nor defined by PTX (a kernel
+of a cubin) is a :class:`ForeignKernel`: ``cuModuleGetFunction`` gives a
+handle, as a driver does, and the launch fails with
+``CUDA_ERROR_INVALID_IMAGE``, saying how to get PTX -- one of the
 codes cuda.h documents for ``cuLaunchKernel``/``cuLaunchKernelEx`` ("the
 device kernel image is invalid": there is no code the simulator can run for
 it) and, unlike ``CUDA_ERROR_LAUNCH_FAILED``, not sticky: nothing ran, the
