@@ -213,6 +213,40 @@ def _clamp_shift(x, n, bits, signed):
     return x >> n
 
 
+H16 = ("f16",) * 4
+
+
+def _h16(n=N):
+    """Three arrays of f16 bits: normal values of all magnitudes, subnormals, signed zeros."""
+    vals = np.concatenate([(_rng.standard_normal(n - 8) * 10.0 ** _rng.integers(-5, 4, n - 8)),
+                           [0.0, -0.0, 6e-8, -6e-8, 65504.0, 1e-5, 3.0, -2.0]])
+    return tuple(_rng.permutation(vals).astype(np.float16).view(np.uint16) for _ in range(3))
+
+
+def _bf16_in():
+    return tuple(_bf16(finite_f32(10.0 ** int(_rng.integers(-3, 4))), "rn") for _ in range(3))
+
+
+def _half(fn, fmt="f16", mode="rn"):
+    """Reference of a half-precision operation: exact on Fractions, rounded once, as bits."""
+    def widen(bits):
+        if fmt == "f16":
+            return bits.view(np.float16).astype(np.float64)
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    def ref(a, b, c):
+        out = []
+        for x, y, z in zip(widen(a), widen(b), widen(c), strict=True):
+            r = round_frac(fn(Fraction(x), Fraction(y), Fraction(z)), fmt, mode)
+            if r == 0:  # the sign of an exact zero: IEEE's, as the C++ computes it
+                r = float(fn(x, y, z)) if fn(x, y, z) == 0 else r
+            out.append(r)
+        if fmt == "f16":
+            return np.array(out, np.float64).astype(np.float16).view(np.uint16)
+        return (np.array(out, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return ref
+
+
 CASES = [
     Case("add_s32", I32, "add.s32 %d, %a, %b;", _i("s32"), _ints("s32", lambda a, b, c: a + b)),
     Case("sub_s64", S64, "sub.s64 %d, %a, %b;", _i("s64"), _ints("s64", lambda a, b, c: a - b)),
@@ -363,6 +397,33 @@ CASES = [
                           | 4 * (~np.isnan(a) & ~np.isnan(b)).astype(np.uint32))),
     Case("copysign_f32", F32, "copysign.f32 %d, %a, %b;",
          lambda: (edge_f32(), edge_f32()[::-1], edge_f32()), lambda a, b, c: np.copysign(b, a)),
+    # half precision: the exact result rounded once (f16 add/sub/mul are exact in double)
+    Case("add_rn_f16", H16, "add.rn.f16 %d, %a, %b;", _h16, _half(lambda x, y, z: x + y)),
+    Case("sub_rz_f16", H16, "sub.rz.f16 %d, %a, %b;", _h16,
+         _half(lambda x, y, z: x - y, mode="rz")),
+    Case("mul_rm_f16", H16, "mul.rm.f16 %d, %a, %b;", _h16,
+         _half(lambda x, y, z: x * y, mode="rm")),
+    Case("fma_rn_f16", H16, "fma.rn.f16 %d, %a, %b, %c;", _h16,
+         _half(lambda x, y, z: x * y + z)),
+    Case("add_rn_bf16", ("bf16",) * 4, "add.rn.bf16 %d, %a, %b;", _bf16_in,
+         _half(lambda x, y, z: x + y, "bf16")),
+    Case("add_f16x2", ("u32",) * 4, "add.rn.f16x2 %d, %a, %b;",
+         lambda: tuple(x.view(np.uint32) for x in _h16(2 * N)),
+         lambda a, b, c: np.stack([_half(lambda x, y, z: x + y)(a.view(np.uint16)[k::2],
+                                                                b.view(np.uint16)[k::2],
+                                                                c.view(np.uint16)[k::2])
+                                   for k in (0, 1)], axis=1).ravel().view(np.uint32)),
+    Case("neg_abs_min_f16", H16, "neg.f16 %e, %a; abs.f16 %f, %b; min.f16 %d, %e, %f;", _h16,
+         lambda a, b, c: np.where(np.fmin(-a.view(np.float16), np.abs(b.view(np.float16)))
+                                  == -a.view(np.float16), -a.view(np.float16),
+                                  np.abs(b.view(np.float16))).view(np.uint16)),
+    Case("setp_lt_f16", ("f16", "f16", "f16", "u32"),
+         "setp.lt.f16 %p, %a, %b; selp.u32 %d, 1, 0, %p;", _h16,
+         lambda a, b, c: (a.view(np.float16) < b.view(np.float16)).astype(np.uint32)),
+    Case("cvt_rn_f16x2_f32", ("f32", "f32", "f32", "u32"), "cvt.rn.f16x2.f32 %d, %a, %b;",
+         lambda: (finite_f32(100), finite_f32(100), finite_f32()),
+         lambda a, b, c: ((a.astype(np.float16).view(np.uint16).astype(np.uint32) << 16)
+                          | b.astype(np.float16).view(np.uint16))),
     # conversions
     Case("cvt_rn_f16_f32", ("f32", "f32", "f32", "f16"), "cvt.rn.f16.f32 %d, %a;",
          lambda: (np.concatenate([edge_f32()[:32], (finite_f32(1e4))[:32]]),) * 3,
@@ -410,7 +471,7 @@ CASES = [
          lambda a, b, c: np.exp2(a.astype(np.float64)), ("rel", 2.0 ** -22)),
     Case("lg2_approx", F32, "abs.f32 %e, %a; lg2.approx.f32 %d, %e;",
          lambda: (finite_f32(100),) * 3, lambda a, b, c: np.log2(np.abs(a.astype(np.float64))),
-         ("abs", 2.0 ** -22)),
+         ("absrel", 2.0 ** -22)),  # the ISA: 2^-22 absolute near 1, relative beyond
     Case("sin_cos_approx", F32, "sin.approx.f32 %d, %a; cos.approx.f32 %e, %a;"
          " add.f32 %d, %d, %e;", lambda: (finite_f32(1),) * 3,
          lambda a, b, c: np.sin(a.astype(np.float64)) + np.cos(a.astype(np.float64)),
@@ -503,5 +564,6 @@ def test_instruction(loaded, case):
     else:
         kind, tol = case.check
         g, w = got.astype(np.float64), want.astype(np.float64)
-        err = np.abs(g - w) / (np.abs(w) if kind == "rel" else 1.0)
+        scale = {"rel": np.abs(w), "abs": 1.0, "absrel": np.maximum(np.abs(w), 1.0)}[kind]
+        err = np.abs(g - w) / scale
         assert (err <= tol).all(), f"{case.name}: error {err.max():.3g} > {tol:.3g}"

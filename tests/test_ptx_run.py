@@ -616,3 +616,35 @@ def test_linked_modules_resolve_declarations_to_definitions(b):
     # the linked text is an image of its own: load it as the stand-in's cuLinkComplete would
     launch(b, prog.module.text, "use_twice", [u64(out)])
     assert download(b, out, 1, np.uint32)[0] == 42
+
+
+def test_runaway_recursion_is_a_stack_fault_not_a_crash(b):
+    out = b.mem_alloc(8)
+    text = RECURSION.replace("cvt.u64.u32 %k, %t;", "mov.u64 %k, 1000000;")
+    with pytest.raises(CudaError) as e:
+        launch(b, text, "facts", [u64(out)])
+    assert e.value.code == 714  # CUDA_ERROR_HARDWARE_STACK_ERROR
+
+
+ASSERT = HEAD + """
+.extern .func __assertfail(.param .b64 m, .param .b64 f, .param .b32 l, .param .b64 fn,
+                           .param .b64 c);
+.visible .entry asserts(.param .u32 x)
+{
+  .reg .b32 %x; .reg .pred %p;
+  ld.param.u32 %x, [x];
+  setp.eq.u32 %p, %x, 0;
+  @%p bra OK;
+  { .param .b64 a0; .param .b64 a1; .param .b32 a2; .param .b64 a3; .param .b64 a4;
+    call __assertfail, (a0, a1, a2, a3, a4); }
+OK:
+  ret;
+}
+"""
+
+
+def test_a_failed_device_assertion_is_710_naming_the_line(b):
+    launch(b, ASSERT, "asserts", [ctypes.c_uint32(0)])
+    with pytest.raises(CudaError) as e:
+        launch(b, ASSERT, "asserts", [ctypes.c_uint32(1)])
+    assert e.value.name == "CUDA_ERROR_ASSERT" and "PTX line 14: call __assertfail" in str(e.value)

@@ -48,7 +48,7 @@ RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
 #: The ``GA_HOST_ABI`` of ``kernels/ga_host.cuh`` this module speaks.
 ABI = 3
 
-_NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+_NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 710: "CUDA_ERROR_ASSERT", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
           714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
           2: "CUDA_ERROR_OUT_OF_MEMORY"}
 _GLOBAL, _SHARED, _STACK, _EXCEPTION, _DEADLOCK = 0, 1, 2, 3, 4
@@ -135,6 +135,12 @@ class HostRuntime:
         if fault.space == _EXCEPTION:
             raise DeviceFault(rc, f"kernel {kernel}: the host build threw a C++ exception: "
                                   f"{fault.what.decode('utf-8', 'replace')} ({name}); {where}")
+        if rc == 710:
+            raise DeviceFault(rc, f"kernel {kernel}: device-side assertion failed ({name}); {where}")
+        if rc == 714:  # a PTX thread's local frames outgrew its arena
+            raise DeviceFault(rc, f"kernel {kernel}: the thread's local memory overflowed (a frame "
+                                  f"of {fault.size} bytes at 0x{fault.addr:x}; deep or runaway "
+                                  f"recursion) ({name}); {where}")
         what = "write" if fault.write else "read"
         if fault.space == _SHARED:
             off = ctypes.c_int64(fault.addr).value

@@ -11,8 +11,10 @@ access checked.  Its own room beneath the simulator, in four layers:
     each entry (:class:`EntryInfo`).  Syntax errors are 218
     (``CUDA_ERROR_INVALID_PTX``), a ``.version`` newer than
     :data:`SUPPORTED_VERSION` is 222 (``CUDA_ERROR_UNSUPPORTED_PTX_VERSION``).
-``_emit.py`` / ``_ops.py`` -- translation
-    One C++ function per PTX function: registers become typed locals,
+``_emit.py`` / ``_translate.py`` / ``_ops*.py`` -- translation
+    One C++ function per PTX function: registers become typed locals
+    (uninitialised, as PTX leaves them: zeroing hundreds per thread cost
+    half the run time),
     labels ``goto`` targets, predicates ``if``; ``.local`` variables are
     frames of the thread's local arena; call-site ``.param`` variables byte
     arrays; every load and store goes through a checked helper of
@@ -86,11 +88,19 @@ with different masks, a mask naming lanes that exited or do not exist:
 719 naming the line; a lane that never arrives: the deadlock fault).
 ``activemask`` is the lanes converged at it: a lane waits until every lane
 of its warp that has not exited is at an ``activemask`` or blocked at a
-barrier or collective, and gets the lanes at the same ``activemask``.  ``bar.sync``
+barrier or collective, and gets the lanes at the same ``activemask``
+instruction (the same PTX line).  ``bar.sync``
 without a thread count waits for every thread that has not exited.
 Atomics are compare-and-swap loops on the host memory (atomic against
 other launches running on other streams).  ``%clock``/``%clock64`` count
-reads (monotonic, not time).
+reads (monotonic, not time).  Not modelled: a thread that spins on memory
+another thread of its block (or another block) writes, with no barrier or
+collective between, never lets that thread run -- the launch hangs (a GPU
+does not promise progress there either without cooperative launch);
+cooperative launch and ``grid.sync`` (numba's needs an external function
+the simulator does not provide: the launch fails naming it).  The race
+detector does not see what a PTX kernel touches (``accesses`` is empty:
+the ranges are known only while it runs).
 
 Numerics
 --------
@@ -101,7 +111,11 @@ rounded (C++ without contraction, ``-ffp-contract=off``; ``fma`` is libm's
 operands.  ``.ftz`` flushes subnormal inputs and results of ``.f32`` to
 sign-preserving zero; ``.sat`` clamps to [0, 1] (NaN -> 0).  Float-to-int
 ``cvt`` saturates (NaN -> 0) as PTX specifies.  f16/bf16 conversions are
-exact software roundings (all four modes).  ``.approx`` functions use the
+exact software roundings (all four modes); f16/bf16 arithmetic (scalar and
+``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) widens exactly,
+computes in double and rounds once -- correctly rounded for f16
+add/sub/mul; ``fma`` and bf16 add/sub may round twice (first to double),
+a last-bit difference from a GPU in rare halfway cases.  ``.approx`` functions use the
 C library (glibc: ``exp2f``, ``log2f``, ``sinf``, ``cosf``, ``tanhf`` within
 1-2 ulp; ``rsqrt`` as ``1/sqrt`` in double; ``rcp/sqrt/div.approx``
 correctly rounded), all inside the PTX ISA's stated bounds.  Unknown

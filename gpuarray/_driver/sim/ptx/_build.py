@@ -23,8 +23,9 @@ from typing import Any
 
 from .. import _hostrt
 from ._ast import PtxModule
-from ._emit import TRANSLATOR_VERSION, UnsupportedPtx, translate
+from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
 from ._parse import parse
+from ._translate import translate
 
 __all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source"]
 
@@ -65,7 +66,7 @@ def load(image: bytes | str) -> PtxProgram:
 
 #: The files whose text decides the generated C++ (their hash is part of the key,
 #: so an edited translator never meets a stale build).
-_SOURCES = ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h", "_ast.py", "_lex.py", "_parse.py", "_info.py", "_emit.py", "_ops.py",
+_SOURCES = ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h", "_ast.py", "_lex.py", "_parse.py", "_info.py", "_emit.py", "_translate.py", "_ops.py",
             "_opbase.py", "_ops_mem.py", "_ops_alu.py", "_ops_ctl.py")
 
 

@@ -39,8 +39,8 @@ def _arith(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
     ct = CTYPE[t]
     base = it.base
-    if t in ("f16", "bf16", "f16x2", "bf16x2"):
-        raise ctx.error(f"{it.opcode}: half-precision arithmetic is not supported")
+    if t in HALF:
+        return _half(ctx, it, t)
     d = it.args[0]
     if ct in FLOATS:
         check_mods(ctx, it, set(ROUND) | {"ftz", "sat", "NaN"})
@@ -150,8 +150,34 @@ def _arith(ctx: FuncCtx, it: Instr) -> str:
     return ctx.assign(d, expr, ct)
 
 
+HALF = ("f16", "bf16", "f16x2", "bf16x2")
+_HOPS = {"add": "H_ADD", "sub": "H_SUB", "mul": "H_MUL", "fma": "H_FMA", "min": "H_MIN",
+         "max": "H_MAX", "neg": "H_NEG", "abs": "H_ABS"}
+
+
+def _half(ctx: FuncCtx, it: Instr, t: str) -> str:
+    """f16/bf16 arithmetic (scalar and packed pairs) through ``ptx::half_op``."""
+    check_mods(ctx, it, set(ROUND) | {"ftz", "sat", "NaN"})
+    op = _HOPS.get(it.base)
+    if op is None:
+        raise ctx.error(f"{it.opcode}: half-precision {it.base} is not supported")
+    pair = t.endswith("x2")
+    bt = "b32" if pair else "b16"
+    ut = "uint32_t" if pair else "uint16_t"
+    vals = [ctx.value(x, bt) for x in it.args[1:]]
+    vals += [f"({ut})0"] * (3 - len(vals))
+    mode = ROUND[next((m for m in it.mods if m in ROUND), "rn")]
+    flags = ", ".join(str(f in it.mods).lower() for f in ("ftz", "sat", "NaN"))
+    fn = "ptx::half2_op" if pair else "ptx::half_op"
+    expr = (f"{fn}(ptx::{op}, {vals[0]}, {vals[1]}, {vals[2]}, {str(t.startswith('bf')).lower()}, "
+            f"{mode}, {flags})")
+    return ctx.assign(it.args[0], expr, ut)
+
+
 def _unary(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
+    if t in HALF and it.base in ("neg", "abs"):
+        return _half(ctx, it, t)
     ct = CTYPE[t]
     d = it.args[0]
     base = it.base
@@ -271,13 +297,13 @@ _CMP_INT = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="
             "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
 
 
-def _compare(ctx: FuncCtx, it: Instr, t: str, a, b) -> str:
+def _compare(ctx: FuncCtx, it: Instr, t: str, a, b, pre: tuple | None = None) -> str:
     cmp = next((m for m in it.mods if m in _CMP_INT or m in ("equ", "neu", "ltu", "leu", "gtu",
                                                              "geu", "num", "nan")), None)
     if cmp is None:
         raise ctx.error(f"{it.opcode}: no comparison")
     ct = CTYPE[t]
-    va, vb = _fin(ctx, it, a, t), _fin(ctx, it, b, t)
+    va, vb = pre if pre is not None else (_fin(ctx, it, a, t), _fin(ctx, it, b, t))
     if ct in FLOATS:
         if cmp == "num":
             return f"(({va}) == ({va}) && ({vb}) == ({vb}))"
@@ -298,10 +324,15 @@ def _setp(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
     check_mods(ctx, it, set(_CMP_INT) | {"equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan",
                                          "and", "or", "xor", "ftz"})
-    if t in ("f16", "bf16", "f16x2", "bf16x2"):
-        raise ctx.error(f"{it.opcode}: half-precision comparison is not supported")
+    if t in ("f16x2", "bf16x2"):
+        raise ctx.error(f"{it.opcode}: packed half-precision comparison is not supported")
     d = it.args[0]
-    expr = _compare(ctx, it, t, it.args[1], it.args[2])
+    if t in ("f16", "bf16"):  # exact in float
+        w = "ptx::h2f" if t == "f16" else "ptx::bf2f"
+        pre = tuple(f"{w}({ctx.value(x, 'b16')})" for x in it.args[1:3])
+        expr = _compare(ctx, it, "f32", it.args[1], it.args[2], pre)
+    else:
+        expr = _compare(ctx, it, t, it.args[1], it.args[2])
     boolop = next((m for m in it.mods if m in ("and", "or", "xor")), None)
     if boolop:
         c = ctx.value(it.args[3], "pred")
@@ -351,7 +382,15 @@ def _cvt(ctx: FuncCtx, it: Instr) -> str:
         raise ctx.error(f"{it.opcode}: expected a destination and a source type")
     dt, st = ts
     check_mods(ctx, it, set(ROUND) | set(IROUND) | {"ftz", "sat", "relu", "satfinite"})
-    if "relu" in it.mods or "satfinite" in it.mods or len(it.args) != 2:
+    if "relu" in it.mods or "satfinite" in it.mods:
+        raise ctx.error(f"{it.opcode} is not supported")
+    if dt in ("f16x2", "bf16x2") and st == "f32" and len(it.args) == 3:
+        # d = {a -> upper half, b -> lower half}
+        f = "ptx::f2h" if dt == "f16x2" else "ptx::f2bf"
+        mode2 = ROUND[next((m for m in it.mods if m in ROUND), "rn")]
+        hi, lo = (f"(uint32_t){f}((double){ctx.value(x, 'f32')}, {mode2})" for x in it.args[1:])
+        return ctx.assign(it.args[0], f"(({hi} << 16) | {lo})", "uint32_t")
+    if len(it.args) != 2 or dt in ("f16x2", "bf16x2"):
         raise ctx.error(f"{it.opcode} is not supported")
     d, a = it.args
     dct, sct = CTYPE[dt], CTYPE[st]

@@ -161,7 +161,7 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
         return (f"ptx::store<uint32_t>({ptrs[0]}, (uint32_t)ptx::vprintf(T, "
                 f"ptx::load<uint64_t>({ptrs[1]}), ptx::load<uint64_t>({ptrs[2]}), {it.line}));")
     if callee == "__assertfail":
-        return f'ptx::trap(T, {it.line}, "device-side assertion failed (__assertfail)");'
+        return f"T->rt->line = {it.line}; T->rt->fault(T->rt, 710, 0, 0, 0);"
     g = ctx.tr.module.functions.get(callee)
     if g is None or g.body is None:
         raise ctx.error(f"call of {callee}, which the module declares but does not define")

@@ -270,6 +270,53 @@ inline float widen(uint16_t h, int ebits, int pbits) {
     }
     return bits<float>(sign | ((e - bias + 127) << 23) | (f << (23 - fb)));
 }
+// Half-precision arithmetic (f16, bf16; packed pairs through half2_op): the
+// operands widened exactly, the operation in double, one rounding to the
+// format with mode m.  For f16 every add/sub/mul is exact in double, so the
+// result is correctly rounded; fma and bf16 add/sub may round twice (once
+// to double), which can differ from a GPU in the last bit of rare halfway
+// cases.  NaN results are the canonical quiet NaN (sign kept).
+enum HOp { H_ADD, H_SUB, H_MUL, H_FMA, H_MIN, H_MAX, H_NEG, H_ABS };
+inline uint16_t half_op(int op, uint16_t a, uint16_t b, uint16_t c, bool bf, int m, bool ftz,
+                        bool sat, bool nan) {
+    const int eb = bf ? 8 : 5, pb = bf ? 8 : 11;
+    const uint16_t expmask = (uint16_t)(((1u << eb) - 1) << (pb - 1));
+    if (op == H_NEG) return (uint16_t)(a ^ 0x8000u);
+    if (op == H_ABS) return (uint16_t)(a & 0x7fffu);
+    if (ftz) {  // subnormal inputs are signed zeros
+        if (!(a & expmask)) a &= 0x8000;
+        if (!(b & expmask)) b &= 0x8000;
+        if (!(c & expmask)) c &= 0x8000;
+    }
+    const double x = widen(a, eb, pb), y = widen(b, eb, pb), z = widen(c, eb, pb);
+    double r;
+    switch (op) {
+        case H_ADD: r = x + y; break;
+        case H_SUB: r = x - y; break;
+        case H_MUL: r = x * y; break;
+        case H_FMA: r = fma(x, y, z); break;
+        default: {  // min, max: NaN only when both are (or .NaN); -0 < +0
+            if (x != x || y != y) {
+                if (nan || (x != x && y != y)) return (uint16_t)(expmask | (1u << (pb - 2)));
+                return x != x ? b : a;
+            }
+            const bool lt = x < y || (x == y && (a & 0x8000) && !(b & 0x8000));
+            return (op == H_MIN) == lt ? a : b;
+        }
+    }
+    if (sat) r = r != r ? 0.0 : r < 0 ? 0.0 : r > 1 ? 1.0 : r;
+    uint16_t h = narrow(r, eb, pb, m);
+    if (ftz && !(h & expmask)) h &= 0x8000;
+    return h;
+}
+inline uint32_t half2_op(int op, uint32_t a, uint32_t b, uint32_t c, bool bf, int m, bool ftz,
+                         bool sat, bool nan) {
+    const uint16_t lo = half_op(op, (uint16_t)a, (uint16_t)b, (uint16_t)c, bf, m, ftz, sat, nan);
+    const uint16_t hi = half_op(op, (uint16_t)(a >> 16), (uint16_t)(b >> 16), (uint16_t)(c >> 16),
+                                bf, m, ftz, sat, nan);
+    return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
 inline uint16_t f2h(double d, int m) { return narrow(d, 5, 11, m); }
 inline uint16_t f2bf(double d, int m) { return narrow(d, 8, 8, m); }
 inline float h2f(uint16_t h) { return widen(h, 5, 11); }

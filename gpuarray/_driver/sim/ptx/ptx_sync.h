@@ -107,7 +107,7 @@ inline void complete(Thread* t, Warp& w, uint32_t mask, uint32_t line) {
             int j;
             if (kind == SHFL_UP) {
                 j = (int)i - (int)b;
-                p = j >= (int)minl;
+                p = j >= (int)maxl;  // the PTX ISA's rule (CUDA passes a clamp of 0 here)
             } else if (kind == SHFL_DOWN) {
                 j = (int)i + (int)b;
                 p = j <= (int)maxl;
