@@ -648,3 +648,37 @@ def test_a_failed_device_assertion_is_710_naming_the_line(b):
     with pytest.raises(CudaError) as e:
         launch(b, ASSERT, "asserts", [ctypes.c_uint32(1)])
     assert e.value.name == "CUDA_ERROR_ASSERT" and "PTX line 14: call __assertfail" in str(e.value)
+
+
+BIG_LOCAL = HEAD + """
+.visible .entry big_local(.param .u64 o)
+{
+  .local .align 8 .b8 big[200000];
+  .reg .b64 %o, %l, %k, %v; .reg .b32 %t;
+  ld.param.u64 %o, [o];
+  mov.u32 %t, %tid.x;
+  cvt.u64.u32 %v, %t;
+  mov.u64 %l, big;
+  st.local.u64 [%l+199992], %v;
+  st.local.u64 [%l], 7;
+  ld.local.u64 %k, [%l+199992];
+  mul.wide.u32 %v, %t, 8; add.s64 %o, %o, %v;
+  st.global.u64 [%o], %k;
+  ret;
+}
+"""
+
+
+def test_large_local_arrays_live_beyond_the_fiber_stack(b):
+    out = b.mem_alloc(8 * 64)
+    launch(b, BIG_LOCAL, "big_local", [u64(out)], grid=(2, 1, 1), block=(64, 1, 1))
+    assert download(b, out, 64, np.uint64).tolist() == list(range(64))
+
+
+def test_only_entries_are_kernels(b):
+    module = b.module_load_data(RECURSION.encode() + b"\0")
+    for name in ("fact", "calls", "where"):  # a .func and two variables
+        with pytest.raises(CudaError) as e:
+            b.module_get_function(module, name)
+        assert e.value.name == "CUDA_ERROR_NOT_FOUND"
+    b.module_get_function(module, "facts")

@@ -32,11 +32,12 @@ access checked.  Its own room beneath the simulator, in four layers:
     719 naming the thread and the PTX line).
 ``_build.py`` / ``_run.py`` -- build, cache and launch
     The unit is built with the host build's compiler and flags
-    (``gpuarray/_kernels/_host.py``; plus ``-ffp-contract=off``) into the
+    (``gpuarray/_kernels/_host.py``, reached through
+    ``_hostrt.toolchain()``, which the kernels layer registers) into the
     kernel disk cache (same folder and trust rules), keyed by the hash of
-    the PTX, :data:`TRANSLATOR_VERSION`, the header, the compiler's
-    identity and the flags; writes are atomic and a corrupt entry is a
-    miss.  :class:`PtxKernel` is the ``SimKernel`` the simulator's launch
+    the PTX, :data:`TRANSLATOR_VERSION`, the hash of the translator's and
+    headers' sources, the compiler's identity and the flags; writes are
+    atomic and a corrupt entry is a miss.  :class:`PtxKernel` is the ``SimKernel`` the simulator's launch
     dispatch (``sim/_module_calls.py``) runs for a kernel of a PTX image.
 
 Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
@@ -66,12 +67,13 @@ Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
     C++ is built on the first launch.  ``PtxProgram.module``,
     ``.kernel(name) -> PtxKernel``, ``.globals_needed`` (module variables in
     the order of the launch's address table).
-``PtxKernel`` (a ``SimKernel``): ``param_types`` (one ctypes type per PTX
-    parameter: ``c_uint8 * size`` with the parameter's alignment, so the
-    stand-in can decode ``kernelParams``), ``info`` (:class:`EntryInfo`),
-    ``foreign = False``, ``accesses(params) -> []``, ``check()`` (raises
-    :class:`UnsupportedPtx`, code 200, for an unlaunchable entry), and
-    ``run(mem, grid, block, shared_mem, params, globals=...)``.
+``PtxKernel`` (a ``SimKernel``): ``param_types`` (one ctypes array type per
+    PTX parameter, of its size and alignment, so the stand-in can decode
+    ``kernelParams``), ``info`` (:class:`EntryInfo`), ``foreign = False``,
+    ``accesses(params) -> []``, ``check()`` (builds; raises
+    :class:`UnsupportedPtx`, code 200, for an unlaunchable entry),
+    ``pack(params)`` (the parameter block; TypeError for a wrong count or
+    size), and ``run(mem, grid, block, shared_mem, params, globals=...)``.
     ``globals`` maps each module variable to its device address; the
     dispatch allocates them once per loaded module, so that
     ``cuModuleGetGlobal`` and the kernel see the same bytes.
@@ -106,7 +108,7 @@ Numerics
 --------
 Integers exact (division by zero gives all ones, as a GPU does; no trap).
 Float ``add/sub/mul/div/fma/sqrt/rcp`` with ``.rn`` are IEEE, correctly
-rounded (C++ without contraction, ``-ffp-contract=off``; ``fma`` is libm's
+rounded (C++ without contraction, see ``ptxrt.h``; ``fma`` is libm's
 ``fmaf``/``fma``); ``.rz/.rm/.rp`` run under ``fesetround`` with volatile
 operands.  ``.ftz`` flushes subnormal inputs and results of ``.f32`` to
 sign-preserving zero; ``.sat`` clamps to [0, 1] (NaN -> 0).  Float-to-int

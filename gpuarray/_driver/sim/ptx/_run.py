@@ -40,7 +40,7 @@ class _Launch(ctypes.Structure):
                 ("dyn_size", ctypes.c_uint64), ("printf_buf", ctypes.c_void_p),
                 ("printf_cap", ctypes.c_uint64), ("printf_len", ctypes.c_uint64),
                 ("last", ctypes.c_void_p), ("clock", ctypes.c_uint64),
-                ("block", ctypes.c_void_p)]
+                ("block", ctypes.c_void_p), ("local_pool", ctypes.c_void_p)]
 
 
 _NO_GRANT = _hostrt.Grant(0, 0, None, 0)
@@ -136,11 +136,17 @@ class PtxKernel:
         cap = PRINTF_BUFFER if self.program.uses_printf else 0
         out = ctypes.create_string_buffer(max(cap, 1))
         state = np.empty(BLOCK_STATE, dtype=np.uint8)  # ptx::begin initialises what it reads
+        from ._translate import LOCAL_ON_STACK
+
+        local = int(meta["local"][self.name])
+        threads = block[0] * block[1] * block[2]
+        pool = (np.empty(threads * local, dtype=np.uint8) if local > LOCAL_ON_STACK
+                else np.empty(0, dtype=np.uint8))
         grants, keep = mem.live_grants()
         launch = _Launch(ctypes.addressof(pblock), self.info.param_size,
                          ctypes.addressof(table), shared.ctypes.data, dyn_offset + int(shared_mem),
                          dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
-                         ctypes.addressof(_NO_GRANT), 0, state.ctypes.data)
+                         ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data)
         try:
             self.program.runtime().launch(self.name, entry, launch, grid, block, grants,
                                           source=self.program.source_line)

@@ -18,7 +18,11 @@ from ._ast import Addr, Decl, Function, Instr, PtxModule, Reg, Sym, Vec
 from ._emit import STORAGE, TRANSLATOR_VERSION, FuncCtx, ModuleLayout, UnsupportedPtx, cname
 from ._info import reachable
 
-__all__ = ["Translation", "translate"]
+__all__ = ["Translation", "translate", "LOCAL_ON_STACK"]
+
+#: Largest local arena per thread kept on the fiber's stack (128 KiB); beyond,
+#: the launch gives each thread of a block a slice of a pool.
+LOCAL_ON_STACK = 16 << 10
 
 
 @dataclass
@@ -204,12 +208,17 @@ def translate(m: PtxModule) -> Translation:
         recursive = any(f.name in {_callee(x) for g in reach for x in g.body or []
                                    if isinstance(x, Instr) and x.base == "call"}
                         for f in reach if f.kind == "func")
-        nbytes = info.local_bytes + (16 << 10 if recursive else 0) + 64
+        nbytes = -(-(info.local_bytes + (16 << 10 if recursive else 0) + 64) // 16) * 16
         local[name] = nbytes
+        if nbytes <= LOCAL_ON_STACK:  # on the fiber's stack
+            arena = (f"    alignas(16) char local_[{nbytes}];\n"
+                     f"    ptx::begin(&t, rt, L, local_, {nbytes});\n")
+        else:  # large local arrays: a per-launch pool, one slice per thread of the block
+            arena = (f"    ptx::begin(&t, rt, L, nullptr, {nbytes});\n"
+                     f"    t.local = L->local_pool + (uint64_t)t.tid * {nbytes}ull;\n")
         wrappers.append(
             f"GA_HOST_EXPORT void {sym}(ga_host_rt* rt, const void* p) {{\n"
-            f"    ptx::Thread t;\n    alignas(16) char local[{nbytes}];\n"
-            f"    ptx::begin(&t, rt, (ptx::Launch*)p, local, {nbytes});\n"
+            f"    ptx::Thread t;\n    ptx::Launch* L = (ptx::Launch*)p;\n{arena}"
             f"    try {{ {cname('K', name)}(&t, nullptr); }} catch (const ptx::Exit&) {{}}\n"
             f"    ptx::end(&t);\n}}\n")
     src = ("// Translated from PTX by gpuarray/_driver/sim/ptx (translator "

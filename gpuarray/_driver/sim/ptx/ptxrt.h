@@ -27,6 +27,14 @@
 // size is CUDA_ERROR_MISALIGNED_ADDRESS (716); the fault carries the PTX
 // line (rt->line).
 #pragma once
+// No fused multiply-add unless the PTX asks for one (fma, mad.f32): a GPU
+// rounds a*b+c twice for mul then add (x86-64's baseline has no FMA anyway;
+// other hosts' compilers would contract without these).
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include <fenv.h>
 #include <math.h>
 #include <stdint.h>
@@ -66,6 +74,7 @@ struct Launch {
     const ga_host_grant* last;  // the grant the last global access hit
     uint64_t clock;
     char* block;                // kBlockBytes for the running block's barrier and warp state
+    char* local_pool;           // threads per block x local bytes, for large local arenas
 };
 
 // A trap (or an error of the kernel the runtime reports as 719).
