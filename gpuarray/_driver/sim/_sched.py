@@ -20,6 +20,17 @@ neither ordered before the other, are a race (:class:`StreamOrderError`).
 Races are judged on the clocks at enqueue time, so they are found whatever
 order the work happens to run in.
 
+Work that knows its accesses only when it has run (a kernel translated from
+PTX, ``ptx/_run.py``) is queued as :class:`Reports`: its function returns
+the ranges it touched, and ``_execute`` judges them then, on the clock the
+op got when it was queued -- the verdict it would have had if it had
+declared them.  For that, a record keeps its op's whole clock (work queued
+*after* such an op may already be recorded when it reports: a pair is a
+race when neither is ordered before the other), and while such an op is
+outstanding no record it may still race with is pruned (not even one the
+host has since seen complete: the op was queued before the host saw it).
+A race found so is raised by the synchronising call that ran the op.
+
 With a seed (``GPUARRAY_SIM_SEED``) the scheduler runs ready work from all
 streams in a random order, so order-dependent bugs differ across seeds.
 """
@@ -37,6 +48,23 @@ from ...errors import StreamOrderError
 from .. import _signals
 from ._lock import SimLock
 from ._memory import AddressSpace, Allocation
+
+
+class Reports:
+    """Work that reports its accesses when it has run: ``fn()`` returns ``(address, nbytes, is_write)``.
+
+    Queued like any function (``Scheduler.enqueue``); the race detector
+    judges what it returns on the op's enqueue-time clock (see the module's
+    docstring).  A graph replays it as it is (the wrapper is the node's function).
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Sequence[tuple[int, int, bool]] | None]) -> None:
+        self.fn = fn
+
+    def __call__(self) -> Sequence[tuple[int, int, bool]] | None:
+        return self.fn()
 
 
 class Op:
@@ -138,15 +166,17 @@ def _join(into: dict[int, int], other: dict[int, int]) -> None:
 
 
 class _Access:
-    __slots__ = ("lo", "hi", "write", "stream", "clock", "desc")
+    __slots__ = ("lo", "hi", "write", "stream", "clock", "desc", "vc")
 
-    def __init__(self, lo: int, hi: int, write: bool, stream: SimStream, clock: int, desc: str) -> None:
+    def __init__(self, lo: int, hi: int, write: bool, stream: SimStream, clock: int, desc: str,
+                 vc: dict[int, int]) -> None:
         self.lo = lo
         self.hi = hi
         self.write = write
         self.stream = stream
         self.clock = clock
         self.desc = desc
+        self.vc = vc  # the op's clock (never changed once queued)
 
 
 class _Blocked(Exception):
@@ -203,6 +233,8 @@ class Scheduler:
         #: capturing blocking stream, and is queued as usual otherwise.
         self.capturing = 0
         self.capture_hook: Callable[..., Any] | None = None
+        #: Queued :class:`Reports` work whose accesses are not judged yet (seq -> op).
+        self.reporting: dict[int, Op] = {}
 
     # ------------------------------------------------------------- streams
     def new_stream(self, handle: int, ctx: SimContext, kind: str) -> SimStream:
@@ -274,6 +306,8 @@ class Scheduler:
         op.host_fn = host_fn
         if accesses and self.racecheck != "0":
             self._check_races(op, accesses)
+        if isinstance(fn, Reports) and self.racecheck != "0":
+            self.reporting[op.seq] = op
         stream.tail = op
         stream.vc = vc
         self.pending[op.seq] = op
@@ -299,10 +333,13 @@ class Scheduler:
         del self.pending[op.seq]
         try:
             if fn is not None:
-                fn()
+                touched = fn()
+                if op.seq in self.reporting:
+                    self._check_races(op, touched or ())
         except BaseException as e:  # kept on the op; the sync point reports it
             op.error = e
         finally:
+            self.reporting.pop(op.seq, None)
             op.runner = 0
             op.done = True
             op.t_done = time.perf_counter()
@@ -378,6 +415,7 @@ class Scheduler:
         """Make queued ``op`` do nothing: it stays in its stream's order, an empty step."""
         op.fn = op.on_ready = None
         op.reads, op.writes = [], []
+        self.reporting.pop(op.seq, None)
 
     def _complete(self, target: Op, wait: bool) -> None:
         if self.rng is not None:
@@ -510,6 +548,7 @@ class Scheduler:
         for op in list(self.pending.values()):
             if op.stream.ctx is ctx:
                 del self.pending[op.seq]
+                self.reporting.pop(op.seq, None)
                 op.fn = op.on_ready = None
                 op.deps = []
                 op.done = True
@@ -559,24 +598,31 @@ class Scheduler:
     def _check_alloc(self, op: Op, a: Allocation, lo: int, hi: int, write: bool) -> None:
         records: list[_Access] = a.races
         host = self.host_vc
+        mine = op.vc[op.stream.id]
         keep: list[_Access] = []
         for r in records:
-            if r.clock <= host.get(r.stream.id, 0):
+            if r.clock <= host.get(r.stream.id, 0) and self._unneeded(r):
                 continue  # the host has seen it complete: ordered before all new work
-            if r.stream is op.stream and write and lo <= r.lo and r.hi <= hi:
+            if (r.stream is op.stream and write and lo <= r.lo and r.hi <= hi and r.clock < mine
+                    and self._unneeded(r)):
                 continue  # superseded by a later write on the same stream
             keep.append(r)
             if r.stream is op.stream or not (write or r.write):
                 continue
             if r.hi <= lo or hi <= r.lo:
                 continue
-            if r.clock <= op.vc.get(r.stream.id, 0):
-                continue
+            if r.clock <= op.vc.get(r.stream.id, 0) or mine <= r.vc.get(op.stream.id, 0):
+                continue  # r before op, or (op reporting after it ran) op before r
             self._report(op, a, r, lo, hi, write)
-        keep.append(_Access(lo, hi, write, op.stream, op.vc[op.stream.id], op.desc))
+        keep.append(_Access(lo, hi, write, op.stream, mine, op.desc, op.vc))
         if len(keep) > self.MAX_RECORDS:
             del keep[: len(keep) - self.MAX_RECORDS]
         a.races = keep
+
+    def _unneeded(self, r: _Access) -> bool:
+        """Whether every outstanding :class:`Reports` op is ordered after ``r`` (may drop it)."""
+        sid = r.stream.id
+        return all(r.clock <= d.vc.get(sid, 0) for d in self.reporting.values())
 
     def _report(self, op: Op, a: Allocation, r: _Access, lo: int, hi: int, write: bool) -> None:
         olo, ohi = max(lo, r.lo), min(hi, r.hi)
