@@ -159,6 +159,24 @@ def test_racecheck_off_reports_nothing(saxpy, b):
     assert b.sched.reporting == {}
 
 
+
+def test_a_captured_launch_replayed_on_two_streams_races(b, saxpy):
+    """A graph replays the launch as it was queued: it still reports what it touched."""
+    x, y = _buffers(b)
+    s1, s2 = _streams(b)
+    cap = b.stream_create(non_blocking=True)
+    b.stream_begin_capture(cap)
+    _saxpy(b, saxpy, x, y, cap)
+    graph = b.stream_end_capture(cap)
+    one, two = b.graph_instantiate(graph), b.graph_instantiate(graph)
+    b.graph_launch(one, s1)
+    b.graph_launch(one, s2)  # launches of one executable graph are ordered
+    b.ctx_synchronize()
+    b.graph_launch(one, s1)
+    b.graph_launch(two, s2)  # another instance: the same bytes, unordered with s1's replay
+    with pytest.raises(StreamOrderError, match="kernel saxpy"):
+        b.ctx_synchronize()
+
 _STANDIN_CHILD = """
 import ctypes
 from cuda.bindings import driver as d
