@@ -38,7 +38,7 @@ from ._core import (
     _locked,
 )
 from ._memory import Allocation, DeviceFault
-from ._sched import Reports
+from ._race import Reports
 
 INVALID_IMAGE = 200
 #: Calls whose cuda.h documentation lists CUDA_ERROR_UNSUPPORTED_PTX_VERSION.

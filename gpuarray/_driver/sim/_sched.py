@@ -20,16 +20,8 @@ neither ordered before the other, are a race (:class:`StreamOrderError`).
 Races are judged on the clocks at enqueue time, so they are found whatever
 order the work happens to run in.
 
-Work that knows its accesses only when it has run (a kernel translated from
-PTX, ``ptx/_run.py``) is queued as :class:`Reports`: its function returns
-the ranges it touched, and ``_execute`` judges them then, on the clock the
-op got when it was queued -- the verdict it would have had if it had
-declared them.  For that, a record keeps its op's whole clock (work queued
-*after* such an op may already be recorded when it reports: a pair is a
-race when neither is ordered before the other), and while such an op is
-outstanding no record it may still race with is pruned (not even one the
-host has since seen complete: the op was queued before the host saw it).
-A race found so is raised by the synchronising call that ran the op.
+The race detector itself (records, verdicts, work that reports its accesses
+when it has run) is ``_race.py``.
 
 With a seed (``GPUARRAY_SIM_SEED``) the scheduler runs ready work from all
 streams in a random order, so order-dependent bugs differ across seeds.
@@ -40,31 +32,13 @@ from __future__ import annotations
 import random
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import StreamOrderError
 from .. import _signals
 from ._lock import SimLock
-from ._memory import AddressSpace, Allocation
-
-
-class Reports:
-    """Work that reports its accesses when it has run: ``fn()`` returns ``(address, nbytes, is_write)``.
-
-    Queued like any function (``Scheduler.enqueue``); the race detector
-    judges what it returns on the op's enqueue-time clock (see the module's
-    docstring).  A graph replays it as it is (the wrapper is the node's function).
-    """
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[], Sequence[tuple[int, int, bool]] | None]) -> None:
-        self.fn = fn
-
-    def __call__(self) -> Sequence[tuple[int, int, bool]] | None:
-        return self.fn()
+from ._memory import AddressSpace
+from ._race import RaceDetector, Reports
 
 
 class Op:
@@ -165,20 +139,6 @@ def _join(into: dict[int, int], other: dict[int, int]) -> None:
             into[k] = v
 
 
-class _Access:
-    __slots__ = ("lo", "hi", "write", "stream", "clock", "desc", "vc")
-
-    def __init__(self, lo: int, hi: int, write: bool, stream: SimStream, clock: int, desc: str,
-                 vc: dict[int, int]) -> None:
-        self.lo = lo
-        self.hi = hi
-        self.write = write
-        self.stream = stream
-        self.clock = clock
-        self.desc = desc
-        self.vc = vc  # the op's clock (never changed once queued)
-
-
 class _Blocked(Exception):
     """``complete(wait=False)`` reached a host function that has not returned yet."""
 
@@ -194,11 +154,8 @@ class ReentryError(RuntimeError):
     """
 
 
-class Scheduler:
+class Scheduler(RaceDetector):
     """Queues, dependencies, execution and race detection for the simulator."""
-
-    #: Race-record cap per allocation (oldest records dropped beyond it).
-    MAX_RECORDS = 2048
 
     def __init__(self, memory: AddressSpace, *, racecheck: str = "error", seed: int | None = None,
                  max_queue: int = 64) -> None:
@@ -576,64 +533,3 @@ class Scheduler:
     def host_observes(self, vc: dict[int, int]) -> None:
         """The host saw work with clock ``vc`` complete."""
         _join(self.host_vc, vc)
-
-    # ------------------------------------------------------- race detector
-    def _check_races(self, op: Op, accesses) -> None:
-        for address, nbytes, write in accesses:
-            if nbytes <= 0:
-                continue
-            self._check_range(op, address, nbytes, write)
-
-    def _check_range(self, op: Op, address: int, nbytes: int, write: bool) -> None:
-        mem = self.memory
-        end = address + nbytes
-        while address < end:
-            a = mem.find(address)
-            if a is None or not a.alive:
-                return  # bounds and use-after-free are reported by the access itself
-            hi = min(end, a.base + a.size)
-            self._check_alloc(op, a, address, hi, write)
-            address = hi
-
-    def _check_alloc(self, op: Op, a: Allocation, lo: int, hi: int, write: bool) -> None:
-        records: list[_Access] = a.races
-        host = self.host_vc
-        mine = op.vc[op.stream.id]
-        keep: list[_Access] = []
-        for r in records:
-            if r.clock <= host.get(r.stream.id, 0) and self._unneeded(r):
-                continue  # the host has seen it complete: ordered before all new work
-            if (r.stream is op.stream and write and lo <= r.lo and r.hi <= hi and r.clock < mine
-                    and self._unneeded(r)):
-                continue  # superseded by a later write on the same stream
-            keep.append(r)
-            if r.stream is op.stream or not (write or r.write):
-                continue
-            if r.hi <= lo or hi <= r.lo:
-                continue
-            if r.clock <= op.vc.get(r.stream.id, 0) or mine <= r.vc.get(op.stream.id, 0):
-                continue  # r before op, or (op reporting after it ran) op before r
-            self._report(op, a, r, lo, hi, write)
-        keep.append(_Access(lo, hi, write, op.stream, mine, op.desc, op.vc))
-        if len(keep) > self.MAX_RECORDS:
-            del keep[: len(keep) - self.MAX_RECORDS]
-        a.races = keep
-
-    def _unneeded(self, r: _Access) -> bool:
-        """Whether every outstanding :class:`Reports` op is ordered after ``r`` (may drop it)."""
-        sid = r.stream.id
-        return all(r.clock <= d.vc.get(sid, 0) for d in self.reporting.values())
-
-    def _report(self, op: Op, a: Allocation, r: _Access, lo: int, hi: int, write: bool) -> None:
-        olo, ohi = max(lo, r.lo), min(hi, r.hi)
-        msg = (
-            f"unordered access to {a.describe()}: {op.desc} "
-            f"({'writes' if write else 'reads'} bytes [0x{lo:x}, 0x{hi:x}) on {op.stream.describe()}) "
-            f"races with {r.desc} ({'writes' if r.write else 'reads'} bytes [0x{r.lo:x}, 0x{r.hi:x}) "
-            f"on {r.stream.describe()}); overlapping bytes [0x{olo:x}, 0x{ohi:x}). "
-            "Order them with an event (record on one stream, wait on the other) or a host synchronize."
-        )
-        if self.racecheck == "warn":
-            warnings.warn(msg, RuntimeWarning, stacklevel=6)
-        else:
-            raise StreamOrderError(msg)
