@@ -149,6 +149,16 @@ def test_later_unordered_work_races_even_once_the_host_saw_it_complete(b, saxpy)
         b.stream_synchronize(s1)
 
 
+def test_racecheck_warn_warns_at_the_synchronisation(b, saxpy):
+    b.sched.racecheck = "warn"
+    x, y = _buffers(b)
+    s1, s2 = _streams(b)
+    _saxpy(b, saxpy, x, y, s1)
+    _saxpy(b, saxpy, x, y, s2)
+    with pytest.warns(RuntimeWarning, match="unordered access.*kernel saxpy"):
+        b.ctx_synchronize()
+    assert (download(b, y, N, np.float32) == 4).all()  # both ran
+
 def test_racecheck_off_reports_nothing(saxpy, b):
     b.sched.racecheck = "0"
     x, y = _buffers(b)
