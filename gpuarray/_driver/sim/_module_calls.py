@@ -38,6 +38,7 @@ from ._core import (
     _locked,
 )
 from ._memory import Allocation, DeviceFault
+from ._race import Reports
 
 INVALID_IMAGE = 200
 #: Calls whose cuda.h documentation lists CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
@@ -375,8 +376,10 @@ class SimModuleCalls(SimCore):
             impl.pack(snap)
         acc = impl.accesses(snap)
         mem = _KernelMemory(self, ctx, name)
-        self.sched.enqueue(s, lambda: run(mem, g, b, shared_mem, snap),
-                           f"kernel {name}", acc)
+        work: Any = lambda: run(mem, g, b, shared_mem, snap)  # noqa: E731
+        if hasattr(impl, "program"):  # reports the ranges it touched when it has run
+            work = Reports(work)
+        self.sched.enqueue(s, work, f"kernel {name}", acc)
 
     def _ptx_launch(self, impl: Any, name: str, module: int, ctx: SimContext,
                     block: tuple[int, ...], shared_mem: int, call: str) -> Any:
