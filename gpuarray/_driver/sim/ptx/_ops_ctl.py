@@ -23,7 +23,11 @@ def _bra(ctx: FuncCtx, it: Instr) -> str:
     tgt = it.args[0]
     if not isinstance(tgt, Sym):
         raise ctx.error(f"{it.opcode}: indirect branch")
-    return f"goto {cname('L', tgt.name)};"
+    goto = f"goto {cname('L', tgt.name)};"
+    if tgt.name in ctx.labels_seen:  # a loop: a thread may spin here on memory others write
+        return (f"if (__builtin_expect(++SPIN_ >= ptx::kSpinEvery, 0)) "
+                f"{{ SPIN_ = 0; ptx::spin(T, {it.line}); }} {goto}")
+    return goto
 
 
 def _ret(ctx: FuncCtx, it: Instr) -> str:

@@ -150,10 +150,12 @@ def _function(tr: ModuleLayout, fn: Function, ops) -> tuple[str, str | None]:
         lines.append("    (void)A;")
         lines.append("    const uint64_t sp0_ = T->sp; (void)sp0_;")
         lines.append("    uint32_t CC = 0; (void)CC;")
+        lines.append("    uint32_t SPIN_ = 0; (void)SPIN_;")
         for it in fn.body or []:
             if isinstance(it, tuple):
                 if it[0] == "label":
                     lines.append(f"{cname('L', it[1])}:;")
+                    ctx.labels_seen.add(it[1])
                 continue
             if isinstance(it, Decl):
                 continue
