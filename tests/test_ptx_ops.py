@@ -440,6 +440,16 @@ CASES = [
          lambda a, b, c: _bf16(a, "rn")),
     Case("cvt_rp_bf16_f32", ("f32", "f32", "f32", "bf16"), "cvt.rp.bf16.f32 %d, %a;",
          lambda: (finite_f32(1e5),) * 3, lambda a, b, c: _bf16(a, "rp")),
+    # 64-bit integers to half: rounded once (past 2**53 through double they
+    # would round twice: 2**56 + 2**48 + 1 is just above a bf16 halfway point)
+    Case("cvt_rn_f16_s64", ("s64", "s64", "s64", "f16"), "cvt.rn.f16.s64 %d, %a;",
+         lambda: (_i64_to_half("s64"),) * 3, lambda a, b, c: _int_half(a, "f16", "rn")),
+    Case("cvt_rz_f16_u64", ("u64", "u64", "u64", "f16"), "cvt.rz.f16.u64 %d, %a;",
+         lambda: (_i64_to_half("u64"),) * 3, lambda a, b, c: _int_half(a, "f16", "rz")),
+    Case("cvt_rn_bf16_u64", ("u64", "u64", "u64", "bf16"), "cvt.rn.bf16.u64 %d, %a;",
+         lambda: (_i64_to_half("u64"),) * 3, lambda a, b, c: _int_half(a, "bf16", "rn")),
+    Case("cvt_rm_bf16_s64", ("s64", "s64", "s64", "bf16"), "cvt.rm.bf16.s64 %d, %a;",
+         lambda: (_i64_to_half("s64"),) * 3, lambda a, b, c: _int_half(a, "bf16", "rm")),
     Case("cvt_f32_bf16", ("bf16", "bf16", "bf16", "f32"), "cvt.f32.bf16 %d, %a;",
          lambda: (np.arange(N, dtype=np.uint16) * 1021,) * 3,
          lambda a, b, c: (a.astype(np.uint32) << 16).view(np.float32)),
@@ -483,6 +493,23 @@ CASES = [
          lambda: (finite_f32().astype(np.float64),) * 3, lambda a, b, c: 1 / a,
          ("rel", 2.0 ** -20)),
 ]
+
+
+def _i64_to_half(t: str) -> np.ndarray:
+    """64-bit integers: edges, near f16's overflow, and just off halfway points past 2**53."""
+    x = [2 ** 56 + 2 ** 48 + 1, 2 ** 56 + 2 ** 48, 2 ** 56 + 2 ** 48 - 1, 2 ** 60 + 2 ** 52 + 3,
+         2 ** 63 - 1, 65504, 65519, 65520, 65521, 2049, 2051, 4097, 0, 1, 7]
+    if t == "s64":
+        x += [-v for v in x[:12]] + [-2 ** 63]
+    x += [int(v) for v in _rng.integers(-70000 if t == "s64" else 0, 70000, N - len(x))]
+    return np.array(x, NP[t])
+
+
+def _int_half(a, fmt, mode):
+    r = [round_frac(Fraction(int(x)), fmt, mode) for x in a]
+    if fmt == "f16":
+        return np.array(r, np.float16).view(np.uint16)
+    return (np.array(r, np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def _bf16(a, mode):

@@ -411,8 +411,8 @@ def _cvt(ctx: FuncCtx, it: Instr) -> str:
         x = f"{half[dt][1]}((double){sval}, {ROUND[mode]})"
         if src not in FLOATS:
             x = f"{half[dt][1]}(ptx::i2f<double, {src}>({sval}, FE_TONEAREST), {ROUND[mode]})"
-            if SIZE[src] == 8:
-                raise ctx.error(f"{it.opcode}: 64-bit integer to half is not supported")
+            if SIZE[src] == 8:  # past 2**53 not exact in double: round to odd first
+                x = f"{half[dt][1]}(ptx::i2d_odd<{src}>({sval}), {ROUND[mode]})"
         if "sat" in it.mods:
             x = f"{half[dt][1]}(ptx::sat01((double){half[dt][0]}({x})), FE_TONEAREST)"
         return ctx.assign(d, x, "uint16_t")
