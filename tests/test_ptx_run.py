@@ -744,3 +744,44 @@ def test_a_spin_wait_nothing_ends_is_a_launch_timeout(b, monkeypatch):
     with pytest.raises(CudaError) as again:  # sticky, as on a GPU
         b.ctx_synchronize()
     assert again.value.code == 702
+
+
+# Forms of numba-cuda's PTX (its libdevice and cuda_fp16 inline assembly):
+# qualifiers run together (`.reg.b16`), registers named without `%`
+# (`__$temp3`, shadowed in a second scope), and the constant WARP_SZ.
+ASM_FORMS = HEAD + """
+.visible .entry asm_forms(.param .u64 out, .param .f64 x)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .f64 %fd<4>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.param.f64 %fd1, [x];
+    { .reg .pred __$temp3;
+      setp.gt.f64 __$temp3, %fd1, 0d0000000000000000;
+      selp.f64 %fd2, %fd1, 0d4000000000000000, __$temp3; }
+    { .reg .pred __$temp3;
+      setp.lt.f64 __$temp3, %fd1, 0d0000000000000000;
+      @__$temp3 mov.f64 %fd2, 0d4008000000000000; }
+    st.global.f64 [%rd2], %fd2;
+    {.reg.b16 lo, hi;
+     mov.b32 {lo, hi}, 0x00070005;
+     cvt.u32.u16 %r1, lo;
+     cvt.u32.u16 %r2, hi; }
+    mov.u32 %r3, WARP_SZ;
+    add.u32 %r1, %r1, %r3;
+    st.global.u32 [%rd2+8], %r1;
+    st.global.u32 [%rd2+12], %r2;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("x, want", [(5.0, 5.0), (0.0, 2.0), (-1.0, 3.0)])
+def test_numba_inline_assembly_forms(b, x, want):
+    out = upload(b, np.zeros(2, np.float64))
+    launch(b, ASM_FORMS, "asm_forms", [u64(out), ctypes.c_double(x)])
+    got = download(b, out, 2, np.float64)
+    assert got[0] == want
+    assert got[1:].view(np.uint32).tolist() == [5 + 32, 7]

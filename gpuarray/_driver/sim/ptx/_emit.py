@@ -202,6 +202,8 @@ class FuncCtx:
             return f"(ptx::kParam + {self.eparams[name]}ull)"
         if name in tr.module.functions:
             raise self.error(f"the address of function {name} (indirect calls are not supported)")
+        if name == "WARP_SZ":  # the PTX ISA's predefined constant
+            return "(uint64_t)32ull"
         raise self.error(f"unknown name {name!r}")
 
     def address(self, a: Addr) -> str:
