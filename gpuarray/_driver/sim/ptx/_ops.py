@@ -70,7 +70,7 @@ _HANDLERS = {
     "brev": _unary, "bfind": _unary, "sqrt": _unary, "rcp": _unary, "rsqrt": _unary,
     "ex2": _unary, "lg2": _unary, "sin": _unary, "cos": _unary, "tanh": _unary,
     "and": _logic, "or": _logic, "xor": _logic, "shl": _shift, "shr": _shift, "shf": _shf,
-    "bfe": _bits, "bfi": _bits, "prmt": _bits, "lop3": _bits,
+    "bfe": _bits, "bfi": _bits, "sad": _bits, "prmt": _bits, "lop3": _bits,
     "setp": _setp, "selp": _selp, "testp": _testp, "copysign": _copysign, "cvt": _cvt,
     "bra": _bra, "ret": _ret, "exit": _exit, "trap": _trap, "brkpt": _trap,
     "nanosleep": _nop, "prefetch": _nop, "prefetchu": _nop, "pmevent": _nop,

@@ -265,6 +265,14 @@ def _shf(ctx: FuncCtx, it: Instr) -> str:
 def _bits(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
     ct = CTYPE[t]
+    if it.base == "sad":  # d = c + |a - b| (the difference exact, the sum wrapping)
+        if t[0] not in "us" or t == "s8" or t == "u8":
+            raise ctx.error(f"{it.opcode} is not supported")
+        d, a, b, c = it.args
+        u = CTYPE["u" + t[1:]]
+        va, vb = ctx.value(a, t), ctx.value(b, t)
+        diff = f"({va} < {vb} ? ({u})(({u}){vb} - ({u}){va}) : ({u})(({u}){va} - ({u}){vb}))"
+        return ctx.assign(d, f"({ct})({u})(({u}){ctx.value(c, t)} + {diff})", ct)
     if it.base == "bfe":
         d, a, b, c = it.args
         return ctx.assign(d, f"ptx::bfe<{ct}>({ctx.value(a, t)}, {ctx.value(b, 'u32')}, "
