@@ -424,6 +424,21 @@ CASES = [
     Case("setp_lt_f16", ("f16", "f16", "f16", "u32"),
          "setp.lt.f16 %p, %a, %b; selp.u32 %d, 1, 0, %p;", _h16,
          lambda a, b, c: (a.view(np.float16) < b.view(np.float16)).astype(np.uint32)),
+    # set: 1.0 (f32, f16) or all ones (integers) when the comparison holds
+    Case("set_eq_f16_f16", ("f16", "f16", "f16", "f16"), "set.eq.f16.f16 %d, %a, %b;",
+         lambda: tuple(np.resize(x, N) for x in (_h16()[0], _h16()[0][::-1], _h16()[0])),
+         lambda a, b, c: np.where(a.view(np.float16) == b.view(np.float16), 0x3C00, 0)
+         .astype(np.uint16)),
+    Case("set_ltu_u32_f32", ("f32", "f32", "f32", "u32"), "set.ltu.u32.f32 %d, %a, %b;",
+         lambda: (edge_f32(), edge_f32()[::-1], edge_f32()),
+         lambda a, b, c: np.where(~(a >= b), 0xFFFFFFFF, 0).astype(np.uint32)),
+    Case("set_gt_and_f32_s32", ("s32", "s32", "s32", "f32"),
+         "setp.ne.s32 %p, %c, 0; set.gt.and.f32.s32 %d, %a, %b, !%p;", _i("s32"),
+         lambda a, b, c: np.where((a > b) & (c == 0), 1.0, 0.0).astype(np.float32)),
+    Case("cvt_rzi_f16_f16", ("f16", "f16", "f16", "f16"), "cvt.rzi.f16.f16 %d, %a;", _h16,
+         lambda a, b, c: np.trunc(a.view(np.float16)).view(np.uint16)),
+    Case("cvt_rmi_f16_f16", ("f16", "f16", "f16", "f16"), "cvt.rmi.f16.f16 %d, %a;", _h16,
+         lambda a, b, c: np.floor(a.view(np.float16)).view(np.uint16)),
     Case("cvt_rn_f16x2_f32", ("f32", "f32", "f32", "u32"), "cvt.rn.f16x2.f32 %d, %a, %b;",
          lambda: (finite_f32(100), finite_f32(100), finite_f32()),
          lambda a, b, c: ((a.astype(np.float16).view(np.uint16).astype(np.uint32) << 16)
