@@ -785,3 +785,33 @@ def test_numba_inline_assembly_forms(b, x, want):
     got = download(b, out, 2, np.float64)
     assert got[0] == want
     assert got[1:].view(np.uint32).tolist() == [5 + 32, 7]
+
+
+# numba-cuda's declare_device(..., abi="c") of a `void` function calls it with a
+# result .param the definition does not have (the linkers accept it).
+VOID_RESULT = HEAD + """
+.visible .func consume(.param .b32 x)
+{
+    ret;
+}
+.visible .entry void_result(.param .u64 out)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.u32 %r1, 7;
+    { .param .b32 retval0;
+      .param .b32 param0;
+      st.param.b32 [param0], %r1;
+      call.uni (retval0), consume, (param0); }
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+"""
+
+
+def test_a_result_of_a_void_function_is_ignored(b):
+    out = upload(b, np.zeros(1, np.uint32))
+    launch(b, VOID_RESULT, "void_result", [u64(out)])
+    assert download(b, out, 1, np.uint32).tolist() == [7]
