@@ -191,6 +191,11 @@ class SimModuleCalls(SimCore):
             raise CudaError(NOT_FOUND, call, f"the module has no kernel (.entry function) {name!r}")
         impl = sim_kernels.lookup(name)
         program = self._ptx_program(module, entry=name)
+        if (impl is None and program is None and self._ptx_programs().get(module)
+                and _images.ptx_of(entry[1], name) is not None):
+            # named in the PTX but no .entry of that name with a body (a declaration)
+            raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r} (no .entry "
+                                             "of that name with a body)")
         if impl is None and program is not None:
             impl = program.kernel(name)  # runs on the PTX executor
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
