@@ -32,7 +32,6 @@ import weakref
 from typing import NamedTuple
 
 from .._driver import get_backend, sim_kernels
-from .._driver import standin as _standin
 from ..errors import CudaError
 from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, parse_symbol, program_source
@@ -188,6 +187,8 @@ _IMAGE_REFUSED = frozenset({200, 209, 218, 222})
 def _image(b, spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
     if b.name == "sim":
         return _sim_image(spec, info, rebuild)
+    from .._driver import standin as _standin  # not at import: import gpuarray stays light
+
     # over the stand-in, the simulator may run the PTX
     return build_image(spec, info.cc, driver_version=info.driver_version,
                        ptx=_standin.active() and _ptx_mode(), rebuild=rebuild)
