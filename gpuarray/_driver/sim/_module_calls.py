@@ -140,7 +140,7 @@ class SimModuleCalls(SimCore):
             from . import ptx
 
             try:
-                programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(texts))
+                programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts)))
             except ptx.PtxError as e:
                 code = e.code
                 if code != 222 or call not in _VERSION_CALLS:
