@@ -268,6 +268,10 @@ CASES = [
     Case("mad_wide_s32", ("s32", "s32", "s64", "s64"), "mad.wide.s32 %d, %a, %b, %c;",
          lambda: (edge_int("s32"), edge_int("s32"), edge_int("s64")),
          _ints("s64", lambda a, b, c: a * b + c)),
+    Case("sad_s32", I32, "sad.s32 %d, %a, %b, %c;", _i("s32"),
+         _ints("s32", lambda a, b, c: c + abs(a - b))),
+    Case("sad_u64", U64, "sad.u64 %d, %a, %b, %c;", _i("u64"),
+         _ints("u64", lambda a, b, c: c + abs(a - b))),
     Case("div_s32", I32, "div.s32 %d, %a, %b;", _i("s32"),
          _ints("s32", lambda a, b, c: _tdiv(a, b) if b else -1)),
     Case("rem_s32", I32, "rem.s32 %d, %a, %b;", _i("s32"),
@@ -420,6 +424,21 @@ CASES = [
     Case("setp_lt_f16", ("f16", "f16", "f16", "u32"),
          "setp.lt.f16 %p, %a, %b; selp.u32 %d, 1, 0, %p;", _h16,
          lambda a, b, c: (a.view(np.float16) < b.view(np.float16)).astype(np.uint32)),
+    # set: 1.0 (f32, f16) or all ones (integers) when the comparison holds
+    Case("set_eq_f16_f16", ("f16", "f16", "f16", "f16"), "set.eq.f16.f16 %d, %a, %b;",
+         lambda: tuple(np.resize(x, N) for x in (_h16()[0], _h16()[0][::-1], _h16()[0])),
+         lambda a, b, c: np.where(a.view(np.float16) == b.view(np.float16), 0x3C00, 0)
+         .astype(np.uint16)),
+    Case("set_ltu_u32_f32", ("f32", "f32", "f32", "u32"), "set.ltu.u32.f32 %d, %a, %b;",
+         lambda: (edge_f32(), edge_f32()[::-1], edge_f32()),
+         lambda a, b, c: np.where(~(a >= b), 0xFFFFFFFF, 0).astype(np.uint32)),
+    Case("set_gt_and_f32_s32", ("s32", "s32", "s32", "f32"),
+         "setp.ne.s32 %p, %c, 0; set.gt.and.f32.s32 %d, %a, %b, !%p;", _i("s32"),
+         lambda a, b, c: np.where((a > b) & (c == 0), 1.0, 0.0).astype(np.float32)),
+    Case("cvt_rzi_f16_f16", ("f16", "f16", "f16", "f16"), "cvt.rzi.f16.f16 %d, %a;", _h16,
+         lambda a, b, c: np.trunc(a.view(np.float16)).view(np.uint16)),
+    Case("cvt_rmi_f16_f16", ("f16", "f16", "f16", "f16"), "cvt.rmi.f16.f16 %d, %a;", _h16,
+         lambda a, b, c: np.floor(a.view(np.float16)).view(np.uint16)),
     Case("cvt_rn_f16x2_f32", ("f32", "f32", "f32", "u32"), "cvt.rn.f16x2.f32 %d, %a, %b;",
          lambda: (finite_f32(100), finite_f32(100), finite_f32()),
          lambda a, b, c: ((a.astype(np.float16).view(np.uint16).astype(np.uint32) << 16)
@@ -440,6 +459,16 @@ CASES = [
          lambda a, b, c: _bf16(a, "rn")),
     Case("cvt_rp_bf16_f32", ("f32", "f32", "f32", "bf16"), "cvt.rp.bf16.f32 %d, %a;",
          lambda: (finite_f32(1e5),) * 3, lambda a, b, c: _bf16(a, "rp")),
+    # 64-bit integers to half: rounded once (past 2**53 through double they
+    # would round twice: 2**56 + 2**48 + 1 is just above a bf16 halfway point)
+    Case("cvt_rn_f16_s64", ("s64", "s64", "s64", "f16"), "cvt.rn.f16.s64 %d, %a;",
+         lambda: (_i64_to_half("s64"),) * 3, lambda a, b, c: _int_half(a, "f16", "rn")),
+    Case("cvt_rz_f16_u64", ("u64", "u64", "u64", "f16"), "cvt.rz.f16.u64 %d, %a;",
+         lambda: (_i64_to_half("u64"),) * 3, lambda a, b, c: _int_half(a, "f16", "rz")),
+    Case("cvt_rn_bf16_u64", ("u64", "u64", "u64", "bf16"), "cvt.rn.bf16.u64 %d, %a;",
+         lambda: (_i64_to_half("u64"),) * 3, lambda a, b, c: _int_half(a, "bf16", "rn")),
+    Case("cvt_rm_bf16_s64", ("s64", "s64", "s64", "bf16"), "cvt.rm.bf16.s64 %d, %a;",
+         lambda: (_i64_to_half("s64"),) * 3, lambda a, b, c: _int_half(a, "bf16", "rm")),
     Case("cvt_f32_bf16", ("bf16", "bf16", "bf16", "f32"), "cvt.f32.bf16 %d, %a;",
          lambda: (np.arange(N, dtype=np.uint16) * 1021,) * 3,
          lambda a, b, c: (a.astype(np.uint32) << 16).view(np.float32)),
@@ -483,6 +512,23 @@ CASES = [
          lambda: (finite_f32().astype(np.float64),) * 3, lambda a, b, c: 1 / a,
          ("rel", 2.0 ** -20)),
 ]
+
+
+def _i64_to_half(t: str) -> np.ndarray:
+    """64-bit integers: edges, near f16's overflow, and just off halfway points past 2**53."""
+    x = [2 ** 56 + 2 ** 48 + 1, 2 ** 56 + 2 ** 48, 2 ** 56 + 2 ** 48 - 1, 2 ** 60 + 2 ** 52 + 3,
+         2 ** 63 - 1, 65504, 65519, 65520, 65521, 2049, 2051, 4097, 0, 1, 7]
+    if t == "s64":
+        x += [-v for v in x[:12]] + [-2 ** 63]
+    x += [int(v) for v in _rng.integers(-70000 if t == "s64" else 0, 70000, N - len(x))]
+    return np.array(x, NP[t])
+
+
+def _int_half(a, fmt, mode):
+    r = [round_frac(Fraction(int(x)), fmt, mode) for x in a]
+    if fmt == "f16":
+        return np.array(r, np.float16).view(np.uint16)
+    return (np.array(r, np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def _bf16(a, mode):

@@ -682,3 +682,136 @@ def test_only_entries_are_kernels(b):
             b.module_get_function(module, name)
         assert e.value.name == "CUDA_ERROR_NOT_FOUND"
     b.module_get_function(module, "facts")
+
+
+# A spin-wait on a flag another thread sets, with no barrier between: thread 0
+# of each block waits (ld.volatile) for the flag the block's last thread
+# stores after it, then copies the value the last thread stored first.  The
+# fibers used to switch only at barriers, so thread 0 spun forever.
+SPIN_WAIT = HEAD + """
+.visible .entry spin_wait(.param .u64 flag, .param .u64 out, .param .u32 last)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [flag];
+    ld.param.u64 %rd2, [out];
+    ld.param.u32 %r1, [last];
+    cvta.to.global.u64 %rd3, %rd1;
+    cvta.to.global.u64 %rd4, %rd2;
+    mov.u32 %r2, %tid.x;
+    setp.eq.s32 %p1, %r2, %r1;
+    @%p1 bra $SET;
+    setp.ne.s32 %p2, %r2, 0;
+    @%p2 bra $DONE;
+$WAIT:
+    ld.volatile.global.u32 %r3, [%rd3];
+    setp.eq.s32 %p2, %r3, 0;
+    @%p2 bra $WAIT;
+    ld.volatile.global.u32 %r4, [%rd4+4];
+    add.s32 %r4, %r4, 1;
+    st.global.u32 [%rd4], %r4;
+    bra $DONE;
+$SET:
+    mov.u32 %r5, 41;
+    st.volatile.global.u32 [%rd4+4], %r5;
+    mov.u32 %r5, 1;
+    st.volatile.global.u32 [%rd3], %r5;
+$DONE:
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [2, 96])
+def test_a_spin_wait_on_a_flag_another_thread_sets_ends(b, threads):
+    flag, out = upload(b, np.zeros(1, np.uint32)), upload(b, np.zeros(2, np.uint32))
+    launch(b, SPIN_WAIT, "spin_wait", [u64(flag), u64(out), ctypes.c_uint32(threads - 1)],
+           block=(threads, 1, 1))
+    assert download(b, out, 2, np.uint32).tolist() == [42, 41]
+
+
+def test_a_spin_wait_nothing_ends_is_a_launch_timeout(b, monkeypatch):
+    # `last` names no thread: the flag is never set (as a flag only a later
+    # block sets: blocks run one after another here) -- 702 naming the loop
+    monkeypatch.setenv("GPUARRAY_SIM_LAUNCH_TIMEOUT", "0.2")
+    flag, out = upload(b, np.zeros(1, np.uint32)), upload(b, np.zeros(2, np.uint32))
+    with pytest.raises(CudaError) as e:
+        launch(b, SPIN_WAIT, "spin_wait", [u64(flag), u64(out), ctypes.c_uint32(99)],
+               block=(4, 1, 1))
+    assert e.value.code == 702 and "launch timeout" in str(e.value)
+    assert "@%p2 bra $WAIT" in str(e.value) and "thread (0, 0, 0)" in str(e.value)
+    with pytest.raises(CudaError) as again:  # sticky, as on a GPU
+        b.ctx_synchronize()
+    assert again.value.code == 702
+
+
+# Forms of numba-cuda's PTX (its libdevice and cuda_fp16 inline assembly):
+# qualifiers run together (`.reg.b16`), registers named without `%`
+# (`__$temp3`, shadowed in a second scope), and the constant WARP_SZ.
+ASM_FORMS = HEAD + """
+.visible .entry asm_forms(.param .u64 out, .param .f64 x)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .f64 %fd<4>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.param.f64 %fd1, [x];
+    { .reg .pred __$temp3;
+      setp.gt.f64 __$temp3, %fd1, 0d0000000000000000;
+      selp.f64 %fd2, %fd1, 0d4000000000000000, __$temp3; }
+    { .reg .pred __$temp3;
+      setp.lt.f64 __$temp3, %fd1, 0d0000000000000000;
+      @__$temp3 mov.f64 %fd2, 0d4008000000000000; }
+    st.global.f64 [%rd2], %fd2;
+    {.reg.b16 lo, hi;
+     mov.b32 {lo, hi}, 0x00070005;
+     cvt.u32.u16 %r1, lo;
+     cvt.u32.u16 %r2, hi; }
+    mov.u32 %r3, WARP_SZ;
+    add.u32 %r1, %r1, %r3;
+    st.global.u32 [%rd2+8], %r1;
+    st.global.u32 [%rd2+12], %r2;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("x, want", [(5.0, 5.0), (0.0, 2.0), (-1.0, 3.0)])
+def test_numba_inline_assembly_forms(b, x, want):
+    out = upload(b, np.zeros(2, np.float64))
+    launch(b, ASM_FORMS, "asm_forms", [u64(out), ctypes.c_double(x)])
+    got = download(b, out, 2, np.float64)
+    assert got[0] == want
+    assert got[1:].view(np.uint32).tolist() == [5 + 32, 7]
+
+
+# numba-cuda's declare_device(..., abi="c") of a `void` function calls it with a
+# result .param the definition does not have (the linkers accept it).
+VOID_RESULT = HEAD + """
+.visible .func consume(.param .b32 x)
+{
+    ret;
+}
+.visible .entry void_result(.param .u64 out)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.u32 %r1, 7;
+    { .param .b32 retval0;
+      .param .b32 param0;
+      st.param.b32 [param0], %r1;
+      call.uni (retval0), consume, (param0); }
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+"""
+
+
+def test_a_result_of_a_void_function_is_ignored(b):
+    out = upload(b, np.zeros(1, np.uint32))
+    launch(b, VOID_RESULT, "void_result", [u64(out)])
+    assert download(b, out, 1, np.uint32).tolist() == [7]

@@ -46,14 +46,9 @@ SELECTION = tuple(f"{PACKAGE}.{m}" for m in (
     "test_reduction", "test_blackscholes", "test_idiv", "test_recursion", "test_freevar",
     "test_globals",
 ))
-_F16 = ("converts a 64-bit integer to half (cvt.rn.f16.s64), which the PTX executor does "
-        "not implement: the launch is refused with CUDA_ERROR_INVALID_IMAGE naming it")
 #: "::Class::test" (numba's module paths are not in the report) -> the kernel it needs
 #: executed that the simulator cannot execute.
-NEEDS_KERNEL: dict[str, str] = {
-    "::TestCudaLocalMem::test_issue_fp16_support": _F16,
-    "::TestSharedMemoryIssue::test_issue_fp16_support": _F16,
-}
+NEEDS_KERNEL: dict[str, str] = {}
 #: Failures for another reason, with that reason.
 OTHER_EXPECTED: dict[str, str] = {}
 #: Tests not run, with the reason: each poisons its process (a sticky fault, as on a

@@ -53,6 +53,8 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -74,7 +76,11 @@ namespace {
 typedef void (*ga_entry)(ga_host_rt*, const void*);
 
 enum State { RUNNING, WAITING, DONE, ABORTED };
-enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3, DEADLOCK = 4 };
+enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3, DEADLOCK = 4, SPIN = 5 };
+
+// rt.line's top bit at a yield: the thread spins in a loop (ptx::spin), it
+// waits for no barrier.
+const unsigned int kSpinBit = 0x80000000u;
 
 struct Fiber {
     ucontext_t ctx;  // first entry only
@@ -87,6 +93,7 @@ struct Fiber {
     State state;
     bool fresh;      // not started (or abandoned, or moved threads): enter through ctx
     bool yielded;    // waits through rt.yield (PTX): may wait again when resumed
+    bool spun;       // that yield was in a loop (kSpinBit), not at a barrier
     unsigned int line;  // the PTX line it yielded at
     Fiber* next;     // in a thread's list or the free list
     Fiber* wnext;    // in a waiting list
@@ -112,6 +119,7 @@ struct Launch {
     Fiber* cur;
     bool in_fiber;  // a fiber runs (the signal handler's test)
     bool aborted;
+    double spin_limit;  // seconds of spinning without progress (GPUARRAY_SIM_LAUNCH_TIMEOUT)
     Fault fault;
 };
 
@@ -408,6 +416,8 @@ void rt_yield(ga_host_rt* rt) {
     Fiber* f = l->cur;
     f->state = WAITING;
     f->yielded = true;
+    f->spun = (rt->line & kSpinBit) != 0;
+    rt->line &= ~kSpinBit;
     f->line = rt->line;
     if (!_setjmp(f->jb)) _longjmp(l->sched, 1);
 }
@@ -467,7 +477,11 @@ bool run_block(Launch* l) {
             tail = &f->wnext;
         }
     }
+    double spin_since = -1;  // when rounds of spinning without progress began
     while (ok && waiting != nullptr) {  // every thread has started: release the barrier
+        bool spun = false;  // a thread yielded in a loop: it may end the loop by itself
+        ga_uint3 spin_tid = {0, 0, 0};
+        unsigned int spin_line = 0;
         Fiber* still = nullptr;
         Fiber** still_tail = &still;
         const unsigned long long before = l->rt.progress;
@@ -484,6 +498,12 @@ bool run_block(Launch* l) {
                 break;
             }
             if (w->state == WAITING) {
+                if (w->spun && !spun) {
+                    spun = true;
+                    spin_tid = w->tid;
+                    spin_line = w->line;
+                }
+                w->spun = false;
                 w->wnext = nullptr;
                 *still_tail = w;
                 still_tail = &w->wnext;
@@ -491,12 +511,27 @@ bool run_block(Launch* l) {
             w = nx;
         }
         waiting = still;
-        if (ok && waiting != nullptr && !moved && l->rt.progress == before) {
+        if (ok && waiting != nullptr && !moved && l->rt.progress == before && spun) {
+            // threads only spun: no deadlock yet, a timeout once it lasts
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            const double now = ts.tv_sec + ts.tv_nsec * 1e-9;
+            if (spin_since < 0) {
+                spin_since = now;
+            } else if (now - spin_since > l->spin_limit) {
+                l->rt.thread_idx = spin_tid;
+                l->rt.line = spin_line;
+                record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(now - spin_since));
+                ok = false;
+            }
+        } else if (ok && waiting != nullptr && !moved && l->rt.progress == before) {
             // every waiting thread waits for one that never comes: a GPU hangs
             l->rt.thread_idx = waiting->tid;
             l->rt.line = waiting->line;
             record(l, 719, DEADLOCK, 0, 0, 0, 0);
             ok = false;
+        } else {
+            spin_since = -1;
         }
     }
     if (!ok) abandon_unparked();
@@ -518,6 +553,8 @@ int launch(ga_entry entry, const void* params, const unsigned int* grid,
     l.rt.shared_fault = rt_shared_fault;
     l.rt.yield = rt_yield;
     l.nthreads = block[0] * block[1] * block[2];
+    const char* limit = getenv("GPUARRAY_SIM_LAUNCH_TIMEOUT");
+    l.spin_limit = limit != nullptr && atof(limit) > 0 ? atof(limit) : 30.0;
     l.rt.nthreads = l.nthreads;
     if (!ensure_altstack()) {
         *out = l.fault;

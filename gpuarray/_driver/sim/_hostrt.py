@@ -22,7 +22,13 @@ for other threads (barriers, warp collectives) through ``yield``, which
 resumes them in the next round; a round in which every waiting thread
 waits again and none progressed is a deadlock, reported as
 ``CUDA_ERROR_LAUNCH_FAILED`` (719) naming the thread and the PTX line
-(faults name the instruction through ``launch(source=...)``).
+(faults name the instruction through ``launch(source=...)``).  A PTX
+thread in a loop yields every 1024 backward branches (``ptx::spin``), so
+a spin-wait on a flag or lock another thread of the block sets works; rounds
+of such yields are no deadlock, but after ``GPUARRAY_SIM_LAUNCH_TIMEOUT``
+seconds (default 30) of them with no thread finishing or passing a barrier
+the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
+GPU) naming the loop's branch.
 
 Building the library (compiler, flags, disk cache) is the kernels layer's
 job (``gpuarray/_kernels/_host.py``), which knows where ``kernels/ga_host.cuh``
@@ -51,8 +57,8 @@ ABI = 3
 
 _NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 710: "CUDA_ERROR_ASSERT", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
           714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
-          2: "CUDA_ERROR_OUT_OF_MEMORY"}
-_GLOBAL, _SHARED, _STACK, _EXCEPTION, _DEADLOCK = 0, 1, 2, 3, 4
+          702: "CUDA_ERROR_LAUNCH_TIMEOUT", 2: "CUDA_ERROR_OUT_OF_MEMORY"}
+_GLOBAL, _SHARED, _STACK, _EXCEPTION, _DEADLOCK, _SPIN = 0, 1, 2, 3, 4, 5
 
 
 class Grant(ctypes.Structure):
@@ -110,7 +116,8 @@ class HostRuntime:
         DeviceFault
             The kernel accessed memory outside ``grants`` or outside a
             ``__shared__`` array, or misaligned (700, 716), overflowed its
-            stack (714) or threw a C++ exception (719); the message names the
+            stack (714), threw a C++ exception (719) or a PTX thread spun
+            without progress past the launch timeout (702); the message names the
             kernel, what happened, and the block and thread.
         """
         arr = (Grant * max(1, len(grants)))(*grants)
@@ -130,6 +137,14 @@ class HostRuntime:
                                   "barrier or warp collective for threads that never reach it "
                                   f"(they exited or wait elsewhere) ({name}); the first waits at "
                                   f"{where}")
+        if fault.space == _SPIN:
+            raise DeviceFault(rc, f"kernel {kernel}: launch timeout: threads looped for "
+                                  f"{fault.extent} s with no thread of the block finishing or "
+                                  "passing a barrier (a spin-wait on memory nothing writes; the "
+                                  "simulator runs a grid's blocks one after another, so a flag or "
+                                  "lock only a later block sets is never seen; "
+                                  f"GPUARRAY_SIM_LAUNCH_TIMEOUT sets the limit) ({name}); the "
+                                  f"first spins at {where}")
         if fault.space == _STACK:
             raise DeviceFault(rc, f"kernel {kernel}: the thread overflowed its {fault.extent >> 10}"
                                   f" KiB stack (fault at 0x{fault.addr:x}, {name}); {where}")

@@ -55,6 +55,7 @@ STICKY_CODES = frozenset({
     717,  # CUDA_ERROR_INVALID_ADDRESS_SPACE
     718,  # CUDA_ERROR_INVALID_PC
     719,  # CUDA_ERROR_LAUNCH_FAILED
+    702,  # CUDA_ERROR_LAUNCH_TIMEOUT (a PTX kernel's spin-wait past the limit)
 })
 
 

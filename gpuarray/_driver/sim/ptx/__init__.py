@@ -96,10 +96,16 @@ instruction (the same PTX line).  ``bar.sync``
 without a thread count waits for every thread that has not exited.
 Atomics are compare-and-swap loops on the host memory (atomic against
 other launches running on other streams).  ``%clock``/``%clock64`` count
-reads (monotonic, not time).  Not modelled: a thread that spins on memory
-another thread of its block (or another block) writes, with no barrier or
-collective between, never lets that thread run -- the launch hangs (a GPU
-does not promise progress there either without cooperative launch);
+reads (monotonic, not time).  Loops: every 1024th backward branch a thread
+takes yields to the other threads of its block (``ptx::spin``), so a
+spin-wait on a flag or a spin-lock that another thread of the block
+releases, with no barrier between, works as on a GPU.  Rounds in which
+threads only spun are no deadlock; after ``GPUARRAY_SIM_LAUNCH_TIMEOUT``
+seconds (default 30) of them with no thread finishing or passing a barrier,
+the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
+GPU) naming the loop's branch and thread -- the fate of a spin on memory
+only a LATER block writes, since blocks run one after another (a GPU does
+not promise that either without cooperative launch).  Not modelled:
 cooperative launch and ``grid.sync`` (numba's needs an external function
 the simulator does not provide: the launch fails naming it).  The race
 detector sees what a PTX kernel touched: ``accesses`` is empty (the ranges

@@ -18,6 +18,7 @@ import hashlib
 import json
 import struct
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ _SOURCES = ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h", "_ast.py", "_l
             "_opbase.py", "_ops_mem.py", "_ops_alu.py", "_ops_ctl.py")
 
 
-def link(images: list[bytes | str]) -> PtxProgram:
+def link(images: Sequence[bytes | str]) -> PtxProgram:
     """One program of several PTX modules, as ``cuLinkAddData`` + ``cuLinkComplete`` make.
 
     The texts are joined in order: a function one module declares

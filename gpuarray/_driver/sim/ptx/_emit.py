@@ -22,7 +22,7 @@ __all__ = ["TRANSLATOR_VERSION", "UnsupportedPtx", "cname", "FuncCtx", "ModuleLa
            "STORAGE", "CTYPE", "SIZE", "FLOATS"]
 
 #: Changes whenever the generated C++ changes meaning (part of the cache key).
-TRANSLATOR_VERSION = "1"
+TRANSLATOR_VERSION = "2"
 INVALID_IMAGE = 200
 
 #: Storage C++ type of each register type.
@@ -86,6 +86,7 @@ class FuncCtx:
         self.locals: dict[str, Decl] = {}   # .local variable -> decl
         self.params: dict[str, tuple[str, int]] = {}  # call-site .param -> (C name, size)
         self.line = fn.line
+        self.labels_seen: set[str] = set()  # labels above the instruction written now
         self.fparams: dict[str, int] = {}   # this .func's parameters -> index in A[]
         if fn.kind == "func":
             for i, p in enumerate(fn.rets + fn.params):
@@ -201,6 +202,8 @@ class FuncCtx:
             return f"(ptx::kParam + {self.eparams[name]}ull)"
         if name in tr.module.functions:
             raise self.error(f"the address of function {name} (indirect calls are not supported)")
+        if name == "WARP_SZ":  # the PTX ISA's predefined constant
+            return "(uint64_t)32ull"
         raise self.error(f"unknown name {name!r}")
 
     def address(self, a: Addr) -> str:

@@ -265,6 +265,14 @@ def _shf(ctx: FuncCtx, it: Instr) -> str:
 def _bits(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
     ct = CTYPE[t]
+    if it.base == "sad":  # d = c + |a - b| (the difference exact, the sum wrapping)
+        if t[0] not in "us" or t == "s8" or t == "u8":
+            raise ctx.error(f"{it.opcode} is not supported")
+        d, a, b, c = it.args
+        u = CTYPE["u" + t[1:]]
+        va, vb = ctx.value(a, t), ctx.value(b, t)
+        diff = f"({va} < {vb} ? ({u})(({u}){vb} - ({u}){va}) : ({u})(({u}){va} - ({u}){vb}))"
+        return ctx.assign(d, f"({ct})({u})(({u}){ctx.value(c, t)} + {diff})", ct)
     if it.base == "bfe":
         d, a, b, c = it.args
         return ctx.assign(d, f"ptx::bfe<{ct}>({ctx.value(a, t)}, {ctx.value(b, 'u32')}, "
@@ -348,6 +356,35 @@ def _setp(ctx: FuncCtx, it: Instr) -> str:
     return ctx.assign(d, full, "bool")
 
 
+def _set(ctx: FuncCtx, it: Instr) -> str:
+    """``set.CmpOp[.BoolOp].dtype.stype d, a, b[, {!}c]``: 1.0 or all ones when true, else 0."""
+    ts = types_of(it)
+    if len(ts) != 2:
+        raise ctx.error(f"{it.opcode}: expected a destination and a source type")
+    dt, st = ts
+    check_mods(ctx, it, set(_CMP_INT) | {"equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan",
+                                         "and", "or", "xor", "ftz"})
+    if "x2" in dt or "x2" in st or dt not in ("u16", "s16", "u32", "s32", "f32", "f16", "bf16"):
+        raise ctx.error(f"{it.opcode} is not supported")
+    if st in ("f16", "bf16"):  # exact in float
+        w = "ptx::h2f" if st == "f16" else "ptx::bf2f"
+        pre = tuple(f"{w}({ctx.value(x, 'b16')})" for x in it.args[1:3])
+        expr = _compare(ctx, it, "f32", it.args[1], it.args[2], pre)
+    else:
+        expr = _compare(ctx, it, st, it.args[1], it.args[2])
+    boolop = next((m for m in it.mods if m in ("and", "or", "xor")), None)
+    if boolop:
+        sym = {"and": "&&", "or": "||", "xor": "!="}[boolop]
+        expr = f"({expr} {sym} {ctx.value(it.args[3], 'pred')})"
+    if dt == "f32":
+        return ctx.assign(it.args[0], f"({expr} ? 1.0f : 0.0f)", "float")
+    if dt in ("f16", "bf16"):
+        one = "0x3c00u" if dt == "f16" else "0x3f80u"
+        return ctx.assign(it.args[0], f"(uint16_t)({expr} ? {one} : 0u)", "uint16_t")
+    ct = CTYPE[dt]
+    return ctx.assign(it.args[0], f"({ct})({expr} ? ~({ct})0 : ({ct})0)", ct)
+
+
 def _selp(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
     d, a, b, c = it.args
@@ -406,13 +443,16 @@ def _cvt(ctx: FuncCtx, it: Instr) -> str:
         if st == "f32" and "ftz" in it.mods:
             sval = f"ptx::ftz({sval})"
     if dt in half:
+        if imode and st == dt:  # round to an integral value in the same format: exact
+            f = {"rni": "nearbyint", "rzi": "trunc", "rmi": "floor", "rpi": "ceil"}[imode]
+            return ctx.assign(d, f"{half[dt][1]}({f}({sval}), FE_TONEAREST)", "uint16_t")
         if imode:
             raise ctx.error(f"{it.opcode} is not supported")
         x = f"{half[dt][1]}((double){sval}, {ROUND[mode]})"
         if src not in FLOATS:
             x = f"{half[dt][1]}(ptx::i2f<double, {src}>({sval}, FE_TONEAREST), {ROUND[mode]})"
-            if SIZE[src] == 8:
-                raise ctx.error(f"{it.opcode}: 64-bit integer to half is not supported")
+            if SIZE[src] == 8:  # past 2**53 not exact in double: round to odd first
+                x = f"{half[dt][1]}(ptx::i2d_odd<{src}>({sval}), {ROUND[mode]})"
         if "sat" in it.mods:
             x = f"{half[dt][1]}(ptx::sat01((double){half[dt][0]}({x})), FE_TONEAREST)"
         return ctx.assign(d, x, "uint16_t")

@@ -23,7 +23,11 @@ def _bra(ctx: FuncCtx, it: Instr) -> str:
     tgt = it.args[0]
     if not isinstance(tgt, Sym):
         raise ctx.error(f"{it.opcode}: indirect branch")
-    return f"goto {cname('L', tgt.name)};"
+    goto = f"goto {cname('L', tgt.name)};"
+    if tgt.name in ctx.labels_seen:  # a loop: a thread may spin here on memory others write
+        return (f"if (__builtin_expect(++SPIN_ >= ptx::kSpinEvery, 0)) "
+                f"{{ SPIN_ = 0; ptx::spin(T, {it.line}); }} {goto}")
+    return goto
 
 
 def _ret(ctx: FuncCtx, it: Instr) -> str:
@@ -165,7 +169,12 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
     g = ctx.tr.module.functions.get(callee)
     if g is None or g.body is None:
         raise ctx.error(f"call of {callee}, which the module declares but does not define")
-    if len(rets) != len(g.rets) or len(params) != len(g.params):
+    if len(rets) == 1 and not g.rets and len(params) == len(g.params):
+        # numba declares a C-ABI `void` function with a return value (its
+        # `declare_device(..., abi="c")`) and ignores it; the linkers accept
+        # that: the result .param is left as it was (undefined, as on a GPU)
+        ptrs = ptrs[1:]
+    elif len(rets) != len(g.rets) or len(params) != len(g.params):
         raise ctx.error(f"call of {callee} with {len(rets)} results and {len(params)} "
                         f"arguments; it has {len(g.rets)} and {len(g.params)}")
     return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "

@@ -417,6 +417,11 @@ def _body(stmts: list[Statement], i: int, fn: Function) -> int:
         head = w[0]
         if head in (".loc", ".pragma", ".file", ".maxnreg", ".dwarf"):
             continue
+        if head.startswith((".reg.", ".local.", ".shared.", ".param.")):
+            # `.reg.b16 h;` (cuda_fp16's inline assembly): ptxas reads the
+            # qualifiers run together as written apart
+            w = ["." + p for p in head[1:].split(".")] + w[1:]
+            head = w[0]
         if head in (".reg", ".local", ".shared", ".param"):
             d = _decl(st, w)
             body.append(d)

@@ -96,7 +96,25 @@ def _rescope(body: list) -> list:
             it = Instr(it.line, it.base, it.mods, [_rename(x, names_map) for x in it.args],
                        _rename(it.pred, names_map) if it.pred is not None else None)
         out.append(it)
+    # A register's name need not start with `%` (`.reg .pred __$temp3;` in
+    # libdevice's inline assembly): the parser read such operands as names.
+    regs = {n for d in out if isinstance(d, Decl) and d.space == "reg" and not d.name.startswith("%")
+            for n in ([f"{d.name}{i}" for i in range(d.count)] if d.count else [d.name])}
+    if regs:
+        out = [Instr(it.line, it.base, it.mods, [_as_reg(x, regs) for x in it.args],
+                     _as_reg(it.pred, regs) if it.pred is not None else None)
+               if isinstance(it, Instr) else it for it in out]
     return out
+
+
+def _as_reg(op, regs: set[str]):
+    if isinstance(op, Sym) and op.name in regs and not op.offset:
+        return Reg(op.name)
+    if isinstance(op, Addr) and op.base is not None:
+        return Addr(_as_reg(op.base, regs), op.offset)
+    if isinstance(op, Vec):
+        return Vec(tuple(_as_reg(x, regs) for x in op.items), op.kind)
+    return op
 
 
 def _declare(ctx: FuncCtx) -> list[str]:
@@ -150,10 +168,12 @@ def _function(tr: ModuleLayout, fn: Function, ops) -> tuple[str, str | None]:
         lines.append("    (void)A;")
         lines.append("    const uint64_t sp0_ = T->sp; (void)sp0_;")
         lines.append("    uint32_t CC = 0; (void)CC;")
+        lines.append("    uint32_t SPIN_ = 0; (void)SPIN_;")
         for it in fn.body or []:
             if isinstance(it, tuple):
                 if it[0] == "label":
                     lines.append(f"{cname('L', it[1])}:;")
+                    ctx.labels_seen.add(it[1])
                 continue
             if isinstance(it, Decl):
                 continue

@@ -214,6 +214,14 @@ template <class F, class V> inline F i2f(V v, int m) {
     volatile F z = (F)x;
     return z;
 }
+// A 64-bit integer as a double rounded to odd (truncated, the last bit set
+// when bits were lost): rounding that again to a format of at most 51
+// significand bits (f16, bf16) is the one correct rounding of the integer.
+template <class V> inline double i2d_odd(V v) {
+    const double d = i2f<double, V>(v, FE_TOWARDZERO);
+    if ((V)d == v) return d;
+    return bits<double>(bits<uint64_t>(d) | 1u);
+}
 
 // Narrow float formats (f16: 5 exponent bits, 11-bit significand; bf16: 8, 8),
 // exactly rounded from double with mode m (FE_*), on the bits: one

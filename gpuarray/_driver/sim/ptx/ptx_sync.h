@@ -7,6 +7,23 @@
 namespace ptx {
 
 // ------------------------------------------------------------------ sync
+// Loops: every kSpinEvery-th backward branch a thread takes, it lets the
+// other threads of its block run (a thread spinning on a flag or lock that
+// another thread sets, with no barrier between, works as on a GPU).  The
+// runtime tells such a yield from a wait at a barrier by kSpinBit in `line`:
+// a round of only such yields is no deadlock (the loop may end by itself),
+// but after GPUARRAY_SIM_LAUNCH_TIMEOUT seconds of rounds in which no thread
+// finished or passed a barrier the launch ends with CUDA_ERROR_LAUNCH_TIMEOUT
+// naming the loop's branch (a flag only a later block sets: blocks run one
+// after another here).
+constexpr uint32_t kSpinEvery = 1024;
+constexpr uint32_t kSpinBit = 0x80000000u;
+
+inline void spin(Thread* t, uint32_t line) {
+    t->rt->line = line | kSpinBit;
+    t->rt->yield(t->rt);
+}
+
 inline void wait(Thread* t, uint32_t line) {
     t->rt->line = line;
     t->rt->yield(t->rt);
