@@ -116,6 +116,9 @@ def _forms() -> list[str]:
         for m in ("", ".f4e", ".b4e", ".rc8", ".ecl", ".ecr", ".rc16"):
             add(f"prmt{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, %u32_1;")
         add(f"lop3.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)}, 0x96;")
+        for bop in (".and", ".or", ".xor"):
+            add(f"lop3{bop}.{t} {reg(t)}|%pred_0, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)}, 0x96,"
+                " %pred_1;")
         for m in (".l.wrap", ".r.clamp", ".l.clamp", ".r.wrap", ".l", ""):
             add(f"shf{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, %u32_1;")
     # compare and select

@@ -106,7 +106,9 @@ def _roles(it: Instr) -> list[str | None]:
         return [t, t, "=u32", "=u32"]
     if b == "bfi":
         return [t, t, t, "=u32", "=u32"]
-    if b in ("prmt", "lop3", "shf"):
+    if b == "lop3":  # lop3{.BoolOp}.b32 d{|p}, a, b, c, immLut{, q}
+        return ["b32", "b32", "b32", "b32", None, "pred"]
+    if b in ("prmt", "shf"):
         return ["b32"] * n
     if "wide" in it.mods and b in ("mul", "mad"):
         return [_wide(t), t, t, _wide(t)]

@@ -1026,6 +1026,8 @@ LEGAL: dict[str, frozenset[str]] = {
         'lg2.approx|f32',
     }),
     'lop3': frozenset({
+        'lop3.and|b32',
+        'lop3.or|b32',
         'lop3|b32',
     }),
     'mad': frozenset({
