@@ -25,6 +25,8 @@ may be stricter than a driver, never more lenient.  Two checks:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ._ast import Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
 from ._emit import CTYPE
 from ._forms import LEGAL
@@ -81,8 +83,8 @@ def _wide(t: str) -> str:
     return t[0] + str(2 * int(t[1:])) if t[1:].isdigit() else t
 
 
-def _roles(it: Instr) -> list[str | None]:
-    """The type each operand of ``it`` has (None: not checked)."""
+def _roles(it: Instr) -> Sequence[str | None]:
+    """The type each operand of ``it`` has (None: not checked; ``=``: fixed, not the instruction's)."""
     types = [m for m in it.mods if m in _TYPES]
     if not types:
         return []
@@ -139,18 +141,15 @@ def _instr(it: Instr, regs: dict[str, str | None]) -> str | None:
             and ("f16" in it.mods or "bf16" in it.mods)):
         return f"{it.opcode}: a predicate pair output is for .f16x2/.bf16x2, not a scalar type"
     relaxed = it.base == "cvt" and "bf16x2" not in it.mods
-    for k, (want, a) in enumerate(zip(_roles(it), it.args)):
-        if want is None:
+    for k, (role, a) in enumerate(zip(_roles(it), it.args, strict=False)):
+        if role is None:
             continue
+        want = role.lstrip("=")
         if isinstance(a, Reg):
             have = regs.get(a.name)
-            if have is not None and not _compatible(want, have, relaxed):
+            if have is not None and not _compatible(role, have, relaxed):
                 return (f"{it.opcode}: operand {k + 1} is register {a.name} of type .{have}, "
-                        f"which does not match the operand's type .{want.lstrip('=')} "
-                        "(arguments mismatch)")
-        want = want.lstrip("=")
-        if isinstance(a, Reg):
-            pass
+                        f"which does not match the operand's type .{want} (arguments mismatch)")
         elif isinstance(a, Imm) and want[0] == "f":
             return (f"{it.opcode}: operand {k + 1} is the integer literal {a.value}, not a "
                     f"floating-point literal of .{want}")
