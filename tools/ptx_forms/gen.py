@@ -127,7 +127,8 @@ def _forms() -> list[str]:
             for ftz in ("", ".ftz"):
                 add(f"setp.{c}{ftz}.{t} %pred_0, {reg(t, 1)}, {reg(t, 2)};")
             for bop in (".and", ".or", ".xor"):
-                add(f"setp.{c}{bop}.{t} %pred_0, {reg(t, 1)}, {reg(t, 2)}, %pred_1;")
+                for ftz in ("", ".ftz"):
+                    add(f"setp.{c}{bop}{ftz}.{t} %pred_0, {reg(t, 1)}, {reg(t, 2)}, %pred_1;")
         add(f"setp.eq.{t} %pred_0|%pred_1, {reg(t, 1)}, {reg(t, 2)};")
         for c in ("finite", "infinite", "number", "notanumber", "normal", "subnormal"):
             add(f"testp.{c}.{t} %pred_0, {reg(t, 1)};")
@@ -140,6 +141,11 @@ def _forms() -> list[str]:
         for s in scalars:
             for r in ("", ".rn", ".rz", ".rm", ".rp", ".rni", ".rzi", ".rmi", ".rpi"):
                 for m in ("", ".sat", ".ftz", ".ftz.sat"):
+                    add(f"cvt{r}{m}.{d}.{s} {reg(d)}, {reg(s, 1)};")
+    for d in ("f16", "bf16", "f32"):
+        for s in ("f32", "f64"):
+            for r in ("", ".rn", ".rz", ".rm", ".rp", ".rna"):
+                for m in (".relu", ".satfinite", ".relu.satfinite"):
                     add(f"cvt{r}{m}.{d}.{s} {reg(d)}, {reg(s, 1)};")
     for d in ("f16x2", "bf16x2"):
         for r in ("", ".rn", ".rz"):
