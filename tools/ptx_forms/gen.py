@@ -255,24 +255,26 @@ def _run(ptxas: str, path: str, forms: list[str]) -> dict[int, str] | None:
     return errs
 
 
-def parse_form(form: str):
-    """The executor's parse of ``form`` (its :class:`Instr`), or None where it cannot parse it."""
+def parse_forms(forms: list[str]) -> list:
+    """The executor's parse of each form (its ``Instr``), None where it cannot parse it."""
     from gpuarray._driver.sim.ptx import PtxError, parse
     from gpuarray._driver.sim.ptx._ast import Instr
 
     try:
-        m = parse(module([form]))
+        m = parse(module(forms))
     except PtxError:
-        return None
-    return next(x for x in m.functions["k"].body if isinstance(x, Instr))
+        if len(forms) == 1:
+            return [None]
+        h = len(forms) // 2  # one form the parser refuses: halve until it is found
+        return parse_forms(forms[:h]) + parse_forms(forms[h:])
+    return [x for x in m.functions["k"].body if isinstance(x, Instr)][:len(forms)]
 
 
 def _write_legal(forms: list[str], verdicts: list[str], path: str) -> None:
     from gpuarray._driver.sim.ptx._check import form_key
 
     legal: dict[str, set[str]] = {}
-    for form, v in zip(forms, verdicts, strict=True):
-        it = parse_form(form)
+    for it, v in zip(parse_forms(forms), verdicts, strict=True):
         if it is None:
             continue
         keys = legal.setdefault(it.base, set())
