@@ -1,6 +1,6 @@
 """The PTX executor refuses at load what a driver's JIT (ptxas) refuses: a differential test.
 
-``tests/data/ptx_forms.tsv`` holds instruction forms (opcodes x types x
+``tests/data/ptx_forms.tsv.gz`` holds instruction forms (opcodes x types x
 rounding/ftz/sat modifiers x operand register types x immediates) and the
 verdict of CUDA 13.0's ``ptxas -arch=sm_90`` on each, written by
 ``tools/ptx_forms/gen.py``.  The executor must refuse every form ptxas
@@ -10,6 +10,7 @@ where ``ptxas`` is installed a sample is re-asked of it.
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import shutil
 import sys
@@ -25,7 +26,7 @@ from gpuarray.errors import CudaError
 from .ptx_support import HEAD, backend
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "tests" / "data" / "ptx_forms.tsv"
+TABLE = ROOT / "tests" / "data" / "ptx_forms.tsv.gz"
 
 
 def _tool():
@@ -37,7 +38,7 @@ def _tool():
 
 
 gen = _tool()
-ROWS = [tuple(line.rstrip("\n").split("\t", 1)) for line in TABLE.read_text().splitlines(True)
+ROWS = [tuple(line.split("\t", 1)) for line in gzip.decompress(TABLE.read_bytes()).decode().splitlines()
         if not line.startswith("#")]
 
 

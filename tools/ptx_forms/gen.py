@@ -1,6 +1,6 @@
 """The table of PTX instruction forms and the CUDA toolkit's ptxas verdict on each.
 
-Usage: ``python tools/ptx_forms/gen.py [--out tests/data/ptx_forms.tsv]``
+Usage: ``python tools/ptx_forms/gen.py [--out tests/data/ptx_forms.tsv.gz]``
 (needs ``ptxas``; CUDA 13.0's reads PTX ISA up to 9.0, so the forms are
 written for ``.version 9.0`` / ``sm_90``).
 
@@ -18,6 +18,7 @@ against: every form ptxas refuses must be refused at load (218).
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import re
 import subprocess
@@ -135,6 +136,14 @@ def _forms() -> list[str]:
         add(f"selp.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, %pred_1;")
         add(f"copysign.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)};")
         add(f"mov.{t} {reg(t)}, {reg(t, 1)};")
+    # set: a value (1.0 or all ones) where setp gives a predicate
+    for d in ("u32", "s32", "f32", "f16", "bf16", "f16x2", "bf16x2"):
+        for t in FLOAT + INT + BITS:
+            for c in CMPS:
+                add(f"set.{c}.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)};")
+                add(f"set.{c}.and.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)}, !%pred_1;")
+            add(f"set.lt.ftz.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)};")
+            add(f"set.lt.or.ftz.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)}, %pred_1;")
     # conversions
     scalars = ("s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64", "f16", "bf16", "f32", "f64")
     for d in scalars:
@@ -298,16 +307,16 @@ def _write_legal(forms: list[str], verdicts: list[str], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="tests/data/ptx_forms.tsv")
+    ap.add_argument("--out", default="tests/data/ptx_forms.tsv.gz")
     ap.add_argument("--ptxas", default="ptxas")
     ap.add_argument("--legal", default="gpuarray/_driver/sim/ptx/_forms.py")
     a = ap.parse_args(argv)
     forms = _forms()
     verdicts = ptxas_verdicts(forms, a.ptxas)
-    with open(a.out, "w") as f:
-        f.write("# ptxas -arch=sm_90 (PTX ISA 9.0) on each form; tools/ptx_forms/gen.py writes this\n")
-        for form, v in zip(forms, verdicts, strict=True):
-            f.write(f"{v}\t{form}\n")
+    text = ("# ptxas -arch=sm_90 (PTX ISA 9.0) on each form; tools/ptx_forms/gen.py writes this\n"
+            + "".join(f"{v}\t{form}\n" for form, v in zip(forms, verdicts, strict=True)))
+    with open(a.out, "wb") as f:  # gzip without a time stamp: the same verdicts, the same bytes
+        f.write(gzip.compress(text.encode(), mtime=0))
     _write_legal(forms, verdicts, a.legal)
     print(f"{len(forms)} forms, {sum(v != 'ok' for v in verdicts)} refused -> {a.out}")
     return 0

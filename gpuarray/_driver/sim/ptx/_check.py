@@ -94,6 +94,8 @@ def _roles(it: Instr) -> Sequence[str | None]:
     if b == "cvt":
         d = types[0]
         return [d] + [types[-1]] * (n - 1)
+    if b == "set":
+        return [types[0], t, t, "pred"]
     if b == "setp":
         return ["pred", t, t, "pred"]
     if b == "selp":
