@@ -85,7 +85,7 @@ def is_supported_version() -> bool:
     False does not mean that nothing works, only that this combination is
     not one gpuarray is built and tested for; the caller decides whether to
     continue, warn or stop.  With the simulator, the driver is the
-    simulator's (CUDA 13.0).
+    simulator's (CUDA 13.5: ``sim._images.DRIVER_VERSION``).
 
     Returns
     -------

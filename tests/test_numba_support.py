@@ -189,7 +189,7 @@ def test_versions_supported_rule(driver, bindings, nvrtc, expected):
 def test_is_supported_version_asks_the_driver_bindings_and_nvrtc(sim, monkeypatch):
     monkeypatch.setattr(_support, "_bindings_major", lambda: 13)
     monkeypatch.setattr(_support, "_nvrtc_version", lambda: (13, 0))
-    assert sim.driver_version() == 13000
+    assert sim.driver_version() == 13050
     assert gpuarray.is_supported_version() is True
     monkeypatch.setattr(sim, "driver_version", lambda: 12080)
     assert gpuarray.is_supported_version() is False

@@ -14,8 +14,10 @@ import ctypes
 
 import pytest
 
-from gpuarray._driver.sim import SimBackend, _images, _profile
+from gpuarray._driver.sim import SimBackend, _cubin, _images, _profile
 from gpuarray.errors import CudaError
+
+from .test_image_rules import fake_cubin, fatbin
 
 LEGACY = 1
 PTX = (b".version 8.0\n.target sm_90\n.address_size 64\n"
@@ -47,14 +49,11 @@ def test_an_image_a_driver_refuses_is_refused_with_a_documented_code(image, code
 def test_valid_images_and_the_placeholder_load():
     b = _backend()
     b.module_load_data(PTX)
-    b.module_load_data(b"\x7fELF\x02\x01\x01" + bytes(11) + (190).to_bytes(2, "little") + bytes(44))
-    b.module_load_data(b"\x50\xed\x55\xba" + bytes(12))
+    b.module_load_data(_cubin.link_image([], 90))               # an ELF cubin for sm_90
+    b.module_load_data(fatbin([("elf", 90, _cubin.link_image([], 90))]))
     b.module_load_data(_images.PLACEHOLDER + b"gpuarray_kernel\0")
     with pytest.raises(CudaError):  # behind the stand-in driver it is not an image
         b.module_load_data(_images.PLACEHOLDER + b"k\0", placeholder_ok=False)
-
-
-CUBIN = b"\x7fELF\x02\x01\x01" + bytes(11) + (190).to_bytes(2, "little") + bytes(44) + b"foreign_k\0"
 
 
 def test_a_kernel_of_a_ptx_image_runs_on_the_ptx_executor():
@@ -66,9 +65,9 @@ def test_a_kernel_of_a_ptx_image_runs_on_the_ptx_executor():
     b.ctx_synchronize()
 
 
-def test_a_foreign_kernel_resolves_and_fails_at_launch_without_poisoning_the_context():
+def test_a_kernel_without_ptx_resolves_and_fails_at_launch_without_poisoning_the_context():
     b = _backend()
-    m = b.module_load_data(CUBIN)  # a cubin: no PTX the simulator could run
+    m = b.module_load_data(fake_cubin(["foreign_k"]))   # a cubin: no PTX to execute
     f = b.module_get_function(m, "foreign_k")
     with pytest.raises(CudaError) as e:
         b.module_get_function(m, "absent")
@@ -79,7 +78,7 @@ def test_a_foreign_kernel_resolves_and_fails_at_launch_without_poisoning_the_con
     with pytest.raises(CudaError) as e:
         b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, LEGACY, [ctypes.c_uint64(0)])
     assert (e.value.name, e.value.call) == ("CUDA_ERROR_INVALID_IMAGE", "cuLaunchKernel")
-    assert "cannot execute foreign kernels" in str(e.value) and "foreign_k" in str(e.value)
+    assert "no PTX" in str(e.value) and "foreign_k" in str(e.value)
     b.ctx_synchronize()  # not sticky
     b.mem_free(b.mem_alloc(16))
     assert _images.static_sizes(PTX, "foreign_k") == {"shared": 256, "const": 0, "local": 0}
@@ -170,11 +169,11 @@ def test_every_device_attribute_has_a_value_per_device_and_visible_ordinal():
     assert e.value.name == "CUDA_ERROR_INVALID_DEVICE"
 
 
-def test_a_foreign_kernel_captured_into_a_graph_fails_when_the_graph_runs():
+def test_a_kernel_without_ptx_captured_into_a_graph_fails_when_the_graph_runs():
     # On a GPU the captured launch is only recorded: the capture must end
     # normally (a failed capture would leave the stream capturing).
     b = _backend()
-    f = b.module_get_function(b.module_load_data(CUBIN), "foreign_k")
+    f = b.module_get_function(b.module_load_data(fake_cubin(["foreign_k"])), "foreign_k")
     s = b.stream_create(non_blocking=True)
     b.stream_begin_capture(s)
     b.launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, s, [ctypes.c_uint64(0)])
@@ -184,5 +183,5 @@ def test_a_foreign_kernel_captured_into_a_graph_fails_when_the_graph_runs():
     b.graph_launch(g, s)
     with pytest.raises(CudaError) as e:
         b.stream_synchronize(s)
-    assert e.value.name == "CUDA_ERROR_INVALID_IMAGE" and "foreign" in str(e.value)
+    assert e.value.name == "CUDA_ERROR_INVALID_IMAGE" and "no PTX" in str(e.value)
     b.ctx_synchronize()  # not sticky

@@ -85,7 +85,7 @@ def test_arrays_kernels_and_queries_through_cuda_py(folder):
         import ctypes, numpy as np, gpuarray as ga
         from gpuarray._driver import _base
         assert type(b).__name__ == 'CudaBackend'
-        assert b.driver_version() == 13000
+        assert b.driver_version() == 13050
         assert 'gpuarray simulated device 0' in b.device_name(0)
         for attr in _base.DEVICE_ATTRIBUTES:
             b.device_attribute(attr, 0)

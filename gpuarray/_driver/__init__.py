@@ -40,9 +40,16 @@ def get_backend() -> Backend:
     b = _backend
     if b is not None:
         return b
+    # Made outside the lock: making one may run the garbage collector, whose
+    # finalizers (a stream's, an allocation's) call get_backend() on this
+    # thread; under the lock that call waited for itself for ever.  Such a
+    # nested call makes and installs a backend of its own; the first one
+    # installed is the process's, and the other is dropped unused (making a
+    # backend initialises no CUDA).
+    made = _make(backend_name())
     with _lock:
         if _backend is None:
-            _backend = _make(backend_name())
+            _backend = made
         return _backend
 
 

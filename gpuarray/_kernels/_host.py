@@ -10,10 +10,16 @@ shared library and run by the simulator's runtime
 switched at ``__syncthreads``, global memory only through the extents the
 launch declares (:meth:`HostKernel.accesses`, the reference's).
 
-Selection: ``GPUARRAY_SIM_KERNELS=host`` or ``reference`` (read when a
-kernel symbol is first resolved); unset means ``host`` when a C++ compiler
+Selection: ``GPUARRAY_SIM_KERNELS=host``, ``reference`` or ``ptx`` (read when
+a kernel symbol is first resolved); unset means ``host`` when a C++ compiler
 is found (``CXX``, else ``g++``, ``clang++``, ``c++`` on ``PATH``), else
 ``reference``, said once in the log and by ``python -m gpuarray info``.
+``ptx``: the simulator runs the PTX NVRTC makes of ``kernels/`` with the
+options of a GPU build (``--gpu-architecture=sm_XY``, the options of the
+cubin a GPU loads), through the simulator's PTX executor
+(``gpuarray._driver.sim.ptx``); the loader asks NVRTC for that PTX instead of
+the cubin (``_loader.build_image``), and the resolver leaves the kernel to
+the PTX of the image.
 ``host`` without a compiler, or a compiler error, raises
 :class:`HostCompileError`: nothing falls back silently.
 
@@ -125,7 +131,7 @@ _said_reference = False
 
 
 def mode() -> str:
-    """``"host"`` or ``"reference"``: what the simulator runs for gpuarray kernels.
+    """``"host"``, ``"reference"`` or ``"ptx"``: what the simulator runs for gpuarray kernels.
 
     Raises
     ------
@@ -134,10 +140,10 @@ def mode() -> str:
     """
     global _said_reference
     v = os.environ.get(_ENV, "").strip().lower()
-    if v in ("host", "reference"):
+    if v in ("host", "reference", "ptx"):
         return v
     if v:
-        raise ValueError(f"{_ENV}={os.environ[_ENV]!r}: expected 'host' or 'reference'")
+        raise ValueError(f"{_ENV}={os.environ[_ENV]!r}: expected 'host', 'reference' or 'ptx'")
     if compiler() is not None:
         return "host"
     if not _said_reference:
@@ -154,6 +160,9 @@ def describe() -> str:
     except ValueError as e:
         return f"invalid ({e})"
     cc = compiler()
+    if m == "ptx":
+        return ("PTX of kernels/ (NVRTC's, GPU build options) run by the PTX executor"
+                + (f" ({cc.ident})" if cc is not None else ", but no C++ compiler was found"))
     if m == "host":
         return (f"host build of kernels/ ({cc.ident}, {cc.path})" if cc is not None else
                 f"host requested by {_ENV}, but no C++ compiler was found")

@@ -77,13 +77,16 @@ def device_info(backend, ordinal: int) -> DeviceInfo:
 
 
 def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
-                driver_version: int | None = None, rebuild: bool = False) -> bytes:
+                driver_version: int | None = None, ptx: bool = False,
+                rebuild: bool = False) -> bytes:
     """The compiled image (CUBIN or PTX) of one kernel for compute capability ``cc``.
 
     ``fast``: compile with minimal device optimisation (images never run).
     ``driver_version``: refuse an NVRTC newer than this driver
-    (:func:`._toolchain.check_driver`).  Loads NVRTC only on a cache miss.
+    (:func:`._toolchain.check_driver`).  ``ptx``: the PTX of the build a GPU
+    loads (same options), not its cubin (``GPUARRAY_SIM_KERNELS=ptx``).
     ``rebuild``: the cached image is a miss (:func:`get_kernel`).
+    Loads NVRTC only on a cache miss.
     """
     source, headers = program_source([spec]), _source.kernel_headers()
 
@@ -91,6 +94,8 @@ def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
         if driver_version is not None:
             _toolchain.check_driver(tc.version, driver_version)
         target = _nvrtc.select_target(*cc, archs=tc.archs, version=tc.version)
+        if ptx:
+            target = _nvrtc.Target("ptx", target.arch)
         return _cache.get_image(source, headers, target, fast=fast, toolchain=tc, rebuild=rebuild)
 
     tc = _toolchain.require()
@@ -101,7 +106,17 @@ def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
         return build(e.loaded)
 
 
+def _ptx_mode() -> bool:
+    """Whether the simulator runs gpuarray's kernels from their PTX (``GPUARRAY_SIM_KERNELS=ptx``)."""
+    from . import _host  # the simulator's only
+
+    return _host.mode() == "ptx"
+
+
 def _sim_image(spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
+    if _ptx_mode():  # run, so built as for a GPU
+        return build_image(spec, info.cc, driver_version=info.driver_version, ptx=True,
+                           rebuild=rebuild)
     if sim_compile_enabled() and _toolchain.current() is not None:
         return build_image(spec, info.cc, fast=True, driver_version=info.driver_version,
                            rebuild=rebuild)
@@ -172,7 +187,12 @@ _IMAGE_REFUSED = frozenset({200, 209, 218, 222})
 def _image(b, spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
     if b.name == "sim":
         return _sim_image(spec, info, rebuild)
-    return build_image(spec, info.cc, driver_version=info.driver_version, rebuild=rebuild)
+    # over the stand-in, the simulator may run the PTX (GPUARRAY_SIM_KERNELS=ptx);
+    # imported here: the stand-in's module (subprocess, shutil) is no part of import gpuarray
+    from .._driver import standin
+
+    return build_image(spec, info.cc, driver_version=info.driver_version,
+                       ptx=standin.active() and _ptx_mode(), rebuild=rebuild)
 
 
 def get_function(spec: KernelSpec, backend=None) -> int:
@@ -208,6 +228,8 @@ def sim_kernel(symbol: str):
     from . import _host  # the simulator's only
 
     m = _host.mode()
+    if m == "ptx":
+        return None  # the simulator runs the PTX of the image
     impl = _sim_kernels.get((m, symbol))
     if impl is None:
         try:

@@ -58,7 +58,7 @@ from typing import overload
 from ...errors import CudaError, CudaUnavailableError
 from .. import _fork
 from .._base import DEVICE_ATTRIBUTES
-from . import _capture, _hostfn, _profile, _sticky
+from . import _capture, _hostfn, _images, _profile, _sticky
 from ._context_calls import SimContextCalls
 from ._core import INVALID_CONTEXT, _api, _locked
 from ._graph import SimGraphCalls
@@ -210,7 +210,7 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
 
     @_api
     def driver_version(self) -> int:
-        return 13000
+        return _images.DRIVER_VERSION  # the CUDA of the bindings and NVRTC in use (_images.py)
 
     # ------------------------------------------------------------- devices
     @_api

@@ -129,6 +129,8 @@ class SimCore(Backend):
         self._events: dict[int, SimEvent] = {}
         self._modules: dict[int, tuple[SimContext, bytes]] = {}
         self._functions: dict[int, tuple[SimContext, str, Any, int]] = {}  # ctx, name, impl, module
+        #: Dynamic shared memory a function opted in to (``cuFuncSetAttribute``), by handle.
+        self._smem_optin: dict[int, int] = {}
         #: Device variables of loaded images: (module, name) -> (address, size).
         self._globals: dict[tuple[int, str], tuple[int, int]] = {}
         self._release_threshold = [0] * devices

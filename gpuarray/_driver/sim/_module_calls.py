@@ -27,7 +27,7 @@ import numpy as np
 
 from ...errors import CudaError
 from .. import sim_kernels
-from . import _images, _sticky
+from . import _images, _profile, _sticky
 from ._core import (
     ILLEGAL_ADDRESS,
     INVALID_HANDLE,
@@ -38,6 +38,7 @@ from ._core import (
     _locked,
 )
 from ._memory import Allocation, DeviceFault
+from ._race import Reports
 
 INVALID_IMAGE = 200
 #: Calls whose cuda.h documentation lists CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
@@ -128,16 +129,19 @@ class SimModuleCalls(SimCore):
         ctx = self._current(call)
         self._fault("module", call)
         image = bytes(image)
+        major, minor = self.compute_capability[ctx.device]
         try:
-            kind = _images.validate(image, placeholder_ok)
+            kind = _images.validate(image, placeholder_ok, cc=10 * major + minor)
         except _images.ImageError as e:
             raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
-        program = None
-        if kind == "ptx":
+        # PTX, or the PTX inputs the stand-in linker kept in its output, linked as one program
+        texts = [image] if kind == "ptx" else _images.ptx_texts(image)
+        programs = []
+        if texts:
             from . import ptx
 
             try:
-                program = ptx.load(image)
+                programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts)))
             except ptx.PtxError as e:
                 code = e.code
                 if code != 222 or call not in _VERSION_CALLS:
@@ -145,12 +149,21 @@ class SimModuleCalls(SimCore):
                 raise CudaError(code, call, f"({e.message})") from None
         h = self._handle()
         self._modules[h] = (ctx, image)
-        if program is not None:
-            self._ptx_programs()[h] = program
+        if programs:
+            self._ptx_programs()[h] = programs
         return h
 
-    def _ptx_programs(self) -> dict[int, Any]:
-        """Loaded module handle -> its PTX program (``ptx.PtxProgram``)."""
+    def _ptx_program(self, module: int, entry: str | None = None,
+                     variable: str | None = None) -> Any:
+        """The PTX program of ``module`` that defines kernel ``entry`` (or variable ``variable``)."""
+        for program in self._ptx_programs().get(module, ()):
+            if (entry in program.module.entries if entry is not None
+                    else variable in program.module.globals):
+                return program
+        return None
+
+    def _ptx_programs(self) -> dict[int, list[Any]]:
+        """Loaded module handle -> its PTX programs (``ptx.PtxProgram``)."""
         progs = self.__dict__.get("_ptx_loaded")
         if progs is None:
             progs = self.__dict__.setdefault("_ptx_loaded", {})
@@ -166,6 +179,7 @@ class SimModuleCalls(SimCore):
         self._ptx_programs().pop(module, None)
         for h in [h for h, f in self._functions.items() if f[3] == module]:
             del self._functions[h]
+            self._smem_optin.pop(h, None)
 
     @_locked
     def module_get_function(self, module: int, name: str) -> int:
@@ -174,17 +188,19 @@ class SimModuleCalls(SimCore):
         if entry is None:
             raise CudaError(INVALID_VALUE, call, f"module 0x{int(module):x} is not loaded")
         _sticky.check(entry[0], call)
-        if not _images.contains(entry[1], name):
-            raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r}")
+        if name not in _images.entries(entry[1]):  # .entry functions only
+            raise CudaError(NOT_FOUND, call, f"the module has no kernel (.entry function) {name!r}")
         impl = sim_kernels.lookup(name)
-        program = self._ptx_programs().get(module)
+        program = self._ptx_program(module, entry=name)
+        if (impl is None and program is None and self._ptx_programs().get(module)
+                and _images.ptx_of(entry[1], name) is not None):
+            # named in the PTX but no .entry of that name with a body (a declaration)
+            raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r} (no .entry "
+                                             "of that name with a body)")
         if impl is None and program is not None:
-            if name not in program.module.entries:  # a .func, a variable, a declaration
-                raise CudaError(NOT_FOUND, call, f"the module has no kernel {name!r} (no .entry "
-                                                 "of that name with a body)")
             impl = program.kernel(name)  # runs on the PTX executor
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
-            impl = _images.ForeignKernel(name)
+            impl = _images.ForeignKernel(name, _images.ptx_of(entry[1], name) is not None)
         h = self._handle()
         self._functions[h] = (entry[0], name, impl, module)
         return h
@@ -205,7 +221,7 @@ class SimModuleCalls(SimCore):
         hit = self._globals.get(key)
         if hit is not None:
             return hit
-        program = self._ptx_programs().get(module)
+        program = self._ptx_program(module, variable=name)
         if program is not None:
             g = program.module.globals.get(name)
             if g is None or g.space not in ("global", "const"):
@@ -259,24 +275,72 @@ class SimModuleCalls(SimCore):
     def function_info(self, func: int) -> tuple[str, int, int, dict[str, int]]:
         """Simulator only: ``(name, module, device, static sizes)`` of function handle ``func``.
 
-        The static sizes are the kernel's shared, const and local memory read
-        from its image (``_images.static_sizes``); for a kernel of a PTX image
-        they come from the executor's parse (``ptx.EntryInfo``), with
-        ``max_threads`` (``.maxntid``/``.reqntid`` product, or None) and
-        ``ptx_version`` (the target's virtual architecture, e.g. 90) added.
+        The static sizes are the kernel's shared, const and local memory: for
+        a kernel of a PTX program, the executor's facts of the entry
+        (``ptx.EntryInfo``: functions it calls included), with ``max_threads``
+        (``.maxntid``/``.reqntid`` product, or None) and ``ptx_version`` (the
+        target's virtual architecture, e.g. 90); else read from the image
+        (``_images.static_sizes``), ``max_threads`` None.
         """
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_HANDLE, "cuFuncGetAttribute", f"function 0x{int(func):x}")
-        info = getattr(entry[2], "info", None)  # a PTX kernel: the executor's facts
-        if info is not None:
+        program = self._ptx_program(entry[3], entry=entry[1])
+        if program is not None:  # the executor's facts of the entry
+            info = program.module.entries[entry[1]]
             sizes = {"shared": info.static_shared_bytes, "const": info.const_bytes,
                      "local": info.local_bytes, "max_threads": info.max_threads,
                      "ptx_version": info.ptx_version}
-            return entry[1], entry[3], entry[0].device, sizes
-        module = self._modules.get(entry[3])
-        sizes = _images.static_sizes(module[1] if module else b"", entry[1])
+        else:
+            module = self._modules.get(entry[3])
+            sizes = {**_images.static_sizes(module[1] if module else b"", entry[1]),
+                     "max_threads": None}
         return entry[1], entry[3], entry[0].device, sizes
+
+    @_locked
+    def function_ptx_arch(self, func: int) -> int:
+        """The ``sm_XY`` of the ``.target`` of the PTX that defines ``func``, as ``XY`` (0: no PTX)."""
+        name, module, _dev, _sizes = self.function_info(func)
+        ptx = _images.ptx_of(self._modules[module][1], name)
+        return _images.ptx_target(ptx) if ptx is not None else 0
+
+    @_locked
+    def function_max_dynamic_shared(self, func: int) -> int:
+        """``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``: the opt-in, else 48 KiB less the static size."""
+        static = self.function_info(func)[3]["shared"]
+        return self._smem_optin.get(func, max(0, (48 << 10) - static))
+
+    @_locked
+    def function_set_max_dynamic_shared(self, func: int, nbytes: int,
+                                        call: str = "cuFuncSetAttribute") -> None:
+        """Opt function ``func`` in to ``nbytes`` of dynamic shared memory per block.
+
+        cuda.h: the value plus the kernel's static shared memory cannot exceed
+        ``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`` (``INVALID_VALUE``).
+        """
+        name, _module, dev, sizes = self.function_info(func)
+        optin = _profile.value("max_shared_memory_per_block_optin", self.compute_capability[dev],
+                               self.physical[dev])
+        if not 0 <= nbytes <= optin - sizes["shared"]:
+            raise CudaError(INVALID_VALUE, call,
+                            f"{name}: {nbytes} bytes of dynamic shared memory; with its "
+                            f"{sizes['shared']} static bytes the block may have {optin} "
+                            f"(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)")
+        self._smem_optin[func] = int(nbytes)
+
+    def _check_shared(self, func: int, shared_mem: int, call: str, threads: int = 1) -> None:
+        """A launch's dynamic shared memory and block fit what the function may use (else INVALID_VALUE)."""
+        name, _m, _d, sizes = self.function_info(func)
+        if threads > (sizes["max_threads"] or 1024):
+            raise CudaError(INVALID_VALUE, call, f"{name}: a block of {threads} threads; the kernel "
+                                                 f"allows {sizes['max_threads']} (.maxntid/.reqntid)")
+        limit = self.function_max_dynamic_shared(func)
+        if not 0 <= shared_mem <= limit:
+            name, _m, _d, sizes = self.function_info(func)
+            raise CudaError(INVALID_VALUE, call,
+                            f"{name}: {shared_mem} bytes of dynamic shared memory; with its "
+                            f"{sizes['shared']} static bytes it may use {limit} (48 KiB in all "
+                            "unless cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) opted in)")
 
     @_locked
     def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
@@ -296,8 +360,7 @@ class SimModuleCalls(SimCore):
         if (len(g) != 3 or len(b) != 3 or min(g + b) < 1 or g[0] > 2**31 - 1
                 or max(g[1:]) > 65535 or b[0] * b[1] * b[2] > 1024 or b[2] > 64):
             raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
-        if shared_mem > 48 << 10:
-            raise CudaError(INVALID_VALUE, call, f"{name}: {shared_mem} bytes of shared memory")
+        self._check_shared(func, shared_mem, call, b[0] * b[1] * b[2])
         if getattr(impl, "foreign", False) and s.capture is None:
             raise impl.error(call)  # after the checks a driver makes of any launch
         # (captured, the launch is a graph node: it fails when the graph runs it)
@@ -313,8 +376,10 @@ class SimModuleCalls(SimCore):
             impl.pack(snap)
         acc = impl.accesses(snap)
         mem = _KernelMemory(self, ctx, name)
-        self.sched.enqueue(s, lambda: run(mem, g, b, shared_mem, snap),
-                           f"kernel {name}", acc)
+        work: Any = lambda: run(mem, g, b, shared_mem, snap)  # noqa: E731
+        if hasattr(impl, "program"):  # reports the ranges it touched when it has run
+            work = Reports(work)
+        self.sched.enqueue(s, work, f"kernel {name}", acc)
 
     def _ptx_launch(self, impl: Any, name: str, module: int, ctx: SimContext,
                     block: tuple[int, ...], shared_mem: int, call: str) -> Any:

@@ -20,6 +20,9 @@ neither ordered before the other, are a race (:class:`StreamOrderError`).
 Races are judged on the clocks at enqueue time, so they are found whatever
 order the work happens to run in.
 
+The race detector itself (records, verdicts, work that reports its accesses
+when it has run) is ``_race.py``.
+
 With a seed (``GPUARRAY_SIM_SEED``) the scheduler runs ready work from all
 streams in a random order, so order-dependent bugs differ across seeds.
 """
@@ -29,14 +32,13 @@ from __future__ import annotations
 import random
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import StreamOrderError
 from .. import _signals
 from ._lock import SimLock
-from ._memory import AddressSpace, Allocation
+from ._memory import AddressSpace
+from ._race import RaceDetector, Reports
 
 
 class Op:
@@ -137,18 +139,6 @@ def _join(into: dict[int, int], other: dict[int, int]) -> None:
             into[k] = v
 
 
-class _Access:
-    __slots__ = ("lo", "hi", "write", "stream", "clock", "desc")
-
-    def __init__(self, lo: int, hi: int, write: bool, stream: SimStream, clock: int, desc: str) -> None:
-        self.lo = lo
-        self.hi = hi
-        self.write = write
-        self.stream = stream
-        self.clock = clock
-        self.desc = desc
-
-
 class _Blocked(Exception):
     """``complete(wait=False)`` reached a host function that has not returned yet."""
 
@@ -164,11 +154,8 @@ class ReentryError(RuntimeError):
     """
 
 
-class Scheduler:
+class Scheduler(RaceDetector):
     """Queues, dependencies, execution and race detection for the simulator."""
-
-    #: Race-record cap per allocation (oldest records dropped beyond it).
-    MAX_RECORDS = 2048
 
     def __init__(self, memory: AddressSpace, *, racecheck: str = "error", seed: int | None = None,
                  max_queue: int = 64) -> None:
@@ -203,6 +190,8 @@ class Scheduler:
         #: capturing blocking stream, and is queued as usual otherwise.
         self.capturing = 0
         self.capture_hook: Callable[..., Any] | None = None
+        #: Queued :class:`Reports` work whose accesses are not judged yet (seq -> op).
+        self.reporting: dict[int, Op] = {}
 
     # ------------------------------------------------------------- streams
     def new_stream(self, handle: int, ctx: SimContext, kind: str) -> SimStream:
@@ -274,6 +263,8 @@ class Scheduler:
         op.host_fn = host_fn
         if accesses and self.racecheck != "0":
             self._check_races(op, accesses)
+        if isinstance(fn, Reports) and self.racecheck != "0":
+            self.reporting[op.seq] = op
         stream.tail = op
         stream.vc = vc
         self.pending[op.seq] = op
@@ -299,10 +290,13 @@ class Scheduler:
         del self.pending[op.seq]
         try:
             if fn is not None:
-                fn()
+                touched = fn()
+                if op.seq in self.reporting:
+                    self._check_races(op, touched or ())
         except BaseException as e:  # kept on the op; the sync point reports it
             op.error = e
         finally:
+            self.reporting.pop(op.seq, None)
             op.runner = 0
             op.done = True
             op.t_done = time.perf_counter()
@@ -378,6 +372,7 @@ class Scheduler:
         """Make queued ``op`` do nothing: it stays in its stream's order, an empty step."""
         op.fn = op.on_ready = None
         op.reads, op.writes = [], []
+        self.reporting.pop(op.seq, None)
 
     def _complete(self, target: Op, wait: bool) -> None:
         if self.rng is not None:
@@ -510,6 +505,7 @@ class Scheduler:
         for op in list(self.pending.values()):
             if op.stream.ctx is ctx:
                 del self.pending[op.seq]
+                self.reporting.pop(op.seq, None)
                 op.fn = op.on_ready = None
                 op.deps = []
                 op.done = True
@@ -537,57 +533,3 @@ class Scheduler:
     def host_observes(self, vc: dict[int, int]) -> None:
         """The host saw work with clock ``vc`` complete."""
         _join(self.host_vc, vc)
-
-    # ------------------------------------------------------- race detector
-    def _check_races(self, op: Op, accesses) -> None:
-        for address, nbytes, write in accesses:
-            if nbytes <= 0:
-                continue
-            self._check_range(op, address, nbytes, write)
-
-    def _check_range(self, op: Op, address: int, nbytes: int, write: bool) -> None:
-        mem = self.memory
-        end = address + nbytes
-        while address < end:
-            a = mem.find(address)
-            if a is None or not a.alive:
-                return  # bounds and use-after-free are reported by the access itself
-            hi = min(end, a.base + a.size)
-            self._check_alloc(op, a, address, hi, write)
-            address = hi
-
-    def _check_alloc(self, op: Op, a: Allocation, lo: int, hi: int, write: bool) -> None:
-        records: list[_Access] = a.races
-        host = self.host_vc
-        keep: list[_Access] = []
-        for r in records:
-            if r.clock <= host.get(r.stream.id, 0):
-                continue  # the host has seen it complete: ordered before all new work
-            if r.stream is op.stream and write and lo <= r.lo and r.hi <= hi:
-                continue  # superseded by a later write on the same stream
-            keep.append(r)
-            if r.stream is op.stream or not (write or r.write):
-                continue
-            if r.hi <= lo or hi <= r.lo:
-                continue
-            if r.clock <= op.vc.get(r.stream.id, 0):
-                continue
-            self._report(op, a, r, lo, hi, write)
-        keep.append(_Access(lo, hi, write, op.stream, op.vc[op.stream.id], op.desc))
-        if len(keep) > self.MAX_RECORDS:
-            del keep[: len(keep) - self.MAX_RECORDS]
-        a.races = keep
-
-    def _report(self, op: Op, a: Allocation, r: _Access, lo: int, hi: int, write: bool) -> None:
-        olo, ohi = max(lo, r.lo), min(hi, r.hi)
-        msg = (
-            f"unordered access to {a.describe()}: {op.desc} "
-            f"({'writes' if write else 'reads'} bytes [0x{lo:x}, 0x{hi:x}) on {op.stream.describe()}) "
-            f"races with {r.desc} ({'writes' if r.write else 'reads'} bytes [0x{r.lo:x}, 0x{r.hi:x}) "
-            f"on {r.stream.describe()}); overlapping bytes [0x{olo:x}, 0x{ohi:x}). "
-            "Order them with an event (record on one stream, wait on the other) or a host synchronize."
-        )
-        if self.racecheck == "warn":
-            warnings.warn(msg, RuntimeWarning, stacklevel=6)
-        else:
-            raise StreamOrderError(msg)

@@ -23,6 +23,17 @@ folder first in ``LD_LIBRARY_PATH``, and ``GPUARRAY_STANDIN`` = that folder,
 which tells tests that the cuda backend runs over the simulator, not a GPU.
 ``GPUARRAY_STANDIN_TRACE=1`` makes the library print each function request
 of the bindings (name, version, flags) and whether it is served.
+
+nvJitLink is hidden from the command: the simulator executes PTX, and a
+cubin that nvJitLink linked (from numba-cuda's LTO-IR, say) carries none.
+:func:`build` also makes two empty libraries named ``libnvJitLink.so.12`` and
+``.13``, and :func:`environment` preloads them (``LD_PRELOAD``): cuda-pathfinder
+uses a library already loaded under its name, finds no ``__nvJitLinkVersion``
+in it, and numba-cuda and cuda.core then do what they do on a machine
+without nvJitLink -- link PTX through the driver (``cuLinkCreate``/
+``cuLinkAddData``), which hands the simulator the PTX.
+``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves nvJitLink visible (its cubins then
+fail at launch, saying how to get PTX).
 """
 
 from __future__ import annotations
@@ -51,6 +62,10 @@ _CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall"
 # After the source (the linker keeps a library only for what precedes it):
 # dlsym for the Python C-API, looked up at run time (libc itself on glibc >= 2.34).
 _LIBS = ("-ldl",)
+#: The empty libraries that hide nvJitLink from commands over the stand-in (cu12, cu13).
+_HIDE = ("libnvJitLink.so.12", "libnvJitLink.so.13")
+#: ``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves nvJitLink visible.
+KEEP_NVJITLINK = "GPUARRAY_STANDIN_NVJITLINK"
 
 
 class StandinUnavailableError(RuntimeError):
@@ -110,11 +125,11 @@ def build(verbose: bool = False) -> Path:
                                  timeout=60).stdout.splitlines()[:1]
     except (OSError, subprocess.SubprocessError) as e:
         raise StandinUnavailableError(f"the C compiler {cc!r} does not run: {e}") from e
-    key = hashlib.sha256(repr((source, cc, version, _CFLAGS, _LIBS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((source, cc, version, _CFLAGS, _LIBS, _HIDE)).encode()).hexdigest()[:16]
     root = standin_dir()
     out = root / key
     lib = out / "libcuda.so.1"
-    if lib.is_file():
+    if lib.is_file() and all((out / name).is_file() for name in _HIDE):
         _check_trusted(root)
         _check_trusted(out)
         return out
@@ -125,16 +140,27 @@ def build(verbose: bool = False) -> Path:
     if verbose:
         print(f"gpuarray standin: building {lib} with {cc}", file=sys.stderr)
     try:
-        res = subprocess.run([cc, *_CFLAGS, "-o", str(tmp), str(SOURCE), *_LIBS],
-                             capture_output=True, text=True, timeout=300)
-        if res.returncode != 0:
-            raise StandinUnavailableError(
-                f"building the stand-in driver failed ({cc}, exit {res.returncode}):\n"
-                f"{res.stderr.strip()}")
+        _compile(cc, [*_CFLAGS, "-o", str(tmp), str(SOURCE), *_LIBS])
+        for name in _HIDE:  # empty libraries that hide nvJitLink (see the module's docstring)
+            stub = out / f".{name}.{os.getpid()}.tmp"
+            try:
+                _compile(cc, ["-shared", "-fPIC", f"-Wl,-soname,{name}", "-x", "c", "-o",
+                              str(stub), "-"], stdin="")
+                os.replace(stub, out / name)
+            finally:
+                stub.unlink(missing_ok=True)
         os.replace(tmp, lib)
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def _compile(cc: str, args: list[str], stdin: str | None = None) -> None:
+    res = subprocess.run([cc, *args], input=stdin, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise StandinUnavailableError(
+            f"building the stand-in driver failed ({cc}, exit {res.returncode}):\n"
+            f"{res.stderr.strip()}")
 
 
 def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -151,11 +177,21 @@ def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str
     -------
     dict
         ``base`` with ``GPUARRAY_BACKEND=cuda``, ``folder`` first in
-        ``LD_LIBRARY_PATH`` and ``GPUARRAY_STANDIN`` set to ``folder``.
+        ``LD_LIBRARY_PATH``, ``GPUARRAY_STANDIN`` set to ``folder``, and the
+        libraries that hide nvJitLink in ``LD_PRELOAD`` (unless
+        ``GPUARRAY_STANDIN_NVJITLINK=keep``).
     """
     env = dict(os.environ if base is None else base)
     ld = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = str(folder) + (os.pathsep + ld if ld else "")
+    hide = [str(folder / name) for name in _HIDE if (folder / name).is_file()]
+    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide]
+    if env.get(KEEP_NVJITLINK) != "keep":
+        pre = hide + pre
+    if pre:
+        env["LD_PRELOAD"] = ":".join(pre)
+    else:
+        env.pop("LD_PRELOAD", None)
     env["GPUARRAY_BACKEND"] = "cuda"
     env[MARK] = str(folder)
     return env

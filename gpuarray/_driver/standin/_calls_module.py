@@ -10,12 +10,19 @@ current, and a ``CUkernel`` is its ``CUfunction``), the JIT linker
 ``cuLaunchKernelEx``.
 
 Images are judged as a driver would (``sim/_images.py``): bad ones fail at
-load or ``cuLinkAddData`` with a code cuda.h lists for that call.  The
-linker's output is an ELF cubin holding its inputs, so the kernels of each
-input are found in it.  A kernel that is not one of gpuarray's resolves
-(``cuModuleGetFunction``, ``cuLibraryGetKernel``) and fails at launch with
-``CUDA_ERROR_INVALID_IMAGE``, saying the simulator cannot execute foreign
-kernels.  Occupancy is computed from the device profile (2048 threads,
+load or ``cuLinkAddData`` with a code cuda.h lists for that call.  A binary
+image has no size argument: its header says it, and it is read through
+``/proc/self/mem``, so a header that points past the image is refused, never
+a crash.  The linker's output is an ELF cubin holding its PTX and cubin
+inputs in sections of their own (``sim/_cubin.link_image``), so the kernels
+of each input are found in it and the simulator executes its PTX (several
+PTX inputs linked as one program).  A kernel of a cubin without PTX resolves
+and fails at launch with ``CUDA_ERROR_INVALID_IMAGE``, saying how to get
+PTX.  Function attributes come from the kernel's PTX (static sizes,
+``.maxntid``); ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` is the simulator's (48 KiB
+less the static size, or the opt-in, checked against
+``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``); the ``cuKernel*`` forms check their
+device.  Occupancy is computed from the device profile (2048 threads,
 32 blocks, 228 KiB of shared memory and 64 Ki registers per SM, 32
 registers per thread, 1 KiB of shared memory reserved per block).
 """
@@ -23,17 +30,18 @@ registers per thread, 1 KiB of shared memory reserved per block).
 from __future__ import annotations
 
 import ctypes
-import struct
+import os
 from typing import Any
 
 from ...errors import CudaError
-from ..sim import _images
+from ..sim import _cubin, _images
 from ._support import (
     _I32,
     _INVALID_HANDLE,
     _INVALID_VALUE,
     _SIZE,
     _U64,
+    _device,
     _out,
     _output_first,
     _signed,
@@ -47,29 +55,58 @@ _STRINGS: dict[bytes, Any] = {}
 
 
 # ----------------------------------------------------------------- images
-def _image_size(call: str, p: int) -> int:
-    """Bytes of the image at ``p``: ELF and fatbin headers say; PTX is NUL-terminated."""
+_MEM: list[int] = []  # a descriptor of /proc/self/mem, opened on first use (-1: none)
+
+
+def _read(call: str, p: int, n: int) -> bytes:
+    """``n`` bytes at address ``p``, or the image is refused if they are not all readable.
+
+    ``cuModuleLoadData`` has no size: a binary image's header says it, and a
+    corrupt header may point past the image.  Read through ``/proc/self/mem``
+    an unreadable range is an error, not a crash.
+    """
+    if not _MEM:
+        try:
+            _MEM.append(os.open("/proc/self/mem", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+        except OSError:
+            _MEM.append(-1)
+    if _MEM[0] < 0:
+        return ctypes.string_at(p, n)
+    try:
+        data = os.pread(_MEM[0], n, p)
+    except (OSError, OverflowError):
+        data = b""
+    if len(data) != n:
+        raise CudaError(_images.code_for(call, "binary"), call,
+                        f"(its header declares {n} bytes, but memory from {p:#x} is not all "
+                        "readable: a corrupt header)")
+    return data
+
+
+def _image(call: str, p: int) -> bytes:
+    """The image at ``p``: ELF and fatbin headers say its size; PTX is NUL-terminated."""
     head = ctypes.string_at(p, 4)
-    if head == b"\x7fELF":
-        hdr = ctypes.string_at(p, 64)
-        if hdr[4] != 2:
-            raise CudaError(_images.code_for(call, "binary"), call, "(a 32-bit ELF image)")
-        shoff = int.from_bytes(hdr[0x28:0x30], "little")
-        phoff = int.from_bytes(hdr[0x20:0x28], "little")
-        phentsize, phnum = (int.from_bytes(hdr[i:i + 2], "little") for i in (0x36, 0x38))
-        shentsize, shnum = (int.from_bytes(hdr[i:i + 2], "little") for i in (0x3A, 0x3C))
-        return max(64, shoff + shentsize * shnum, phoff + phentsize * phnum)
-    if head == b"\x50\xed\x55\xba":
-        hdr = ctypes.string_at(p, 16)
-        return int.from_bytes(hdr[6:8], "little") + int.from_bytes(hdr[8:16], "little")
-    return len(ctypes.string_at(p)) + 1
+    try:
+        if head == _cubin.ELF_MAGIC:
+            hdr = ctypes.string_at(p, 64)
+            if hdr[4] != 2:
+                raise _cubin.BinaryError("a 32-bit ELF image")
+            return _read(call, p, _cubin.declared_elf_size(hdr))
+        if head == _cubin.FATBIN_MAGIC:
+            hdr = ctypes.string_at(p, 16)
+            size = int.from_bytes(hdr[6:8], "little") + int.from_bytes(hdr[8:16], "little")
+            if size > _cubin.MAX_IMAGE:
+                raise _cubin.BinaryError(f"a fatbin header declaring {size} bytes")
+            return _read(call, p, max(16, size))
+    except _cubin.BinaryError as e:
+        raise CudaError(_images.code_for(call, "binary"), call, f"({e})") from None
+    return ctypes.string_at(p) + b"\0"
 
 
 def _load(call: str, image: int) -> int:
     if not image:
         raise CudaError(_INVALID_VALUE, call, "(NULL image)")
-    data = ctypes.string_at(image, _image_size(call, image))
-    return backend().module_load_data(data, call=call, placeholder_ok=False)
+    return backend().module_load_data(_image(call, image), call=call, placeholder_ok=False)
 
 
 @_output_first
@@ -180,6 +217,14 @@ def _link(call: str, state: int) -> list[Any]:
     return link
 
 
+def _cc() -> int:
+    """The current context's device's compute capability, as ``10 * major + minor``."""
+    b = backend()
+    dev = b.ctx_get_device()
+    return (10 * b.device_attribute("compute_capability_major", dev)
+            + b.device_attribute("compute_capability_minor", dev))
+
+
 def _add(call: str, state: int, kind: int, data: bytes, name: str) -> None:
     link = _link(call, state)
     what = _INPUT_KINDS.get(kind)
@@ -187,16 +232,17 @@ def _add(call: str, state: int, kind: int, data: bytes, name: str) -> None:
         raise CudaError(_INVALID_VALUE, call, f"input type {kind} (the simulator links CUBIN, "
                                               "PTX, FATBINARY, OBJECT and LIBRARY inputs)")
     if what == "object" and data.startswith(b"\x7fELF"):
-        pass  # a host object that embeds device code
-    elif what == "library" and data.startswith(b"!<arch>\n"):
-        pass
-    else:
-        try:
-            _images.validate(data)
-        except _images.ImageError as e:
-            raise CudaError(_images.code_for("cuLinkAddData", e.kind), call,
-                            f"({name or 'input'}: {e.reason})") from None
-    link[0].append(data)
+        return  # a host object that embeds device code: its kernels are not read
+    if what == "library" and data.startswith(b"!<arch>\n"):
+        return
+    try:
+        found = _images.validate(data, cc=_cc())
+    except _images.ImageError as e:
+        raise CudaError(_images.code_for("cuLinkAddData", e.kind), call,
+                        f"({name or 'input'}: {e.reason})") from None
+    if found == "ptx":
+        data = data.split(b"\0", 1)[0] + b"\0"
+    link[0].append(("cubin" if found == "elf" else found, data))
 
 
 def cuLinkAddData_v2(state: int, kind: int, data: int, size: int, name: int, n: int,
@@ -227,19 +273,13 @@ def cuLinkComplete(state: int, pcubin: int, psize: int) -> None:
     link = _link(call, state)
     if not pcubin or not psize:
         raise CudaError(_INVALID_VALUE, call, "(NULL output)")
-    body = b"".join(link[0])
-    # An ELF64 CUDA header (EM_CUDA) whose section-table offset ends the image,
-    # so a loader computes its size from the header, followed by the inputs.
-    header = bytearray(64)
-    header[0:4] = b"\x7fELF"
-    header[4], header[5], header[6] = 2, 1, 1
-    struct.pack_into("<HHI", header, 16, 2, 190, 1)  # ET_EXEC, EM_CUDA, EV_CURRENT
-    struct.pack_into("<Q", header, 0x28, 64 + len(body))  # e_shoff
-    struct.pack_into("<HHHHHH", header, 0x34, 64, 0, 0, 64, 0, 0)
-    out = ctypes.create_string_buffer(bytes(header) + body, 64 + len(body))
+    # An ELF cubin holding each input in a section of its own (sim/_cubin.py), so
+    # the kernels of each input, and the PTX of each, are found in it.
+    image = _cubin.link_image(link[0], _cc())
+    out = ctypes.create_string_buffer(image, len(image))
     link[1] = out
     ctypes.c_void_p.from_address(pcubin).value = ctypes.addressof(out)
-    _SIZE.from_address(psize).value = 64 + len(body)
+    _SIZE.from_address(psize).value = len(image)
 
 
 def cuLinkDestroy(state: int) -> None:
@@ -249,22 +289,30 @@ def cuLinkDestroy(state: int) -> None:
 
 # ------------------------------------------------------- function attributes
 #: CUfunction_attribute values of every kernel (an H100 build: 32 registers; the
-#: static shared/const/local sizes are read from the image's PTX, the PTX and
-#: binary versions are the device's compute capability).
-_FUNC_ATTRS = {0: 1024, 1: 0, 2: 0, 3: 0, 4: 32, 7: 0, 8: 48 << 10, 9: -1, 10: 0, 11: 0,
+#: static shared/const/local sizes are read from the image, the PTX version from
+#: the PTX's .target, the binary version is the device's compute capability;
+#: MAX_DYNAMIC_SHARED_SIZE_BYTES is the simulator's, 48 KiB less the static size
+#: until an opt-in).
+_FUNC_ATTRS = {4: 32, 7: 0, 9: -1, 10: 0, 11: 0,
                12: 0, 13: 0, 14: 0, 15: 0}
 _SET: dict[tuple[int, int], int] = {}  # (function, attribute) -> value set
+_MAX_DYNAMIC_SHARED, _CARVEOUT = 8, 9
 
 
 def _func_attr(call: str, func: int, attr: int) -> int:
-    _name, _module, dev, sizes = backend().function_info(func)
+    b = backend()
+    name, module, dev, sizes = b.function_info(func)
     attr = _signed(attr)
-    if attr in (1, 2, 3):  # SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES: from the PTX
+    if attr == 0:  # MAX_THREADS_PER_BLOCK: .maxntid/.reqntid, else the device's 1024
+        return sizes["max_threads"] or 1024
+    if attr in (1, 2, 3):  # SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES: from the image
         return sizes[("shared", "const", "local")[attr - 1]]
-    if attr in (5, 6):  # PTX_VERSION, BINARY_VERSION: the device's compute capability
-        b = backend()
-        return (b.device_attribute("compute_capability_major", dev) * 10
-                + b.device_attribute("compute_capability_minor", dev))
+    if attr == _MAX_DYNAMIC_SHARED:
+        return b.function_max_dynamic_shared(func)
+    if attr in (5, 6):  # PTX_VERSION (the PTX's .target), BINARY_VERSION: compute capability
+        cc = (b.device_attribute("compute_capability_major", dev) * 10
+              + b.device_attribute("compute_capability_minor", dev))
+        return (b.function_ptx_arch(func) or cc) if attr == 5 else cc
     if attr not in _FUNC_ATTRS:
         raise CudaError(_INVALID_VALUE, call, f"{attr} is not a CUfunction_attribute")
     return _SET.get((func, attr), _FUNC_ATTRS[attr])
@@ -275,23 +323,33 @@ def cuFuncGetAttribute(p: int, attr: int, func: int) -> None:
 
 
 def cuKernelGetAttribute(p: int, attr: int, kernel: int, dev: int) -> None:
-    _out("cuKernelGetAttribute", p, _I32, _func_attr("cuKernelGetAttribute", kernel, attr))
+    call = "cuKernelGetAttribute"
+    _device(call, dev)
+    _out(call, p, _I32, _func_attr(call, kernel, attr))
 
 
-def cuFuncSetAttribute(func: int, attr: int, value: int) -> None:
-    call = "cuFuncSetAttribute"
-    backend().function_info(func)
+def _set_attr(call: str, func: int, attr: int, value: int) -> None:
+    b = backend()
+    b.function_info(func)
     attr, value = _signed(attr), _signed(value)
-    limit = {8: (0, 232448 - 1024), 9: (-1, 100)}.get(attr)  # dynamic smem opt-in, carveout
-    if limit is None or not limit[0] <= value <= limit[1]:
+    if attr == _MAX_DYNAMIC_SHARED:  # checked against the opt-in limit less the static size
+        b.function_set_max_dynamic_shared(func, value, call)
+        return
+    if attr != _CARVEOUT or not -1 <= value <= 100:
         raise CudaError(_INVALID_VALUE, call, f"attribute {attr} = {value} (settable here: "
                                               "MAX_DYNAMIC_SHARED_SIZE_BYTES, "
-                                              "PREFERRED_SHARED_MEMORY_CARVEOUT)")
+                                              "PREFERRED_SHARED_MEMORY_CARVEOUT in -1..100)")
     _SET[(func, attr)] = value
 
 
+def cuFuncSetAttribute(func: int, attr: int, value: int) -> None:
+    _set_attr("cuFuncSetAttribute", func, attr, value)
+
+
 def cuKernelSetAttribute(attr: int, value: int, kernel: int, dev: int) -> None:
-    cuFuncSetAttribute(kernel, attr, value)
+    call = "cuKernelSetAttribute"
+    _device(call, dev)
+    _set_attr(call, kernel, attr, value)
 
 
 def cuFuncSetCacheConfig(func: int, config: int) -> None:
@@ -301,6 +359,7 @@ def cuFuncSetCacheConfig(func: int, config: int) -> None:
 
 
 def cuKernelSetCacheConfig(kernel: int, config: int, dev: int) -> None:
+    _device("cuKernelSetCacheConfig", dev)
     cuFuncSetCacheConfig(kernel, config)
 
 

@@ -44,6 +44,7 @@ import traceback
 from collections.abc import Callable
 
 from ...errors import CudaError, CudaUnavailableError
+from ..sim import _sticky
 from . import (
     _calls_context,
     _calls_copy,
@@ -92,6 +93,26 @@ def _keep(e: BaseException) -> None:
     _tls.error = e
 
 
+_REPORTED: set[str] = set()
+_INVALID_IMAGE = 200
+
+
+def _report_fault(e: CudaError) -> None:
+    """Print the simulator's message of a sticky fault or an unlaunchable kernel, once each.
+
+    The caller gets only the code (``CUDA_ERROR_ILLEGAL_ADDRESS``, or
+    ``CUDA_ERROR_INVALID_IMAGE`` for a kernel the simulator cannot execute);
+    the line names the kernel, the PTX instruction and the thread, as
+    compute-sanitizer would on a GPU, or says how to get PTX.
+    """
+    text = str(e)
+    detail = text.split(")", 1)[-1].strip() if ")" in text else text
+    if detail in _REPORTED or "(sticky: " in text:  # a later call repeating the fault
+        return
+    _REPORTED.add(detail)
+    print(f"gpuarray stand-in driver: {e.name}: {detail}", file=sys.stderr)
+
+
 def last_error() -> BaseException | None:
     """The exception behind the calling thread's last failed driver call (None if none)."""
     return getattr(_tls, "error", None)
@@ -115,6 +136,8 @@ def serve(name: str, args: tuple[int, ...]) -> int:
         return 0
     except CudaError as e:
         _keep(e)
+        if e.code in _sticky.STICKY_CODES or e.code == _INVALID_IMAGE:
+            _report_fault(e)  # the caller sees only the code: say what the simulator saw
         return e.code
     except CudaUnavailableError as e:
         _keep(e)

@@ -83,7 +83,8 @@ Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
     ``accesses(params) -> []``, ``check()`` (builds; raises
     :class:`UnsupportedPtx`, code 200, for an unlaunchable entry),
     ``pack(params)`` (the parameter block; TypeError for a wrong count or
-    size), and ``run(mem, grid, block, shared_mem, params, globals=...)``.
+    size), and ``run(mem, grid, block, shared_mem, params, globals=...)``
+    (returns the ``(address, nbytes, is_write)`` intervals it touched).
     ``globals`` maps each module variable to its device address; the
     dispatch allocates them once per loaded module, so that
     ``cuModuleGetGlobal`` and the kernel see the same bytes.
@@ -111,8 +112,11 @@ collective between, never lets that thread run -- the launch hangs (a GPU
 does not promise progress there either without cooperative launch);
 cooperative launch and ``grid.sync`` (numba's needs an external function
 the simulator does not provide: the launch fails naming it).  The race
-detector does not see what a PTX kernel touches (``accesses`` is empty:
-the ranges are known only while it runs).
+detector sees what a PTX kernel touched: ``accesses`` is empty (the ranges
+are known only while it runs), the checked global accesses of ``ptxrt.h``
+widen per allocation the interval read and the interval written (atomics
+write), ``run`` returns them, and the launch, queued as ``_sched.Reports``
+work, is judged when it has run on its enqueue-time clock.
 
 Numerics
 --------

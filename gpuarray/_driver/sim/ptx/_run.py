@@ -7,6 +7,13 @@ launch record of ``ptxrt.h`` (``ptx::Launch``), the shared window, the
 grants (every live allocation the context may touch), and the printf
 buffer, written to the process's stdout (file descriptor 1, as a driver
 does) when the launch ends, even when it faulted.
+
+What a launch touched is known only when it has run: the checked global
+accesses of ``ptxrt.h`` widen, per grant, the interval of bytes read and
+the interval written (``Launch::touched``), and :meth:`PtxKernel.run`
+returns them as ``(address, nbytes, is_write)`` -- what the scheduler's
+race detector judges for work that reports its accesses when it runs
+(``_sched.Reports``), on the clock the launch had when it was queued.
 """
 
 from __future__ import annotations
@@ -40,10 +47,13 @@ class _Launch(ctypes.Structure):
                 ("dyn_size", ctypes.c_uint64), ("printf_buf", ctypes.c_void_p),
                 ("printf_cap", ctypes.c_uint64), ("printf_len", ctypes.c_uint64),
                 ("last", ctypes.c_void_p), ("clock", ctypes.c_uint64),
-                ("block", ctypes.c_void_p), ("local_pool", ctypes.c_void_p)]
+                ("block", ctypes.c_void_p), ("local_pool", ctypes.c_void_p),
+                ("touched", ctypes.c_void_p), ("last_touched", ctypes.c_void_p)]
 
 
 _NO_GRANT = _hostrt.Grant(0, 0, None, 0)
+_NO_TOUCH = (ctypes.c_uint64 * 4)()  # the intervals of _NO_GRANT: never reached (size 0)
+_UNTOUCHED = np.array([2**64 - 1, 0, 2**64 - 1, 0], dtype=np.uint64)
 _param_types: dict[tuple[int, int], type] = {}
 
 
@@ -68,7 +78,8 @@ class PtxKernel:
     ``param_types``: one ctypes type per PTX parameter (its bytes); ``info``:
     the entry's :class:`~._ast.EntryInfo`.  ``accesses`` declares nothing
     (what a PTX kernel touches is known only when it runs; every access is
-    checked against the live allocations instead).
+    checked against the live allocations instead, and :meth:`run` returns
+    the ranges it touched, for the race detector).
     """
 
     foreign = False
@@ -120,8 +131,14 @@ class PtxKernel:
         return block
 
     def run(self, mem: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-            shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None = None) -> None:
-        """Run every thread of every block on ``mem`` (a ``_KernelMemory``)."""
+            shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None = None
+            ) -> list[tuple[int, int, bool]]:
+        """Run every thread of every block on ``mem`` (a ``_KernelMemory``).
+
+        Returns the global memory the launch touched: per allocation, the
+        hull of the bytes it read and the hull of the bytes it wrote (atomics
+        write), as ``(address, nbytes, is_write)``.
+        """
         meta = self.program.build()
         why = meta["unsupported"].get(self.name)
         if why:
@@ -143,10 +160,12 @@ class PtxKernel:
         pool = (np.empty(threads * local, dtype=np.uint8) if local > LOCAL_ON_STACK
                 else np.empty(0, dtype=np.uint8))
         grants, keep = mem.live_grants()
+        touched = np.tile(_UNTOUCHED, max(1, len(grants)))
         launch = _Launch(ctypes.addressof(pblock), self.info.param_size,
                          ctypes.addressof(table), shared.ctypes.data, dyn_offset + int(shared_mem),
                          dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
-                         ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data)
+                         ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data,
+                         touched.ctypes.data, ctypes.addressof(_NO_TOUCH))
         try:
             self.program.runtime().launch(self.name, entry, launch, grid, block, grants,
                                           source=self.program.source_line)
@@ -155,3 +174,18 @@ class PtxKernel:
             if launch.printf_len:
                 sys.stdout.flush()
                 os.write(1, out.raw[:launch.printf_len])
+        return _touched_ranges(grants, touched)
+
+
+def _touched_ranges(grants: Sequence[Any], touched: np.ndarray) -> list[tuple[int, int, bool]]:
+    """``(address, nbytes, is_write)`` of the intervals ``ptxrt.h`` widened (4 per grant)."""
+    t = touched.reshape(-1, 4)
+    out: list[tuple[int, int, bool]] = []
+    for i in np.flatnonzero((t[:, 1] > t[:, 0]) | (t[:, 3] > t[:, 2])).tolist():
+        base = grants[i].base
+        rlo, rhi, wlo, whi = t[i].tolist()
+        if rhi > rlo:
+            out.append((base + rlo, rhi - rlo, False))
+        if whi > wlo:
+            out.append((base + wlo, whi - wlo, True))
+    return out

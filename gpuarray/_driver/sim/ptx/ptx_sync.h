@@ -81,7 +81,7 @@ inline void complete(Thread* t, Warp& w, uint32_t mask, uint32_t line) {
     const uint32_t kind = w.kind[t->lane];
     for (uint32_t i = 0; i < 32; ++i) {
         if (!(mask >> i & 1)) continue;
-        if (w.kind[i] != kind || w.mask[i] != mask) {
+        if (w.kind[i] != kind || (w.mask[i] & ~w.exited) != mask) {  // mask: the live lanes
             char m[160];
             snprintf(m, sizeof m, "lanes %u and %u of warp %u meet at different warp collectives "
                      "or with different member masks (0x%x, 0x%x)", t->lane, i, t->warp, mask,
@@ -180,6 +180,9 @@ inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val
                  "0x%x leaves it out", lane, t->warp, mask);
         trap(t, line, m);
     }
+    // Lanes a partial last warp does not have were never launched: not members
+    // (a GPU runs full-mask collectives in blocks of fewer than 32 threads).
+    mask &= lanes_of(t);
     w.kind[lane] = kind;
     w.mask[lane] = mask;
     w.val[lane] = val;
@@ -189,22 +192,14 @@ inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val
     w.arrived |= 1u << lane;
     w.blocked |= 1u << lane;
     while (w.gen[lane] == g) {
-        if ((w.arrived & mask) == mask) {
-            complete(t, w, mask, line);
+        // Exited lanes are not waited for: the PTX ISA's shfl/vote/match.sync wait for the
+        // "non-exited threads" of the mask, and GPUs run bar.warp.sync so (numba-cuda's
+        // reduction kernel syncs its warp after lanes returned).  A lane that waits
+        // elsewhere is not exited: that is a deadlock, which the runtime reports.
+        const uint32_t live = mask & ~w.exited;
+        if ((w.arrived & live) == live) {
+            complete(t, w, live, line);
             break;
-        }
-        if (mask & w.exited) {
-            char m[160];
-            snprintf(m, sizeof m, "lane %u of warp %u waits at a warp collective (member mask "
-                     "0x%x) for lanes that exited (0x%x)", lane, t->warp, mask, mask & w.exited);
-            trap(t, line, m);
-        }
-        if (mask & ~lanes_of(t)) {
-            char m[160];
-            snprintf(m, sizeof m, "the member mask 0x%x of a warp collective names lanes that "
-                     "the block does not have (warp %u has lanes 0x%x)", mask, t->warp,
-                     lanes_of(t));
-            trap(t, line, m);
         }
         wait(t, line);
     }

@@ -26,6 +26,15 @@
 // CUDA_ERROR_ILLEGAL_ADDRESS (700), an address not a multiple of the access
 // size is CUDA_ERROR_MISALIGNED_ADDRESS (716); the fault carries the PTX
 // line (rt->line).
+//
+// Ranges touched, for the race detector: each global access also widens,
+// for the grant it hit, the interval of bytes read or written (offsets
+// [lo, hi) from the grant's base; Launch::touched holds rlo, rhi, wlo, whi
+// per grant, in the grants' order).  Two compares and at most two stores
+// on the fast path; after the launch ptx/_run.py reports the intervals to
+// the scheduler (_sched.py), which judges them on the launch's clock.
+// Atomics count as writes.  An interval is the hull of what was touched
+// (as a host kernel's declared extent is the hull of its operand view).
 #pragma once
 // No fused multiply-add unless the PTX asks for one (fma, mad.f32): a GPU
 // rounds a*b+c twice for mul then add (x86-64's baseline has no FMA anyway;
@@ -75,6 +84,8 @@ struct Launch {
     uint64_t clock;
     char* block;                // kBlockBytes for the running block's barrier and warp state
     char* local_pool;           // threads per block x local bytes, for large local arenas
+    uint64_t* touched;          // rlo, rhi, wlo, whi of each grant (see above)
+    uint64_t* last_touched;     // touched's entry of `last`
 };
 
 // A trap (or an error of the kernel the runtime reports as 719).
@@ -131,6 +142,13 @@ static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer 
     throw Trap("unreachable");
 }
 
+// Widen the read (write = 0) or written interval r of a grant by [off, off + size).
+inline void touch(uint64_t* r, uint64_t off, uint64_t size, int write) {
+    r += write ? 2 : 0;
+    if (off < r[0]) r[0] = off;
+    if (off + size > r[1]) r[1] = off + size;
+}
+
 inline char* global_slow(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
     ga_host_rt* rt = t->rt;
     int lo = 0, hi = rt->ngrants - 1, found = -1;
@@ -148,6 +166,8 @@ inline char* global_slow(Thread* t, uint64_t a, uint64_t size, int write, uint32
         const uint64_t off = a - g.base;
         if (off < g.size && size <= g.size - off && (!write || g.writable)) {
             t->L->last = &g;
+            t->L->last_touched = t->L->touched + 4 * found;
+            touch(t->L->last_touched, off, size, write);
             return g.host + off;
         }
     }
@@ -158,7 +178,10 @@ inline char* gptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line
     if (a & (size - 1)) fault(t, 716, a, size, write, line);
     const ga_host_grant* g = t->L->last;
     const uint64_t off = a - g->base;
-    if (off < g->size && size <= g->size - off && (!write || g->writable)) return g->host + off;
+    if (off < g->size && size <= g->size - off && (!write || g->writable)) {
+        touch(t->L->last_touched, off, size, write);
+        return g->host + off;
+    }
     return global_slow(t, a, size, write, line);
 }
 
