@@ -154,8 +154,9 @@ def test_the_gpu_check_plan_runs_the_comparison_with_its_own_limit(tmp_path):
 
 
 class _PickyDriver:
-    """A simulator that loads PTX as CUDA 13.0's JIT does in two ways seen with its ptxas:
-    ``.version`` 9.5 is 222, ``sub.rz.f16`` (f16 arithmetic takes ``.rn`` only) is 218."""
+    """A simulator that refuses PTX a device might: ``.version`` 9.5 is 222 (CUDA 13.0's
+    ptxas reads 9.0), and -- standing in for a form a GPU's JIT refuses that the executor
+    runs -- ``sub.rn.f16`` is 218."""
 
     def __init__(self):
         from gpuarray._driver.sim import SimBackend
@@ -170,7 +171,7 @@ class _PickyDriver:
 
         if b".version 9.5" in image:
             raise CudaError(222, "cuModuleLoadData", "PTX ISA 9.5 is newer than this driver's")
-        if b"sub.rz.f16" in image:
+        if b"sub.rn.f16" in image:
             raise CudaError(218, "cuModuleLoadData", "ptxas: illegal rounding modifier")
         return self._b.module_load_data(image)
 
@@ -181,12 +182,12 @@ def test_the_device_gets_ptx_it_loads_and_its_refusals_are_reported(monkeypatch,
     monkeypatch.setattr(cmp, "device_side",
                         lambda rehearse, ptxas: (cmp.Side("device", _PickyDriver()), "picky"))
     out = tmp_path / "ptx.json"
-    rc = cmp.main(["--programs", "ops:add_rn_f32,ops:sub_rz_f16,ops:fma_rn_f32,saxpy",
+    rc = cmp.main(["--programs", "ops:add_rn_f32,ops:sub_rn_f16,ops:fma_rn_f32,saxpy",
                    "--jobs", "1", "--json", str(out)])
     rep = json.loads(out.read_text())
     got = {e["program"]: e for e in rep["programs"]}
     assert rc == 1  # the simulator runs what the device refuses: more lenient, a failure
-    refused = got["ops:sub_rz_f16"]
+    refused = got["ops:sub_rn_f16"]
     assert refused["status"] == "DIFFERS" and refused["device_error"].startswith("CudaError 218")
     assert refused["simulator_error"] is None
     # the other entries of the refused shared module, and saxpy's 9.5 lowered to 9.0

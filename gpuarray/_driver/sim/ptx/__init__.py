@@ -11,6 +11,16 @@ access checked.  Its own room beneath the simulator, in four layers:
     each entry (:class:`EntryInfo`).  Syntax errors are 218
     (``CUDA_ERROR_INVALID_PTX``), a ``.version`` newer than
     :data:`SUPPORTED_VERSION` is 222 (``CUDA_ERROR_UNSUPPORTED_PTX_VERSION``).
+``_check.py`` / ``_forms.py`` -- what a driver's JIT refuses
+    Between parsing and translation (in :func:`load`), every instruction
+    a GPU driver's PTX JIT (``ptxas``) refuses is refused with 218 naming
+    its line: a modifier, rounding mode or type its opcode does not take
+    (``_forms.LEGAL``, generated from ptxas's verdicts by
+    ``tools/ptx_forms/gen.py``), a register operand of a type the ISA's
+    type-checking rules do not allow, an integer literal as a float
+    operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
+    never more lenient (``tests/test_ptx_check.py`` checks every form of
+    the table against ptxas's verdict).
 ``_emit.py`` / ``_translate.py`` / ``_ops*.py`` -- translation
     One C++ function per PTX function: registers become typed locals
     (uninitialised, as PTX leaves them: zeroing hundreds per thread cost
@@ -63,7 +73,7 @@ Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
 ``link(images) -> PtxProgram``: several PTX modules as one (``cuLinkAddData``
     inputs): declarations resolve to other modules' definitions, ``.weak``
     yields to strong, ``.common`` merges.
-``load(image) -> PtxProgram``: parse (cached per text) and translate; the
+``load(image) -> PtxProgram``: parse (cached per text), check (``_check.py``: 218) and translate; the
     C++ is built on the first launch.  ``PtxProgram.module``,
     ``.kernel(name) -> PtxKernel``, ``.globals_needed`` (module variables in
     the order of the launch's address table).

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _hostrt
 from ._ast import PtxModule
+from ._check import check
 from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
 from ._parse import parse
 from ._translate import translate
@@ -52,14 +53,17 @@ def load(image: bytes | str) -> PtxProgram:
     Raises
     ------
     PtxError
-        The text is not PTX the executor reads (218, 222).
+        The text is not PTX the executor reads (218, 222), or holds an
+        instruction a driver's JIT refuses (218, see ``_check.py``).
     """
     text = _text(image)
     digest = hashlib.sha256(text.encode()).hexdigest()
     with _lock:
         prog = _programs.get(digest)
     if prog is None:
-        prog = PtxProgram(parse(text), digest)
+        module = parse(text)
+        check(module)  # what a driver's JIT refuses is refused here, at load
+        prog = PtxProgram(module, digest)
         with _lock:
             prog = _programs.setdefault(digest, prog)
     return prog

@@ -1,0 +1,189 @@
+"""What a GPU driver's PTX JIT refuses, refused at load: the executor's form checks.
+
+One concern: between parsing and translation, refuse (218,
+``CUDA_ERROR_INVALID_PTX``, naming the PTX line and the reason) every
+instruction a driver's JIT (``ptxas``) would refuse at
+``cuModuleLoadData`` although the translator could run it -- the simulator
+may be stricter than a driver, never more lenient.  Two checks:
+
+* the instruction's spelling: for each opcode of :data:`._forms.LEGAL`
+  (the arithmetic, logic, compare, select and convert instructions), the
+  set of its modifiers and its types must be one ptxas accepts
+  (``.rz`` on ``f16`` arithmetic, ``.ftz`` on ``f64``, ``mul.u32`` without
+  ``.lo``/``.hi``/``.wide``, ``cvt.f32.s32`` without a rounding modifier...
+  are refused).  The table is generated from ptxas by
+  ``tools/ptx_forms/gen.py``; a spelling it does not list is refused
+  (stricter than ptxas where ptxas would accept it);
+* operand types (the ISA's "Type checking" rules): a register operand
+  must be of a type compatible with the type the instruction gives that
+  operand -- same size, and ``.f`` only with ``.f``/``.b``, ``.s``/``.u``
+  with ``.s``/``.u``/``.b``, ``f16x2``/``bf16x2`` with ``.b32``, predicates
+  only with ``.pred``; ``cvt`` may use wider integer registers for integer
+  types ("Operand size exceeding instruction-type size"); an integer
+  literal is not a float operand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._ast import Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
+from ._emit import CTYPE
+from ._forms import LEGAL
+from ._lex import PtxError
+
+__all__ = ["check", "problems", "form_key"]
+
+_TYPES = set(CTYPE)
+_SIZE = {"pred": 0, "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2,
+         "bf16": 2, "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4,
+         "b64": 8, "u64": 8, "s64": 8, "f64": 8}
+#: Register types PTX declares (ptxas refuses ``.reg .bf16`` and ``.reg .bf16x2``).
+REG_TYPES = set(_SIZE) - {"bf16", "bf16x2"}
+
+
+def form_key(it: Instr) -> str:
+    """The spelling of ``it`` the table lists: opcode, sorted modifiers, then its types."""
+    mods = sorted(m for m in it.mods if m not in _TYPES)
+    types = [m for m in it.mods if m in _TYPES]
+    return ".".join([it.base, *mods]) + "|" + ".".join(types)
+
+
+def _compatible(want: str, have: str, relaxed: bool) -> bool:
+    """Whether a register of type ``have`` may be an operand of type ``want``."""
+    if want == "pred" or have == "pred":
+        return want == have
+    fixed = want.startswith("=")  # an operand type the instruction's type does not set
+    want = want.lstrip("=")
+    if have == "f16x2":
+        if fixed or want in ("f16", "f32", "f64", "bf16", "bf16x2"):
+            return False
+        have = "b32"  # an f16x2 register is a b32 one to integer and bit-size types
+    if relaxed and have[0] == "b" and _SIZE[have] >= _SIZE[want]:
+        return True  # cvt: a wider bit-size register holds any type
+    kw, kh = want[0], have[0]
+    if want == "f16x2":
+        return have in ("b32", "f16x2")
+    if want == "bf16x2":
+        return have == "b32"
+    if want == "bf16":
+        return have == "b16"
+    if relaxed and kw in "bsu" and kh in "bsu" and _SIZE[have] >= _SIZE[want]:
+        return True
+    if _SIZE[have] != _SIZE[want]:
+        return False
+    if kw == "b":
+        return True
+    if kw == "f":
+        return kh == "b" or have == want
+    return kh in "bsu"
+
+
+def _wide(t: str) -> str:
+    return t[0] + str(2 * int(t[1:])) if t[1:].isdigit() else t
+
+
+def _roles(it: Instr) -> Sequence[str | None]:
+    """The type each operand of ``it`` has (None: not checked; ``=``: fixed, not the instruction's)."""
+    types = [m for m in it.mods if m in _TYPES]
+    if not types:
+        return []
+    t = types[-1]
+    b = it.base
+    n = len(it.args)
+    if b == "cvt":
+        d = types[0]
+        return [d] + [types[-1]] * (n - 1)
+    if b == "set":
+        return [types[0], t, t, "pred"]
+    if b == "setp":
+        return ["pred", t, t, "pred"]
+    if b == "selp":
+        return [t, t, t, "pred"]
+    if b == "testp":
+        return ["pred", t]
+    if b in ("popc", "clz", "bfind"):
+        return ["=u32", t]
+    if b in ("shl", "shr"):
+        return [t, t, "=u32"]
+    if b == "bfe":
+        return [t, t, "=u32", "=u32"]
+    if b == "bfi":
+        return [t, t, t, "=u32", "=u32"]
+    if b == "lop3":  # lop3{.BoolOp}.b32 d{|p}, a, b, c, immLut{, q}
+        return ["b32", "b32", "b32", "b32", None, "pred"]
+    if b in ("prmt", "shf"):
+        return ["b32"] * n
+    if "wide" in it.mods and b in ("mul", "mad"):
+        return [_wide(t), t, t, _wide(t)]
+    if b in ("mov", "add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "abs",
+             "neg", "and", "or", "xor", "not", "cnot", "brev", "copysign", "sqrt", "rcp",
+             "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc"):
+        return [t] * n
+    return []
+
+
+def _reg_types(fn: Function) -> dict[str, str | None]:
+    """Register name -> declared type (None where scopes declare it with two types)."""
+    out: dict[str, str | None] = {}
+    for d in fn.body or []:
+        if isinstance(d, Decl) and d.space == "reg":
+            for n in ([f"{d.name}{i}" for i in range(d.count)] if d.count else [d.name]):
+                out[n] = d.type if out.get(n, d.type) == d.type else None
+    return out
+
+
+def _instr(it: Instr, regs: dict[str, str | None]) -> str | None:
+    """Why ptxas refuses ``it`` (None: it does not)."""
+    legal = LEGAL.get(it.base)
+    if legal is not None and form_key(it) not in legal:
+        return (f"{it.opcode}: a modifier, rounding mode or type that {it.base} does not take "
+                "(not a form a driver's PTX JIT accepts)")
+    if (it.base == "setp" and it.args and isinstance(it.args[0], Vec)
+            and ("f16" in it.mods or "bf16" in it.mods)):
+        return f"{it.opcode}: a predicate pair output is for .f16x2/.bf16x2, not a scalar type"
+    relaxed = it.base == "cvt" and "bf16x2" not in it.mods
+    for k, (role, a) in enumerate(zip(_roles(it), it.args, strict=False)):
+        if role is None:
+            continue
+        want = role.lstrip("=")
+        if isinstance(a, Reg):
+            have = regs.get(a.name)
+            if have is not None and not _compatible(role, have, relaxed):
+                return (f"{it.opcode}: operand {k + 1} is register {a.name} of type .{have}, "
+                        f"which does not match the operand's type .{want} (arguments mismatch)")
+        elif isinstance(a, Imm) and want[0] == "f":
+            return (f"{it.opcode}: operand {k + 1} is the integer literal {a.value}, not a "
+                    f"floating-point literal of .{want}")
+        elif isinstance(a, (Imm, FImm)) and want in ("f16", "bf16", "f16x2", "bf16x2"):
+            return f"{it.opcode}: operand {k + 1}: a literal is not a .{want} operand"
+        elif isinstance(a, FImm) and (want == "pred" or want[0] in "su"):
+            return f"{it.opcode}: operand {k + 1}: a floating-point literal is not a .{want} operand"
+        elif isinstance(a, FImm) and want[0] == "b" and a.width != 8 * _SIZE[want]:
+            return (f"{it.opcode}: operand {k + 1}: a {a.width}-bit floating-point literal is "
+                    f"not a .{want} operand")
+    return None
+
+
+def problems(m: PtxModule) -> list[tuple[int, str]]:
+    """Every ``(PTX line, reason)`` a driver's JIT refuses in module ``m``."""
+    out: list[tuple[int, str]] = []
+    for fn in m.functions.values():
+        regs = _reg_types(fn)
+        for it in fn.body or []:
+            if isinstance(it, Decl) and it.space == "reg" and it.type not in REG_TYPES:
+                out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
+                                     "such register"))
+            elif isinstance(it, Instr):
+                why = _instr(it, regs)
+                if why is not None:
+                    out.append((it.line, why))
+    return out
+
+
+def check(m: PtxModule) -> None:
+    """Raise :class:`PtxError` (218) for the first thing in ``m`` a driver's JIT refuses."""
+    found = problems(m)
+    if found:
+        line, why = min(found)
+        raise PtxError(218, f"PTX line {line}: {why}", line)

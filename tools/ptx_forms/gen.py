@@ -1,0 +1,326 @@
+"""The table of PTX instruction forms and the CUDA toolkit's ptxas verdict on each.
+
+Usage: ``python tools/ptx_forms/gen.py [--out tests/data/ptx_forms.tsv.gz]``
+(needs ``ptxas``; CUDA 13.0's reads PTX ISA up to 9.0, so the forms are
+written for ``.version 9.0`` / ``sm_90``).
+
+Each form is one instruction over registers of a fixed preamble
+(:data:`PREAMBLE`: one register of every type, named ``%<type>_<i>``):
+opcodes x instruction types x rounding/ftz/sat modifiers x operand register
+types x immediates, for the instructions the simulator's PTX executor
+runs.  ptxas is asked in batches (it reports every refused line of a file;
+a file it cannot parse at all is retried form by form).  The table
+(``verdict<TAB>instruction``, verdict ``ok`` or ``refused: <ptxas's
+reason>``) is what ``tests/test_ptx_check.py`` checks the executor's load
+against: every form ptxas refuses must be refused at load (218).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HEAD = ".version 9.0\n.target sm_90\n.address_size 64\n"
+REGTYPES = ("pred", "b16", "u16", "s16", "f16", "b32", "u32", "s32", "f32", "b64", "u64",
+            "s64", "f64", "u8", "s8", "b8", "f16x2")
+PREAMBLE = "".join(f"  .reg .{t} %{t}_<4>;\n" for t in REGTYPES)
+#: The register an operand of instruction type ``t`` naturally lives in.
+NATURAL = {"s8": "s16", "u8": "u16", "b8": "b16", "bf16": "b16", "bf16x2": "b32",
+           "f16x2": "b32"}
+FLOAT = ("f32", "f64", "f16", "f16x2", "bf16", "bf16x2")
+INT = ("s16", "u16", "s32", "u32", "s64", "u64")
+BITS = ("b16", "b32", "b64")
+ROUNDS = ("", ".rn", ".rz", ".rm", ".rp")
+CMPS = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu", "leu",
+        "gtu", "geu", "num", "nan")
+
+
+def reg(t: str, i: int = 0) -> str:
+    return f"%{NATURAL.get(t, t)}_{i}"
+
+
+def _wide(t: str) -> str:
+    return t[0] + str(2 * int(t[1:]))
+
+
+def _forms() -> list[str]:
+    out: list[str] = []
+    add = out.append
+    # float arithmetic: rounding x ftz x sat over every float type
+    for op in ("add", "sub", "mul", "fma", "mad", "div"):
+        n = 3 if op in ("fma", "mad") else 2
+        for t in FLOAT:
+            for r in ROUNDS + ((".approx", ".full") if op == "div" else ()):
+                for ftz in ("", ".ftz"):
+                    for sat in ("", ".sat"):
+                        srcs = ", ".join(reg(t, i + 1) for i in range(n))
+                        add(f"{op}{r}{ftz}{sat}.{t} {reg(t)}, {srcs};")
+    for op in ("fma",):
+        for t in ("f16", "f16x2", "bf16", "bf16x2"):
+            add(f"{op}.rn.relu.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)};")
+    # unary float functions
+    for op in ("sqrt", "rcp", "rsqrt", "ex2", "lg2", "sin", "cos", "tanh"):
+        for t in FLOAT:
+            for r in ROUNDS + (".approx", ".full"):
+                for ftz in ("", ".ftz"):
+                    add(f"{op}{r}{ftz}.{t} {reg(t)}, {reg(t, 1)};")
+    for op in ("min", "max"):
+        for t in FLOAT + INT:
+            for m in ("", ".ftz", ".NaN", ".relu", ".ftz.NaN", ".xorsign.abs", ".ftz.NaN.xorsign.abs"):
+                add(f"{op}{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)};")
+    for op in ("abs", "neg"):
+        for t in FLOAT + INT:
+            for m in ("", ".ftz"):
+                add(f"{op}{m}.{t} {reg(t)}, {reg(t, 1)};")
+    # integer arithmetic
+    for op in ("add", "sub"):
+        for t in INT + ("s8", "u8", "b32"):
+            for m in ("", ".sat", ".rn", ".cc"):
+                add(f"{op}{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)};")
+    for op in ("addc", "subc"):
+        for t in INT:
+            for m in ("", ".cc"):
+                add(f"{op}{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)};")
+    for t in INT:
+        for mode in ("", ".lo", ".hi", ".wide"):
+            d = reg(_wide(t)) if mode == ".wide" and t[1:] != "64" else reg(t)
+            add(f"mul{mode}.{t} {d}, {reg(t, 1)}, {reg(t, 2)};")
+            c = reg(_wide(t), 3) if mode == ".wide" and t[1:] != "64" else reg(t, 3)
+            add(f"mad{mode}.{t} {d}, {reg(t, 1)}, {reg(t, 2)}, {c};")
+        add(f"mad.hi.sat.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)};")
+        for mode in (".lo", ".hi"):
+            for cc in ("", ".cc"):
+                for op in ("mad", "madc"):
+                    add(f"{op}{mode}{cc}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)};")
+        for op in ("div", "rem"):
+            add(f"{op}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)};")
+    # bits and logic
+    for t in BITS + INT + ("pred", "f32"):
+        for op in ("and", "or", "xor"):
+            add(f"{op}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)};")
+        for op in ("not", "cnot"):
+            add(f"{op}.{t} {reg(t)}, {reg(t, 1)};")
+    for t in BITS + INT + ("f32",):
+        for op in ("shl", "shr"):
+            add(f"{op}.{t} {reg(t)}, {reg(t, 1)}, %u32_1;")
+        for op in ("popc", "clz", "bfind", "brev"):
+            d = reg(t) if op == "brev" else "%u32_0"
+            add(f"{op}.{t} {d}, {reg(t, 1)};")
+        add(f"bfind.shiftamt.{t} %u32_0, {reg(t, 1)};")
+        add(f"bfe.{t} {reg(t)}, {reg(t, 1)}, %u32_1, %u32_2;")
+        add(f"bfi.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, %u32_1, %u32_2;")
+        for m in ("", ".f4e", ".b4e", ".rc8", ".ecl", ".ecr", ".rc16"):
+            add(f"prmt{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, %u32_1;")
+        add(f"lop3.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)}, 0x96;")
+        for bop in (".and", ".or", ".xor"):
+            add(f"lop3{bop}.{t} {reg(t)}|%pred_0, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)}, 0x96,"
+                " %pred_1;")
+        for m in (".l.wrap", ".r.clamp", ".l.clamp", ".r.wrap", ".l", ""):
+            add(f"shf{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, %u32_1;")
+    # compare and select
+    for t in FLOAT + INT + BITS + ("pred", "s8", "u8", "b8"):
+        for c in CMPS:
+            for ftz in ("", ".ftz"):
+                add(f"setp.{c}{ftz}.{t} %pred_0, {reg(t, 1)}, {reg(t, 2)};")
+            for bop in (".and", ".or", ".xor"):
+                for ftz in ("", ".ftz"):
+                    add(f"setp.{c}{bop}{ftz}.{t} %pred_0, {reg(t, 1)}, {reg(t, 2)}, %pred_1;")
+        add(f"setp.eq.{t} %pred_0|%pred_1, {reg(t, 1)}, {reg(t, 2)};")
+        for c in ("finite", "infinite", "number", "notanumber", "normal", "subnormal"):
+            add(f"testp.{c}.{t} %pred_0, {reg(t, 1)};")
+        add(f"selp.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, %pred_1;")
+        add(f"copysign.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)};")
+        add(f"mov.{t} {reg(t)}, {reg(t, 1)};")
+    # set: a value (1.0 or all ones) where setp gives a predicate
+    for d in ("u32", "s32", "f32", "f16", "bf16", "f16x2", "bf16x2"):
+        for t in FLOAT + INT + BITS:
+            for c in CMPS:
+                add(f"set.{c}.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)};")
+                add(f"set.{c}.and.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)}, !%pred_1;")
+            add(f"set.lt.ftz.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)};")
+            add(f"set.lt.or.ftz.{d}.{t} {reg(d)}, {reg(t, 1)}, {reg(t, 2)}, %pred_1;")
+    # conversions
+    scalars = ("s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64", "f16", "bf16", "f32", "f64")
+    for d in scalars:
+        for s in scalars:
+            for r in ("", ".rn", ".rz", ".rm", ".rp", ".rni", ".rzi", ".rmi", ".rpi"):
+                for m in ("", ".sat", ".ftz", ".ftz.sat"):
+                    add(f"cvt{r}{m}.{d}.{s} {reg(d)}, {reg(s, 1)};")
+    for d in ("f16", "bf16", "f32"):
+        for s in ("f32", "f64"):
+            for r in ("", ".rn", ".rz", ".rm", ".rp", ".rna"):
+                for m in (".relu", ".satfinite", ".relu.satfinite"):
+                    add(f"cvt{r}{m}.{d}.{s} {reg(d)}, {reg(s, 1)};")
+    for d in ("f16x2", "bf16x2"):
+        for r in ("", ".rn", ".rz"):
+            for m in ("", ".relu", ".satfinite"):
+                add(f"cvt{r}{m}.{d}.f32 {reg(d)}, %f32_1, %f32_2;")
+    # operand register types: every register type in each operand of typical forms
+    for tmpl, n in (("add.f32 {}, {}, {};", 3), ("add.rn.f16 {}, {}, {};", 3),
+                    ("add.rn.f16x2 {}, {}, {};", 3), ("add.rn.bf16 {}, {}, {};", 3),
+                    ("add.rn.bf16x2 {}, {}, {};", 3), ("add.f64 {}, {}, {};", 3),
+                    ("add.s32 {}, {}, {};", 3), ("add.u64 {}, {}, {};", 3),
+                    ("and.b32 {}, {}, {};", 3), ("mul.wide.s32 {}, {}, {};", 3),
+                    ("shl.b32 {}, {}, {};", 3), ("setp.lt.f32 {}, {}, {};", 3),
+                    ("selp.b32 {}, {}, {}, {};", 4), ("fma.rn.f32 {}, {}, {}, {};", 4),
+                    ("cvt.rn.f32.s32 {}, {};", 2), ("cvt.f32.f16 {}, {};", 2),
+                    ("cvt.rn.f16.f32 {}, {};", 2), ("cvt.u32.u16 {}, {};", 2),
+                    ("cvt.rn.f16x2.f32 {}, {}, {};", 3), ("cvt.rn.bf16x2.f32 {}, {}, {};", 3),
+                    ("mov.b32 {}, {};", 2), ("mov.f32 {}, {};", 2), ("popc.b32 {}, {};", 2),
+                    ("neg.f16 {}, {};", 2), ("abs.bf16 {}, {};", 2), ("ex2.approx.f32 {}, {};", 2),
+                    ("min.f16x2 {}, {}, {};", 3), ("bfe.u32 {}, {}, {}, {};", 4)):
+        base = _natural_args(tmpl, n)
+        for k in range(n):
+            for rt in REGTYPES:
+                args = list(base)
+                args[k] = f"%{rt}_{k}"
+                add(tmpl.format(*args))
+    # immediates
+    imms = ("1", "-1", "0x3F800000", "0f3F800000", "0d3FF0000000000000", "1.5")
+    for tmpl in ("add.f32 %f32_0, %f32_1, {};", "add.f64 %f64_0, %f64_1, {};",
+                 "add.rn.f16 %f16_0, %f16_1, {};", "add.rn.f16x2 %b32_0, %b32_1, {};",
+                 "add.s32 %s32_0, %s32_1, {};", "add.u64 %u64_0, %u64_1, {};",
+                 "mov.f32 %f32_0, {};", "mov.b32 %b32_0, {};", "mov.f64 %f64_0, {};",
+                 "setp.lt.f32 %pred_0, %f32_1, {};", "selp.f32 %f32_0, {}, %f32_1, %pred_1;",
+                 "fma.rn.f32 %f32_0, %f32_1, {}, %f32_2;", "and.b32 %b32_0, %b32_1, {};",
+                 "cvt.rn.f32.s32 %f32_0, {};", "min.s32 %s32_0, %s32_1, {};",
+                 "mul.lo.u32 %u32_0, %u32_1, {};", "shl.b32 %b32_0, %b32_1, {};",
+                 "max.f32 %f32_0, %f32_1, {};", "mov.b16 %b16_0, {};"):
+        for v in imms:
+            add(tmpl.format(v))
+    return list(dict.fromkeys(out))
+
+
+def _natural_args(tmpl: str, n: int) -> list[str]:
+    """The operands of a template instruction, each in its natural register."""
+    op = tmpl.split()[0].split(".")
+    ty = [t for t in op if t in REGTYPES or t in NATURAL]
+    t = ty[-1]
+    if op[0] == "cvt":
+        d, s = ty[0], ty[1]
+        return [reg(d)] + [reg(s, i) for i in range(1, n)]
+    if op[0] == "setp":
+        return ["%pred_0", reg(t, 1), reg(t, 2)]
+    if op[0] == "selp":
+        return [reg(t), reg(t, 1), reg(t, 2), "%pred_3"]
+    if op[0] == "popc":
+        return ["%u32_0", reg(t, 1)]
+    if op[0] == "shl":
+        return [reg(t), reg(t, 1), "%u32_2"]
+    if op[0] == "bfe":
+        return [reg(t), reg(t, 1), "%u32_2", "%u32_3"]
+    if "wide" in op:
+        return [reg(_wide(t)), reg(t, 1), reg(t, 2)]
+    return [reg(t, i) for i in range(n)]
+
+
+def module(forms: list[str]) -> str:
+    """One kernel holding ``forms``, the first on line ``FIRST`` and one a line."""
+    body = "".join(f"  {f}\n" for f in forms)
+    return (HEAD + ".visible .entry k()\n{\n" + PREAMBLE + body + "  ret;\n}\n")
+
+
+#: The PTX line of the first form in :func:`module`.
+FIRST = HEAD.count("\n") + 3 + PREAMBLE.count("\n")
+_ERR = re.compile(r", line (\d+); (error|fatal)\s*: (.*)")
+
+
+def ptxas_verdicts(forms: list[str], ptxas: str = "ptxas") -> list[str]:
+    """ptxas's verdict on each form: ``ok`` or ``refused: <its message>``."""
+    out: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "f.ptx")
+        for i in range(0, len(forms), 200):
+            chunk = forms[i:i + 200]
+            errs = _run(ptxas, path, chunk)
+            if errs is None:  # a parse error aborts the whole file: one by one
+                for f in chunk:
+                    e1 = _run(ptxas, path, [f])
+                    out.append("refused: parse error" if e1 is None else
+                               ("refused: " + e1[FIRST]) if FIRST in e1 else "ok")
+                continue
+            out.extend(("refused: " + errs[FIRST + k]) if FIRST + k in errs else "ok"
+                       for k in range(len(chunk)))
+    return out
+
+
+def _run(ptxas: str, path: str, forms: list[str]) -> dict[int, str] | None:
+    with open(path, "w") as f:
+        f.write(module(forms))
+    p = subprocess.run([ptxas, "-arch=sm_90", path, "-o", os.devnull], capture_output=True,
+                       text=True, timeout=120)
+    errs: dict[int, str] = {}
+    for m in _ERR.finditer(p.stdout + p.stderr):
+        if m.group(2) == "fatal":
+            return None
+        errs.setdefault(int(m.group(1)), m.group(3).strip())
+    if p.returncode != 0 and not errs:
+        return None
+    return errs
+
+
+def parse_forms(forms: list[str]) -> list:
+    """The executor's parse of each form (its ``Instr``), None where it cannot parse it."""
+    from gpuarray._driver.sim.ptx import PtxError, parse
+    from gpuarray._driver.sim.ptx._ast import Instr
+
+    try:
+        m = parse(module(forms))
+    except PtxError:
+        if len(forms) == 1:
+            return [None]
+        h = len(forms) // 2  # one form the parser refuses: halve until it is found
+        return parse_forms(forms[:h]) + parse_forms(forms[h:])
+    return [x for x in m.functions["k"].body if isinstance(x, Instr)][:len(forms)]
+
+
+def _write_legal(forms: list[str], verdicts: list[str], path: str) -> None:
+    from gpuarray._driver.sim.ptx._check import form_key
+
+    legal: dict[str, set[str]] = {}
+    for it, v in zip(parse_forms(forms), verdicts, strict=True):
+        if it is None:
+            continue
+        keys = legal.setdefault(it.base, set())
+        if v == "ok":
+            keys.add(form_key(it))
+    with open(path, "w") as f:
+        f.write('"""The instruction spellings a driver\'s PTX JIT accepts (ptxas -arch=sm_90, ISA 9.0).\n\n'
+                "Generated by ``tools/ptx_forms/gen.py`` from ptxas's verdicts; do not edit.\n"
+                "``LEGAL[opcode]``: the accepted spellings (``_check.form_key``: opcode and\n"
+                "sorted modifiers, ``|``, the types in order) of the opcodes the table covers.\n"
+                '"""\n\n__all__ = ["LEGAL"]\n\n')
+        f.write("LEGAL: dict[str, frozenset[str]] = {\n")
+        for base in sorted(legal):
+            keys = sorted(legal[base])
+            f.write(f"    {base!r}: frozenset({{\n")
+            for k in keys:
+                f.write(f"        {k!r},\n")
+            f.write("    }),\n")
+        f.write("}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="tests/data/ptx_forms.tsv.gz")
+    ap.add_argument("--ptxas", default="ptxas")
+    ap.add_argument("--legal", default="gpuarray/_driver/sim/ptx/_forms.py")
+    a = ap.parse_args(argv)
+    forms = _forms()
+    verdicts = ptxas_verdicts(forms, a.ptxas)
+    text = ("# ptxas -arch=sm_90 (PTX ISA 9.0) on each form; tools/ptx_forms/gen.py writes this\n"
+            + "".join(f"{v}\t{form}\n" for form, v in zip(forms, verdicts, strict=True)))
+    with open(a.out, "wb") as f:  # gzip without a time stamp: the same verdicts, the same bytes
+        f.write(gzip.compress(text.encode(), mtime=0))
+    _write_legal(forms, verdicts, a.legal)
+    print(f"{len(forms)} forms, {sum(v != 'ok' for v in verdicts)} refused -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
