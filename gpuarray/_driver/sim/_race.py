@@ -25,13 +25,32 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ...errors import StreamOrderError
 from ._memory import AddressSpace, Allocation
 
-if TYPE_CHECKING:
-    from ._sched import Op, SimStream
+
+class SimStream(Protocol):
+    """What the checks read of a scheduler stream (``_sched.SimStream``)."""
+
+    @property
+    def id(self) -> int: ...
+
+    def describe(self) -> str: ...
+
+
+class Op(Protocol):
+    """What the checks read of a queued op (``_sched.Op``): its stream, clock and name."""
+
+    @property
+    def stream(self) -> SimStream: ...
+
+    @property
+    def desc(self) -> str: ...
+
+    @property
+    def vc(self) -> dict[int, int]: ...
 
 __all__ = ["RaceDetector", "Reports"]
 
@@ -77,7 +96,7 @@ class RaceDetector:
     host_vc: dict[int, int]
     racecheck: str
     #: Queued :class:`Reports` work whose accesses are not judged yet (seq -> op).
-    reporting: dict[int, Op]
+    reporting: dict[int, Any]  # the scheduler's ops (_sched.Op) that report when run
 
     def _check_races(self, op: Op, accesses) -> None:
         for address, nbytes, write in accesses:
