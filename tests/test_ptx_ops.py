@@ -399,6 +399,23 @@ CASES = [
          lambda: (edge_f32(), edge_f32()[::-1], np.roll(edge_f32(), 5)),
          lambda a, b, c: ((~(a >= b)).astype(np.uint32) | 2 * (~(a == c)).astype(np.uint32)
                           | 4 * (~np.isnan(a) & ~np.isnan(b)).astype(np.uint32))),
+    # cnot: 1 where the source is 0, else 0 (PTX ISA, "Logic and Shift Instructions: cnot")
+    Case("cnot_b32", ("b32",) * 4, "cnot.b32 %d, %a;",
+         lambda: tuple(np.resize(np.array([0, 1, 2, 0xFFFFFFFF, 0, 7], np.uint32), N)
+                       for _ in range(3)),
+         lambda a, b, c: (a == 0).astype(np.uint32)),
+    # testp: the class of a float (zero is neither normal nor subnormal)
+    *[Case(f"testp_{op}_f32", ("f32", "f32", "f32", "u32"),
+           f"testp.{op}.f32 %p, %a; selp.u32 %d, 1, 0, %p;", lambda: (edge_f32(),) * 3, ref)
+      for op, ref in [
+          ("finite", lambda a, b, c: np.isfinite(a).astype(np.uint32)),
+          ("infinite", lambda a, b, c: np.isinf(a).astype(np.uint32)),
+          ("number", lambda a, b, c: (~np.isnan(a)).astype(np.uint32)),
+          ("notanumber", lambda a, b, c: np.isnan(a).astype(np.uint32)),
+          ("normal", lambda a, b, c: (np.isfinite(a) & (np.abs(a) >= np.finfo(np.float32).tiny))
+           .astype(np.uint32)),
+          ("subnormal", lambda a, b, c: ((a != 0) & (np.abs(a) < np.finfo(np.float32).tiny))
+           .astype(np.uint32))]],
     Case("copysign_f32", F32, "copysign.f32 %d, %a, %b;",
          lambda: (edge_f32(), edge_f32()[::-1], edge_f32()), lambda a, b, c: np.copysign(b, a)),
     # half precision: the exact result rounded once (f16 add/sub/mul are exact in double)
@@ -506,6 +523,9 @@ CASES = [
          " add.f32 %d, %d, %e;", lambda: (finite_f32(1),) * 3,
          lambda a, b, c: np.sin(a.astype(np.float64)) + np.cos(a.astype(np.float64)),
          ("abs", 2.0 ** -20)),
+    Case("tanh_approx_f32", F32, "tanh.approx.f32 %d, %a;", lambda: (finite_f32(3),) * 3,
+         lambda a, b, c: np.tanh(a.astype(np.float64)),
+         ("rel", 2.0 ** -10.987)),  # the ISA's maximum relative error for tanh.approx.f32
     Case("rsqrt_approx", F32, "abs.f32 %e, %a; rsqrt.approx.f32 %d, %e;",
          lambda: (finite_f32(100),) * 3, lambda a, b, c: 1 / np.sqrt(np.abs(a.astype(np.float64))),
          ("rel", 2.0 ** -22)),

@@ -815,3 +815,58 @@ def test_a_result_of_a_void_function_is_ignored(b):
     out = upload(b, np.zeros(1, np.uint32))
     launch(b, VOID_RESULT, "void_result", [u64(out)])
     assert download(b, out, 1, np.uint32).tolist() == [7]
+
+
+# ------------------------------------------- red, ldu, isspacep and trap
+MISC = HEAD + """
+.visible .entry misc(.param .u64 out, .param .u64 in)
+{
+  .shared .align 4 .b32 sh[1];
+  .reg .b64 %rd<8>; .reg .b32 %r<8>; .reg .pred %p<4>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u64 %rd2, [in];
+  cvta.to.global.u64 %rd3, %rd1;
+  cvta.to.global.u64 %rd4, %rd2;
+  mov.u32 %r1, %tid.x;
+  add.u32 %r2, %r1, 1;
+  red.global.add.u32 [%rd3], %r2;
+  ldu.global.u32 %r3, [%rd4];
+  red.global.max.u32 [%rd3+4], %r3;
+  setp.ne.u32 %p0, %r1, 0;
+  @%p0 bra DONE;
+  isspacep.global %p1, %rd1;
+  mov.u64 %rd5, sh;
+  cvta.shared.u64 %rd6, %rd5;
+  isspacep.shared %p2, %rd6;
+  isspacep.global %p3, %rd6;
+  selp.u32 %r4, 1, 0, %p1;
+  st.global.u32 [%rd3+8], %r4;
+  selp.u32 %r4, 1, 0, %p2;
+  st.global.u32 [%rd3+12], %r4;
+  selp.u32 %r4, 1, 0, %p3;
+  st.global.u32 [%rd3+16], %r4;
+DONE:
+  ret;
+}
+.visible .entry tr()
+{
+  trap;
+}
+"""
+
+
+def test_red_ldu_and_isspacep_against_their_isa_semantics(b):
+    # red: an atomic reduction with no result (32 lanes add tid+1, a max);
+    # ldu: a load of a value every lane reads alike; isspacep: whether a generic
+    # address lies in a state space (a global pointer is global; a cvta'd shared
+    # address is shared and not global)
+    out = upload(b, np.zeros(5, np.uint32))
+    src = upload(b, np.array([77], np.uint32))
+    launch(b, MISC, "misc", [u64(out), u64(src)], block=(32, 1, 1))
+    assert download(b, out, 5, np.uint32).tolist() == [sum(range(1, 33)), 77, 1, 1, 0]
+
+
+def test_trap_is_a_sticky_launch_failure_naming_it(b):
+    with pytest.raises(CudaError) as e:
+        launch(b, MISC, "tr", [])
+    assert e.value.code == 719 and "trap" in str(e.value)
