@@ -211,8 +211,29 @@ def _value(a: np.ndarray, i: int) -> str:
     return f"{v!r}{hexs}"
 
 
-def compare(name: str, dev: np.ndarray, sim: np.ndarray, skip: list[int] | None = None) -> dict:
-    """One output buffer, bit for bit: counts, ulp distance, the first difference."""
+EXAMPLES = 16  # differing elements recorded per buffer, with the inputs at their index
+
+
+def _examples(idx: np.ndarray, d: np.ndarray, s: np.ndarray,
+              inputs: list[np.ndarray] | None) -> list[dict]:
+    """The first differing elements: index, both values, and each input at that index.
+
+    A finding becomes a rule of the executor only with the inputs that made it
+    (the first GPU run recorded the first difference alone).
+    """
+    out = []
+    for i in idx[:EXAMPLES].tolist():
+        ex: dict[str, Any] = {"index": i, "device": _value(d, i), "simulator": _value(s, i)}
+        if inputs:
+            ex["inputs"] = [_value(x.reshape(-1), i) for x in inputs
+                            if x.size == d.size and x.dtype.kind in "fiub"]
+        out.append(ex)
+    return out
+
+
+def compare(name: str, dev: np.ndarray, sim: np.ndarray, skip: list[int] | None = None,
+            inputs: list[np.ndarray] | None = None) -> dict:
+    """One output buffer, bit for bit: counts, ulp distance, the differing elements."""
     d, s = dev.reshape(-1), sim.reshape(-1)
     width = 8 * d.itemsize
     db, sb = d.view(f"u{d.itemsize}"), s.view(f"u{s.itemsize}")
@@ -227,7 +248,8 @@ def compare(name: str, dev: np.ndarray, sim: np.ndarray, skip: list[int] | None 
         return res
     idx = np.flatnonzero(diff)
     i = int(idx[0])
-    res.update(first_index=i, device=_value(d, i), simulator=_value(s, i))
+    res.update(first_index=i, device=_value(d, i), simulator=_value(s, i),
+               examples=_examples(idx, d, s, inputs))
     if d.dtype.kind == "f":
         both_nan = np.isnan(d[idx]) & np.isnan(s[idx])
         res["nan_payload_only"] = bool(both_nan.all())
@@ -256,7 +278,9 @@ def judge(prog: ptx_programs.Program, dev: Any, sim: Any) -> dict:
             entry["status"] = "equal"  # both refuse it with the same code
         return entry
     skip = ptx_programs.ORDER_DEPENDENT.get(prog.name)
-    bufs = [compare(f"out{k}", a, b, skip) for k, (a, b) in enumerate(zip(dev, sim, strict=True))]
+    inputs = [np.ascontiguousarray(b.data) for b in prog.bufs if not b.out]
+    bufs = [compare(f"out{k}", a, b, skip, inputs)
+            for k, (a, b) in enumerate(zip(dev, sim, strict=True))]
     entry["buffers"] = bufs
     differing = [b for b in bufs if b["differ"]]
     if not differing:
