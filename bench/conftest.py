@@ -16,9 +16,18 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+# numba-cuda 0.30.4 registers ``np.row_stack`` when it compiles its first kernel;
+# NumPy 2.5 removed that alias of ``np.vstack`` (seen on the first GPU run, whose image
+# pairs them), so every ``@cuda.jit`` kernel failed with AttributeError there. Put the
+# alias back for the peer, only where NumPy lacks it.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
 
 import _harness  # noqa: E402
 

@@ -13,6 +13,7 @@ import collections
 import os
 import threading
 
+import numpy as np
 import pytest
 
 import gpuarray
@@ -20,6 +21,14 @@ from gpuarray import _config, _device, _driver, _staging, _stream
 from gpuarray._driver import _finalize
 from gpuarray._driver.sim._sticky import STICKY_CODES
 from gpuarray.memory import _manager
+
+
+# numba-cuda 0.30.4 registers ``np.row_stack`` when it compiles its first kernel;
+# NumPy 2.5 removed that alias of ``np.vstack`` (seen on the first GPU run, whose image
+# pairs them), so every ``@cuda.jit`` kernel failed with AttributeError there. Put the
+# alias back for the peer, only where NumPy lacks it.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
 
 
 def backend_is_sim() -> bool:
