@@ -25,6 +25,8 @@ def _fop(ctx: FuncCtx, it: Instr, ct: str, expr: str, rounded: str | None) -> st
         expr = f"ptx::ftz({expr})"
     if "sat" in it.mods:
         expr = f"ptx::sat01({expr})"
+    elif ct == "float":  # a NaN result is the GPU's canonical 0x7fffffff
+        expr = f"ptx::canon({expr})"
     return expr
 
 
@@ -399,7 +401,8 @@ def _testp(ctx: FuncCtx, it: Instr) -> str:
     kind = next(m for m in it.mods if m not in TYPES)
     expr = {"finite": f"isfinite({v})", "infinite": f"isinf({v})",
             "number": f"!isnan({v})", "notanumber": f"isnan({v})",
-            "normal": f"isnormal({v})", "subnormal": f"(fpclassify({v}) == FP_SUBNORMAL)"}.get(kind)
+            # zero counts as normal on a GPU (an H200, 2026-11-28)
+            "normal": f"(isnormal({v}) || {v} == 0)", "subnormal": f"(fpclassify({v}) == FP_SUBNORMAL)"}.get(kind)
     if expr is None:
         raise ctx.error(f"{it.opcode} is not supported")
     return ctx.assign(d, expr, "bool")
@@ -472,6 +475,8 @@ def _cvt(ctx: FuncCtx, it: Instr) -> str:
             x = f"ptx::ftz({x})"
         if "sat" in it.mods:
             x = f"ptx::sat01({x})"
+        elif dct == "float" and src in FLOATS:  # NaN: the canonical 0x7fffffff
+            x = f"ptx::canon({x})"
         return ctx.assign(d, x, dct)
     # integer destination
     if src in FLOATS:

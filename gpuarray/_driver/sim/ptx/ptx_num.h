@@ -45,8 +45,8 @@ template <class V> inline V idiv(V a, V b) {  // PTX: x/0 is all ones (unsigned)
     if ((V)-1 < 0 && b == (V)-1) return (V)(0 - (typename std::make_unsigned<V>::type)a);
     return a / b;
 }
-template <class V> inline V irem(V a, V b) {
-    if (b == 0) return a;
+template <class V> inline V irem(V a, V b) {  // x%0: all ones too (an H200, 2026-11-28)
+    if (b == 0) return (V)-1;
     if ((V)-1 < 0 && b == (V)-1) return 0;
     return a % b;
 }
@@ -174,8 +174,9 @@ inline float rnd_f32(double a, int m) {
 template <class V> inline V ftz(V v) {  // flush subnormals to sign-preserving zero
     return fpclassify(v) == FP_SUBNORMAL ? copysign((V)0, v) : v;
 }
-inline float sat01(float v) { return v != v ? 0.0f : v < 0 ? 0.0f : v > 1 ? 1.0f : v; }
-inline double sat01(double v) { return v != v ? 0.0 : v < 0 ? 0.0 : v > 1 ? 1.0 : v; }
+// .sat: [+0.0, 1.0]; NaN and -0.0 give +0.0 (an H200's cvt.sat.f32.f32 of -0.0, 2026-11-28)
+inline float sat01(float v) { return v != v ? 0.0f : v <= 0 ? 0.0f : v > 1 ? 1.0f : v; }
+inline double sat01(double v) { return v != v ? 0.0 : v <= 0 ? 0.0 : v > 1 ? 1.0 : v; }
 // PTX min/max: NaN only when both are NaN; -0 < +0.
 template <class V> inline V fmin_(V a, V b) {
     if (a != a) return b;
@@ -189,11 +190,15 @@ template <class V> inline V fmax_(V a, V b) {
     if (a == b) return signbit(a) ? b : a;
     return a > b ? a : b;
 }
+// A GPU's f32 NaN result: the canonical 0x7fffffff, whatever the inputs' payloads
+// (add, abs/neg, cvt from f16 and cvt.rzi on an H200, 2026-11-28).
 inline float canon(float v) { return v != v ? bits<float>(0x7fffffffu) : v; }
 
-// Float to integer: PTX saturates (NaN -> 0); `m` rounds first.
+// Float to integer: PTX saturates; NaN gives 0 for 32-bit and narrower destinations
+// and 0x8000000000000000 for 64-bit ones (an H200's cvt.rmi.s64.f64, 2026-11-28;
+// cuda_fp16.h documents the same for __half2ll/__half2ull).  `m` rounds first.
 template <class V> inline V f2i(double v, int m) {
-    if (v != v) return 0;
+    if (v != v) return sizeof(V) == 8 ? (V)((uint64_t)1 << 63) : (V)0;
     switch (m) {
         case 1: v = nearbyint(v); break;  // rni (nearest even: the default mode)
         case 2: v = trunc(v); break;      // rzi
@@ -225,8 +230,8 @@ template <class V> inline double i2d_odd(V v) {
 
 // Narrow float formats (f16: 5 exponent bits, 11-bit significand; bf16: 8, 8),
 // exactly rounded from double with mode m (FE_*), on the bits: one
-// rounding, subnormals and overflow by mode, NaN -> the canonical quiet NaN
-// (sign kept).  Returns the bits.
+// rounding, subnormals and overflow by mode, NaN -> 0x7fff (the GPU's canonical
+// NaN of both formats, sign dropped, as cuda_fp16.h/cuda_bf16.h convert).  Returns the bits.
 inline uint16_t narrow(double d, int ebits, int pbits, int m) {
     const uint64_t db = bits<uint64_t>(d);
     const uint32_t sign = (uint32_t)(db >> 63) << 15;
@@ -235,7 +240,7 @@ inline uint16_t narrow(double d, int ebits, int pbits, int m) {
     const uint32_t inf = (uint32_t)((1 << ebits) - 1) << fb;
     const int dexp = (int)((db >> 52) & 0x7ff);
     const uint64_t dman = db & ((1ull << 52) - 1);
-    if (dexp == 0x7ff) return (uint16_t)(sign | inf | (dman ? 1u << (fb - 1) : 0));
+    if (dexp == 0x7ff) return (uint16_t)(dman ? 0x7fffu : sign | inf);
     if (dexp == 0 && dman == 0) return (uint16_t)sign;
     const uint64_t sig = dexp ? dman | (1ull << 52) : dman;
     const int e = dexp ? dexp - 1023 : -1022;
@@ -271,7 +276,7 @@ inline float widen(uint16_t h, int ebits, int pbits) {
     const int fb = pbits - 1, bias = (1 << (ebits - 1)) - 1;
     const uint32_t sign = (uint32_t)(h >> 15) << 31;
     const uint32_t e = (h >> fb) & ((1u << ebits) - 1), f = h & ((1u << fb) - 1);
-    if (e == (1u << ebits) - 1) return bits<float>(sign | 0x7f800000u | (f << (23 - fb)));
+    if (e == (1u << ebits) - 1) return f ? bits<float>(0x7fffffffu) : bits<float>(sign | 0x7f800000u);
     if (e == 0) {  // zero or subnormal: f * 2^(1 - bias - fb), exact in float
         const float v = ldexpf((float)f, 1 - bias - fb);
         return sign ? -v : v;
@@ -283,7 +288,7 @@ inline float widen(uint16_t h, int ebits, int pbits) {
 // format with mode m.  For f16 every add/sub/mul is exact in double, so the
 // result is correctly rounded; fma and bf16 add/sub may round twice (once
 // to double), which can differ from a GPU in the last bit of rare halfway
-// cases.  NaN results are the canonical quiet NaN (sign kept).
+// cases.  NaN results are 0x7fff, the GPU's canonical NaN.
 enum HOp { H_ADD, H_SUB, H_MUL, H_FMA, H_MIN, H_MAX, H_NEG, H_ABS };
 inline uint16_t half_op(int op, uint16_t a, uint16_t b, uint16_t c, bool bf, int m, bool ftz,
                         bool sat, bool nan) {
@@ -305,14 +310,14 @@ inline uint16_t half_op(int op, uint16_t a, uint16_t b, uint16_t c, bool bf, int
         case H_FMA: r = fma(x, y, z); break;
         default: {  // min, max: NaN only when both are (or .NaN); -0 < +0
             if (x != x || y != y) {
-                if (nan || (x != x && y != y)) return (uint16_t)(expmask | (1u << (pb - 2)));
+                if (nan || (x != x && y != y)) return (uint16_t)0x7fffu;
                 return x != x ? b : a;
             }
             const bool lt = x < y || (x == y && (a & 0x8000) && !(b & 0x8000));
             return (op == H_MIN) == lt ? a : b;
         }
     }
-    if (sat) r = r != r ? 0.0 : r < 0 ? 0.0 : r > 1 ? 1.0 : r;
+    if (sat) r = r != r ? 0.0 : r <= 0 ? 0.0 : r > 1 ? 1.0 : r;
     uint16_t h = narrow(r, eb, pb, m);
     if (ftz && !(h & expmask)) h &= 0x8000;
     return h;
