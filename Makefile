@@ -30,7 +30,10 @@ $(error CUDA_EXTRA=$(CUDA_EXTRA) is not an extra of gpuarray: use cu12 or cu13)
 endif
 BENCH_ARGS ?=
 RESULTS := bench/results
-DEPS := pyproject.toml setup.py $(wildcard gpuarray/interop/_*.[ch])
+DEPS := pyproject.toml setup.py sim/pyproject.toml $(wildcard gpuarray/interop/_*.[ch])
+# The repository's two distributions, installed together (editable): gpuarray
+# (the root) and gpuarray-sim (sim/, the simulator the tests run on).
+SIM := -e ./sim
 # pytest's default file pattern; bench/ has no pytest configuration of its own.
 BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 
@@ -57,13 +60,13 @@ $(VPY):
 
 # One stamp per set of extras; rebuilt when the packaging metadata changes.
 $(VENV)/.stamp-base: $(DEPS) | $(VPY)
-	$(VPY) -m pip install -e .
+	$(VPY) -m pip install -e . $(SIM)
 	@touch $@
 
 # Installing one CUDA extra replaces the other's cuda-bindings: the stamps
 # that name the other extra are no longer true.
 $(VENV)/.stamp-%: $(DEPS) | $(VPY)
-	$(VPY) -m pip install -e ".[$*]"
+	$(VPY) -m pip install -e ".[$*]" $(SIM)
 	@$(foreach x,cu12 cu13,$(if $(findstring $(x),$*),rm -f $(VENV)/.stamp-*$(filter-out $(x),cu12 cu13);)) true
 	@touch $@
 
@@ -88,7 +91,7 @@ test-standin: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 PEERS_VENV ?= .venv-peers
 $(PEERS_VENV)/.stamp: $(DEPS) tests/requirements-peers.txt
 	$(PYTHON) -m venv $(PEERS_VENV)
-	$(PEERS_VENV)/bin/python -m pip install -e ".[cu13]" -r tests/requirements-peers.txt
+	$(PEERS_VENV)/bin/python -m pip install -e ".[cu13]" $(SIM) -r tests/requirements-peers.txt
 	@touch $@
 
 test-numba-driver: $(PEERS_VENV)/.stamp

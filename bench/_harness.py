@@ -34,7 +34,7 @@ import pytest
 import gpuarray
 from gpuarray import _bench, _driver
 from gpuarray._bench import EventClock, GiB, KiB, MiB, Stats, fmt_bytes  # noqa: F401 (re-exported)
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 
 MODE = _bench.bench_mode()
 BACKEND = _driver.backend_name()

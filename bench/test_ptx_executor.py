@@ -54,7 +54,7 @@ def _timed(fn, reps=3):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_ptx_vs_host_build(benchmark, case):
-    from gpuarray._driver.sim._images import PLACEHOLDER
+    from gpuarray_sim._images import PLACEHOLDER
     from gpuarray._kernels import _launch, _nvrtc, _plan, _source, _specs, _toolchain
 
     if _toolchain.current() is None:
@@ -92,7 +92,7 @@ def test_ptx_vs_host_build(benchmark, case):
 
 
 def _fresh_cache(tmp_path, monkeypatch):
-    from gpuarray._driver.sim.ptx import _build
+    from gpuarray_sim.ptx import _build
 
     monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
     _build._programs.clear()
@@ -111,7 +111,7 @@ def test_ptx_first_build(benchmark, tmp_path, monkeypatch):
 
 
 def test_ptx_cached_load(benchmark, tmp_path, monkeypatch):
-    from gpuarray._kernels import _host
+    from gpuarray_sim.kernels import _host
 
     build = _fresh_cache(tmp_path, monkeypatch)
     text = fixture("numba_warp_reduce")

@@ -1,7 +1,9 @@
 """``python -m gpuarray``: what gpuarray sees, and a quick end-to-end check.
 
 Subcommands: ``info`` (backend, devices, versions, kernel cache), ``standin --
-COMMAND`` (run a command on the cuda backend over the stand-in driver), ``selftest``
+COMMAND`` (run a command on the cuda backend over the stand-in driver: handed
+over to ``python -m gpuarray_sim standin``, of the distribution
+``gpuarray-sim``), ``selftest``
 (transfers, views, casts, streams, CAI and DLPack round trips, and round trips
 with every installed peer library on a GPU), ``cache clear``, ``bench`` (quick
 benchmarks next to the raw driver calls; see ``gpuarray._bench``).  With no
@@ -31,6 +33,23 @@ simulator) when set; otherwise the GPU if the CUDA driver and a device work,
 else the simulator, and the output says which and why."""
 
 
+#: Set by ``python -m gpuarray_sim standin`` in the commands it runs: the stand-in's folder.
+_STANDIN = "GPUARRAY_STANDIN"
+#: Entry-point groups through which gpuarray-sim adds to this command line:
+#: ``standin`` (the subcommand's implementation, ``main(argv) -> int``) and
+#: ``sim`` (lines for ``info`` about the simulator, ``info_lines() -> list[str]``).
+_COMMANDS = "gpuarray.commands"
+_INFO = "gpuarray.info"
+_NO_SIM = ('the stand-in driver is part of the simulator, the distribution gpuarray-sim, '
+           'which is not installed: pip install "gpuarray[sim]"')
+
+
+def _entry_point(group: str, name: str):
+    """The object an installed distribution offers as ``name`` in ``group``, or None."""
+    found = importlib.metadata.entry_points(group=group, name=name)
+    return next(iter(found)).load() if found else None
+
+
 class UsageError(Exception):
     """A setting of the environment the command line cannot run with (exit status 2)."""
 
@@ -53,10 +72,9 @@ def choose_backend() -> str:
             _driver.get_backend()  # reads the backend's own settings (GPUARRAY_SIM_*)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        from ._driver import standin as _standin
-
+        standin = os.environ.get(_STANDIN, "").strip()
         over = (" over the stand-in driver (the CPU simulator behind libcuda.so.1 from "
-                f"{os.environ[_standin.MARK]})" if name == "cuda" and _standin.active() else "")
+                f"{standin})" if name == "cuda" and standin else "")
         print(f"backend: {name} (from GPUARRAY_BACKEND){over}")
         return name
     try:
@@ -99,12 +117,10 @@ def info() -> None:
         print(f"NVRTC: unavailable ({e})")
     n = gpuarray.device_count()
     print(f"devices: {n}{simulated}")
-    from ._driver import standin as _standin
-
-    if b.name == "sim" or _standin.active():  # the simulator runs kernels behind the stand-in too
-        from gpuarray._kernels import _host
-
-        print(f"simulator kernels: {_host.describe()}")
+    if b.name == "sim" or os.environ.get(_STANDIN, "").strip():  # the simulator, or behind the stand-in
+        lines = _entry_point(_INFO, "sim")
+        for line in lines() if lines is not None else ():
+            print(line)
     for i in range(n):
         dev = gpuarray.get_device(i)
         major, minor = dev.compute_capability
@@ -259,9 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     _bench.add_arguments(sub.add_parser("bench", help="quick benchmarks: gpuarray next to the raw driver"))
     args = parser.parse_args(argv)
     if args.command == "standin":
-        from ._driver import standin as _standin
-
-        return _standin.run(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
+        run = _entry_point(_COMMANDS, "standin")
+        if run is None:
+            print(f"{parser.prog} standin: error: {_NO_SIM}", file=sys.stderr)
+            return 2
+        return int(run(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd))
     if args.command == "cache":
         from gpuarray import _kernels
 

@@ -13,6 +13,7 @@ __all__ = [
     "CudaForkError",
     "CudaOutOfMemoryError",
     "CudaUnavailableError",
+    "SimulatorNotInstalledError",
     "NvrtcError",
     "NvrtcVersionError",
     "StreamOrderError",
@@ -257,6 +258,30 @@ class CudaUnavailableError(RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.reason,))
+
+
+class SimulatorNotInstalledError(CudaUnavailableError):
+    """``GPUARRAY_BACKEND=sim`` selects the simulator, and ``gpuarray-sim`` is not installed.
+
+    The CPU simulator is a distribution of its own; the message names the
+    extra that installs it, ``pip install "gpuarray[sim]"``.
+
+    Parameters
+    ----------
+    reason : str, optional
+        What is missing (default: the distribution is not installed).
+
+    Examples
+    --------
+    >>> 'pip install "gpuarray[sim]"' in str(SimulatorNotInstalledError())
+    True
+    """
+
+    def __init__(self, reason: str = "gpuarray-sim is not installed") -> None:
+        self.reason = reason
+        RuntimeError.__init__(
+            self, f"GPUARRAY_BACKEND=sim selects the CPU simulator, but {reason}: "
+            'pip install "gpuarray[sim]" (the distribution gpuarray-sim, same version)')
 
 
 class NvrtcError(RuntimeError):

@@ -19,7 +19,7 @@ import pytest
 import gpuarray
 from gpuarray import _config, _device, _driver, _staging, _stream
 from gpuarray._driver import _finalize
-from gpuarray._driver.sim._sticky import STICKY_CODES
+from gpuarray_sim._sticky import STICKY_CODES
 from gpuarray.memory import _manager
 
 
@@ -70,7 +70,7 @@ def _reset_library_state() -> None:
 
 def fresh_sim(**kwargs):
     """Install a fresh simulator (keyword arguments as SimBackend's) and return it."""
-    from gpuarray._driver.sim import SimBackend
+    from gpuarray_sim import SimBackend
 
     _reset_library_state()
     b = SimBackend(**kwargs) if kwargs else SimBackend.from_environment()

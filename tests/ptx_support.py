@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import SimBackend
 
 LEGACY = 1
 FIXTURES = Path(__file__).with_name("ptx_fixtures")

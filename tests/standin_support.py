@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpuarray import _driver
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 from gpuarray.errors import CudaError, StreamOrderError
 
 from .conftest import backend_is_sim
@@ -43,7 +43,7 @@ def raises_stream_order_error(match: str | None = None) -> Iterator[RaceInfo]:
             yield info
         info.value = e.value
         return
-    from gpuarray._driver.standin import _serve as _standin_serve
+    from gpuarray_sim.standin import _serve as _standin_serve
 
     with pytest.raises(CudaError) as c:
         yield info
@@ -59,6 +59,6 @@ def the_simulator():
     """The simulator behind the backend: the ``sim`` backend itself, or the stand-in's."""
     if backend_is_sim():
         return _driver.get_backend().backend  # past gpuarray's capture checkpoint
-    from gpuarray._driver.standin import _serve as _standin_serve
+    from gpuarray_sim.standin import _serve as _standin_serve
 
     return _standin_serve.backend()

@@ -23,7 +23,7 @@ import pytest
 import gpuarray
 from gpuarray._driver import get_backend
 from gpuarray._driver._finalize import hand_to_reaper
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import SimBackend
 from gpuarray.errors import CudaError, StreamCaptureError
 
 from .conftest import backend_is_sim
@@ -77,7 +77,7 @@ def test_launch_host_func_is_captured_and_called_at_every_launch(b):
 
 @sim_only
 def test_launch_host_func_is_not_called_after_a_failure_unlike_a_stream_callback(b):
-    from gpuarray._driver.sim._memory import DeviceFault
+    from gpuarray_sim._memory import DeviceFault
 
     s = b.stream_create(non_blocking=True)
     calls: list[object] = []

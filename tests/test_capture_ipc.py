@@ -38,7 +38,7 @@ def _simulated():
 
 
 def _as_from_another_process(h: memory.IpcHandle) -> memory.IpcHandle:
-    from gpuarray._driver.sim._ipc import HANDLE
+    from gpuarray_sim._ipc import HANDLE
 
     magic, version, device, pad, pid, pad2, base, size, name = HANDLE.unpack(h.handle)
     other = HANDLE.pack(magic, version, device, pad, pid + 1, pad2, base, size, name)

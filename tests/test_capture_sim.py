@@ -1,6 +1,6 @@
 """Stream capture and graphs in the simulator, at the driver interface.
 
-Each rule of ``gpuarray/_driver/sim/_capture.py`` (CUDA's "Prohibited and
+Each rule of ``sim/gpuarray_sim/_capture.py`` (CUDA's "Prohibited and
 Unhandled Operations"): the call is refused with the driver's code and the
 capture is invalidated exactly where CUDA invalidates it (``cuStreamEndCapture``
 then fails with 901), or left valid where CUDA leaves it valid.  Replays are
@@ -16,7 +16,7 @@ import threading
 import numpy as np
 import pytest
 
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import SimBackend
 from gpuarray.errors import CudaError, StreamOrderError
 
 

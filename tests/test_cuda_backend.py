@@ -101,7 +101,7 @@ def test_init_here_without_gpu_raises_unavailable():
         assert "libcuda" in msg or "CUDA_ERROR_" in msg, msg
         assert pickle.loads(pickle.dumps(exc)).reason == exc.reason
     else:
-        from gpuarray._driver import standin as _standin
+        from gpuarray_sim import standin as _standin
 
         pytest.skip("the stand-in driver (GPUARRAY_STANDIN) and a simulated device are in place"
                     if _standin.active() else "a CUDA driver and device are available on this machine")
@@ -1008,8 +1008,8 @@ class _AffineReference:
 @pytest.fixture
 def affine_under_standin():
     """Over the stand-in driver the simulator runs ``affine``'s reference (a GPU runs the CUBIN)."""
-    from gpuarray._driver import sim_kernels
-    from gpuarray._driver import standin as _standin
+    from gpuarray_sim import kernels as sim_kernels
+    from gpuarray_sim import standin as _standin
 
     if _standin.active():
         sim_kernels.register("affine", _AffineReference())

@@ -31,7 +31,7 @@ import gpuarray
 import gpuarray.dask
 from gpuarray import DeviceNDArray, _wire
 from gpuarray._driver import get_backend
-from gpuarray._driver.sim._visible import machine_uuid
+from gpuarray_sim._visible import machine_uuid
 
 from .conftest import backend_is_sim
 

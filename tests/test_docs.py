@@ -280,7 +280,7 @@ def test_public_name_is_in_the_api_reference(qualname, obj):
 # ------------------------------------------------------- configuration
 def test_configuration_page_lists_every_environment_variable():
     used = set()
-    for src in (ROOT / "gpuarray").rglob("*.py"):
+    for src in [*(ROOT / "gpuarray").rglob("*.py"), *(ROOT / "sim" / "gpuarray_sim").rglob("*.py")]:
         used |= set(re.findall(r"GPUARRAY_[A-Z][A-Z0-9_]*[A-Z0-9]", src.read_text(encoding="utf-8")))
     used.discard("GPUARRAY_SIM")  # the prefix, as in "GPUARRAY_SIM_*"
     page = (DOCS / "guide" / "configuration.rst").read_text(encoding="utf-8")

@@ -114,7 +114,7 @@ def test_injected_fault_names_the_call_and_is_typed():
     if backend_is_sim():  # over the stand-in the cuda backend words the error; the simulator's is kept
         assert "injected" in str(e.value)
     else:
-        from gpuarray._driver.standin import _serve as _standin_serve
+        from gpuarray_sim.standin import _serve as _standin_serve
 
         assert "injected" in str(_standin_serve.last_error())
     with pytest.raises(ValueError, match="fault kind"):

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 import gpuarray
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork exists on POSIX only")
 

@@ -159,7 +159,7 @@ class _PickyDriver:
     runs -- ``sub.rn.f16`` is 218."""
 
     def __init__(self):
-        from gpuarray._driver.sim import SimBackend
+        from gpuarray_sim import SimBackend
 
         self._b = SimBackend()
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuarray._driver.sim import _hostrt
-from gpuarray._driver.sim._memory import DeviceFault
-from gpuarray._kernels import _host
+from gpuarray_sim import _hostrt
+from gpuarray_sim._memory import DeviceFault
+from gpuarray_sim.kernels import _host
 
 pytestmark = pytest.mark.skipif(_host.compiler() is None, reason="no C++ compiler for the host build")
 
@@ -165,7 +165,7 @@ def test_pointer_arithmetic_on_simulated_addresses_wraps(entry):
 _CHILD = """
 import ctypes, threading
 import numpy as np
-from gpuarray._driver.sim._memory import DeviceFault
+from gpuarray_sim._memory import DeviceFault
 from tests.test_hostrt_hardening import _entry, _launch
 
 entry = _entry()

@@ -28,8 +28,8 @@ import struct
 
 import pytest
 
-from gpuarray._driver import sim_kernels
-from gpuarray._driver.sim import SimBackend, _cubin, _images
+from gpuarray_sim import kernels as sim_kernels
+from gpuarray_sim import SimBackend, _cubin, _images
 from gpuarray.errors import CudaError
 
 from .test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
@@ -223,7 +223,7 @@ def test_an_elf_whose_section_table_lies_past_the_image_is_refused(sim):
 _CHILD = r"""
 import struct, warnings
 from cuda.bindings import driver as d
-from gpuarray._driver.sim import _cubin
+from gpuarray_sim import _cubin
 
 def chk(res, code=0):
     assert int(res[0]) == code, (res, code)
@@ -307,7 +307,7 @@ print("OK")
 
 def test_module_rules_over_the_stand_in(folder):  # noqa: F811
     pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
-    code = ("from gpuarray._driver import sim_kernels\n"
+    code = ("from gpuarray_sim import kernels as sim_kernels\n"
             "from tests.test_image_rules import _Noop\n"
             "sim_kernels.register('h36b_noop', _Noop())\n"
             f"PTX_TEXT = {PTX!r}\n" + _CHILD)

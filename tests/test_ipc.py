@@ -36,7 +36,7 @@ def _manager_not_from_the_environment(monkeypatch):
 
 
 def _segments() -> set[str]:
-    from gpuarray._driver.sim._ipc import SHM_PREFIX
+    from gpuarray_sim._ipc import SHM_PREFIX
 
     try:
         names = os.listdir("/dev/shm")
@@ -248,7 +248,7 @@ def test_a_spawned_process_reads_and_writes_the_array(monkeypatch):
 
 def test_cuMemFree_refuses_an_ipc_mapping(sim):
     """CUDA frees IPC mappings only through cuIpcCloseMemHandle."""
-    from gpuarray._driver.sim._memory import Allocation
+    from gpuarray_sim._memory import Allocation
 
     sim.init()
     sim.ctx_set_current(sim.primary_ctx_retain(0))

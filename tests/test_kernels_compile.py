@@ -11,7 +11,7 @@ Two compilers, no GPU needed:
   oldest supported architecture and sm_90, and all 14 x 14 conversion pairs
   in one translation unit.
 - the host C++ compiler (skipped without one): the same sources as the
-  simulator runs them (``gpuarray._kernels._host``: ``kernels/ga_host.cuh``,
+  simulator runs them (``gpuarray_sim.kernels._host``: ``sim/gpuarray_sim/kernels/ga_host.cuh``,
   every thread of every block as fibers, ``__syncthreads`` a barrier), driven
   by the real planner and parameter blocks on host memory, checked against
   NumPy.  This runs the kernels' index math, vector paths, variants and
@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuarray._kernels import _cache, _dtypes, _host, _nvrtc, _plan, _source, _specs
+from gpuarray._kernels import _cache, _dtypes, _nvrtc, _plan, _source, _specs
+from gpuarray_sim.kernels import _host
 from gpuarray.errors import NvrtcError
 
 from .test_kernels_host import _execute
@@ -245,7 +246,7 @@ class _Identity:
 
 
 class HostKernels:
-    """The kernels of ``kernels/`` as the simulator runs them (gpuarray._kernels._host),
+    """The kernels of ``kernels/`` as the simulator runs them (gpuarray_sim.kernels._host),
     run on host memory by planned operations."""
 
     def __init__(self, specs) -> None:

@@ -1,8 +1,8 @@
 """The host build of ``kernels/`` (issue 22): differential tests, faults, selection.
 
 - Differential: every planned launch of a case runs twice, through the host
-  build (:class:`gpuarray._kernels._host.HostKernel`) and through the NumPy
-  reference (:mod:`gpuarray._kernels._reference`), on the same real host
+  build (:class:`gpuarray_sim.kernels._host.HostKernel`) and through the NumPy
+  reference (:mod:`gpuarray_sim.kernels._reference`), on the same real host
   buffers (here a device address is a host address, see ``_HostMem``); the
   whole buffer each leaves behind must be byte-identical, and the viewed
   result must equal NumPy's ``astype`` / assignment.  Every launch runs as
@@ -27,10 +27,12 @@ import math
 import numpy as np
 import pytest
 
-from gpuarray._driver import sim_kernels
-from gpuarray._driver.sim import _hostrt
-from gpuarray._driver.sim._memory import DeviceFault
-from gpuarray._kernels import _dtypes, _host, _launch, _plan, _reference, _specs
+from gpuarray_sim import kernels as sim_kernels
+from gpuarray_sim import _hostrt
+from gpuarray_sim._memory import DeviceFault
+from gpuarray._kernels import _dtypes, _launch, _plan, _specs
+from gpuarray_sim import kernels as sim_kernels
+from gpuarray_sim.kernels import _host, _reference
 from gpuarray.errors import CudaError
 
 from .test_kernels_reference import _astype, _sample
@@ -527,11 +529,11 @@ def test_selection_by_environment(monkeypatch):
 
     monkeypatch.setenv("GPUARRAY_SIM_KERNELS", "reference")
     sym = "ga_copy__f8__f4__2__i32__g"
-    assert isinstance(_loader.sim_kernel(sym), _reference.CopyReference)
+    assert isinstance(sim_kernels.gpuarray_kernel(sym), _reference.CopyReference)
     assert "reference" in _host.describe()
     monkeypatch.setenv("GPUARRAY_SIM_KERNELS", "host")
-    impl = _loader.sim_kernel(sym)
-    assert isinstance(impl, _host.HostKernel) and impl is _loader.sim_kernel(sym)
+    impl = sim_kernels.gpuarray_kernel(sym)
+    assert isinstance(impl, _host.HostKernel) and impl is sim_kernels.gpuarray_kernel(sym)
     assert "host" in _host.describe()
     monkeypatch.delenv("GPUARRAY_SIM_KERNELS")
     assert _host.mode() == "host"  # a compiler is here

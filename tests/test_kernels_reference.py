@@ -23,8 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuarray import _driver
-from gpuarray._driver import sim_kernels
-from gpuarray._kernels import _dtypes, _launch, _loader, _plan, _reference, _specs
+from gpuarray_sim import kernels as sim_kernels
+from gpuarray._kernels import _dtypes, _launch, _loader, _plan, _specs
+from gpuarray_sim.kernels import _reference
 from gpuarray.errors import CudaError
 
 CAST = _dtypes.CAST_CODES
@@ -551,7 +552,7 @@ def _backend(kind, monkeypatch, tmp_path_factory):
 @pytest.fixture(params=["sim", pytest.param("cuda", marks=pytest.mark.gpu)])
 def backend(request, monkeypatch, tmp_path_factory):
     if request.param == "sim":
-        pytest.importorskip("gpuarray._driver.sim", reason="the simulator backend is not built yet")
+        pytest.importorskip("gpuarray_sim", reason="the simulator backend is not built yet")
     b = _backend(request.param, monkeypatch, tmp_path_factory)
     yield b
     b.ctx_synchronize()
@@ -690,7 +691,7 @@ def test_sim_registers_references_and_compiles_the_real_source(backend, monkeypa
     dp = backend.mem_alloc(7 * 16)
     _kernels.fill(dp, (16,), "c16", (7,), 2 + 3j, 1)
     sym = "ga_fill__v16__1__i32__c"
-    from gpuarray._kernels import _host
+    from gpuarray_sim.kernels import _host
 
     if _host.mode() == "ptx":  # the PTX of the image runs: built as for a GPU, no resolver
         assert sim_kernels.lookup(sym) is None
@@ -736,7 +737,7 @@ def test_every_planned_symbol_parses_back_to_its_spec_and_resolves():
              for nd in (1, 3, 8) for i in ("i32", "i64") for v in "gdu"]
     specs += [_specs.copy_spec("u1", "f2", 1, "i32", "c"), _specs.fill_spec("v16", 2, "i64", "g"),
               _specs.transpose_spec("f2", "f8", "i64"), _specs.transpose_spec("u1", "b1", "i32", "w")]
-    from gpuarray._kernels import _host
+    from gpuarray_sim.kernels import _host
 
     for spec in specs:
         assert _specs.parse_symbol(spec.symbol) == spec
@@ -744,7 +745,7 @@ def test_every_planned_symbol_parses_back_to_its_spec_and_resolves():
         if _host.mode() == "ptx":  # left to the PTX of the image
             assert impl is None
             continue
-        assert impl is _loader.sim_kernel(spec.symbol) and impl.spec == spec
+        assert impl is sim_kernels.gpuarray_kernel(spec.symbol) and impl.spec == spec
         assert impl.param_types == (_specs.params_type(spec.family, spec.ndim, spec.index),)
 
 
@@ -756,4 +757,4 @@ def test_names_that_are_not_gpuarray_kernels_do_not_resolve(name):
 
     with pytest.raises(ValueError, match="not a gpuarray kernel"):
         _specs.parse_symbol(name)
-    assert _loader.sim_kernel(name) is None and sim_kernels.lookup(name) is None
+    assert sim_kernels.gpuarray_kernel(name) is None and sim_kernels.lookup(name) is None

@@ -19,7 +19,7 @@ COMMON = '''
 import ctypes
 import numpy as np
 import gpuarray
-from gpuarray._driver import sim_kernels
+from gpuarray_sim import kernels as sim_kernels
 
 
 class Touch:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "numba_kernels.py"
 

@@ -144,7 +144,7 @@ def test_wheel_ships_every_module_and_py_typed(wheel: zipfile.ZipFile) -> None:
 
 
 def test_wheel_ships_the_standin_sources(wheel: zipfile.ZipFile) -> None:
-    from gpuarray._driver import standin
+    from gpuarray_sim import standin
 
     for path in (standin.SOURCE, *standin.HEADERS):
         name = path.relative_to(ROOT).as_posix()

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import gpuarray
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 from gpuarray.errors import StreamCaptureError
 
 pytestmark = pytest.mark.skipif(

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import gpuarray
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 
 pytestmark = pytest.mark.skipif(
     not _standin.active() or gpuarray._driver.backend_name() != "cuda",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gpuarray  # noqa: F401  (registers the host build's toolchain)
-from gpuarray._driver.sim.ptx import _build
+from gpuarray_sim.ptx import _build
 
 from .ptx_support import backend, download, fixture, launch, u64, upload
 
@@ -36,7 +36,7 @@ def test_a_warm_load_compiles_nothing_and_a_corrupt_entry_is_a_miss(cache):
     want = 2 * np.arange(64, dtype=np.float32) + 1
     assert np.array_equal(_saxpy(text), want)
     assert _build.load(text).built_now  # compiled here, written to the cache
-    from gpuarray._driver.sim import _hostrt
+    from gpuarray_sim import _hostrt
 
     key = _build.cache_key(_build.load(text).digest, _hostrt.toolchain().key())
     entries = [p for p in cache.rglob("*") if p.is_file() and key in p.name]

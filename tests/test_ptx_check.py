@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuarray._driver.sim.ptx import PtxError, load, parse
-from gpuarray._driver.sim.ptx._check import form_key, problems
-from gpuarray._driver.sim.ptx._forms import LEGAL
+from gpuarray_sim.ptx import PtxError, load, parse
+from gpuarray_sim.ptx._check import form_key, problems
+from gpuarray_sim.ptx._forms import LEGAL
 from gpuarray.errors import CudaError
 
 from .ptx_support import HEAD, backend

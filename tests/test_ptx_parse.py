@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuarray._driver.sim import ptx
+from gpuarray_sim import ptx
 
 from .ptx_support import HEAD, fixture
 

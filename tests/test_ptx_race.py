@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import gpuarray  # noqa: F401  (registers the host build's toolchain)
-from gpuarray._driver.sim import ptx
+from gpuarray_sim import ptx
 from gpuarray.errors import StreamOrderError
 
 from .ptx_support import backend, download, fixture, u64, upload
@@ -190,7 +190,7 @@ def test_a_captured_launch_replayed_on_two_streams_races(b, saxpy):
 _STANDIN_CHILD = """
 import ctypes
 from cuda.bindings import driver as d
-from gpuarray._driver.standin import _serve
+from gpuarray_sim.standin import _serve
 from gpuarray.errors import StreamOrderError
 
 def chk(r, want=d.CUresult.CUDA_SUCCESS):

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import gpuarray  # noqa: F401  (registers the host build's toolchain)
-from gpuarray._driver.sim import ptx
-from gpuarray._driver.sim._images import PLACEHOLDER
+from gpuarray_sim import ptx
+from gpuarray_sim._images import PLACEHOLDER
 from gpuarray.errors import CudaError
 
 from .ptx_fixtures.kernel_cases import CASES
@@ -609,7 +609,7 @@ def test_linked_modules_resolve_declarations_to_definitions(b):
     prog = ptx.link([LINK_A.encode() + b"\0", LINK_B])
     assert prog.module.version == (8, 0) and prog.build()["unsupported"] == {}
     out = b.mem_alloc(4)
-    from gpuarray._driver.sim.ptx._run import PtxKernel
+    from gpuarray_sim.ptx._run import PtxKernel
 
     k = prog.kernel("use_twice")
     assert isinstance(k, PtxKernel)

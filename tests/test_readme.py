@@ -66,7 +66,7 @@ def test_readme_example_fails_clearly_without_the_simulator_setting(tmp_path):
     except CudaUnavailableError:
         pass
     else:  # pragma: no cover - a machine with a GPU
-        from gpuarray._driver import standin as _standin
+        from gpuarray_sim import standin as _standin
 
         pytest.skip("the stand-in driver is in place (GPUARRAY_STANDIN): the example runs on it"
                     if _standin.active() else

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from gpuarray._driver._base import Backend
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import SimBackend
 from gpuarray.errors import CudaError
 
 from .conftest import backend_is_sim
@@ -47,7 +47,7 @@ class _Record:
 
 
 def _kernel(b, name, impl):
-    from gpuarray._driver import sim_kernels
+    from gpuarray_sim import kernels as sim_kernels
 
     sim_kernels.register(name, impl)
     return b.module_get_function(b.module_load_data(b"gpuarray-sim-placeholder\0" + name.encode()), name)

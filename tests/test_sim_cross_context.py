@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import gpuarray
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import SimBackend
 from gpuarray.errors import CudaError
 
 from .conftest import backend_is_sim

@@ -14,8 +14,8 @@ import threading
 import numpy as np
 import pytest
 
-from gpuarray._driver import sim_kernels
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import kernels as sim_kernels
+from gpuarray_sim import SimBackend
 from gpuarray.errors import CudaError, CudaOutOfMemoryError, StreamOrderError
 
 LEGACY, PER_THREAD = 1, 2

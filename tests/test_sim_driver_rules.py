@@ -14,7 +14,7 @@ import ctypes
 
 import pytest
 
-from gpuarray._driver.sim import SimBackend, _cubin, _images, _profile
+from gpuarray_sim import SimBackend, _cubin, _images, _profile
 from gpuarray.errors import CudaError
 
 from .test_image_rules import fake_cubin, fatbin

@@ -20,7 +20,7 @@ import pytest
 
 import gpuarray
 from gpuarray import _driver
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import SimBackend
 from gpuarray.errors import CudaError
 
 from .conftest import backend_is_sim
@@ -145,7 +145,7 @@ class _Raises:
 
 
 def _kernel(b, name, impl):
-    from gpuarray._driver import sim_kernels
+    from gpuarray_sim import kernels as sim_kernels
 
     sim_kernels.register(name, impl)
     return b.module_get_function(b.module_load_data(b"gpuarray-sim-placeholder\0" + name.encode()), name)

@@ -29,9 +29,9 @@ import weakref
 import numpy as np
 import pytest
 
-from gpuarray._driver import sim_kernels
-from gpuarray._driver.sim import SimBackend, _lock
-from gpuarray._driver.sim._sched import ReentryError
+from gpuarray_sim import kernels as sim_kernels
+from gpuarray_sim import SimBackend, _lock
+from gpuarray_sim._sched import ReentryError
 from gpuarray.errors import CudaError
 
 from .conftest import backend_is_sim
@@ -377,7 +377,7 @@ def test_over_the_standin_a_finalizers_driver_call_runs_after_the_device_work(co
     # the finalizer's cuCtxSynchronize enters the stand-in from C. Before: it
     # returned CUDA_ERROR_UNKNOWN (the scheduler's KeyError, printed).
     import gpuarray
-    from gpuarray._driver import standin
+    from gpuarray_sim import standin
 
     if not standin.active() or gpuarray._driver.backend_name() != "cuda":
         pytest.skip("needs the cuda backend over the stand-in driver (python -m gpuarray standin -- pytest)")

@@ -27,7 +27,7 @@ import sys
 
 import pytest
 
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 
 from .conftest import backend_is_sim
 
@@ -43,7 +43,7 @@ TIMEOUT = 30
 _PRELUDE = r"""
 import gc, signal, numpy as np
 import gpuarray
-from gpuarray._driver import sim_kernels
+from gpuarray_sim import kernels as sim_kernels
 from tests.standin_support import the_simulator
 
 b = the_simulator()
@@ -138,9 +138,9 @@ def test_a_reentered_download_that_cannot_complete_leaves_nothing_queued_behind(
 
     import numpy as np
 
-    from gpuarray._driver import sim_kernels
-    from gpuarray._driver.sim import SimBackend
-    from gpuarray._driver.sim._sched import ReentryError
+    from gpuarray_sim import kernels as sim_kernels
+    from gpuarray_sim import SimBackend
+    from gpuarray_sim._sched import ReentryError
 
     b = SimBackend()
     b.init()

@@ -17,8 +17,8 @@ import threading
 
 import pytest
 
-from gpuarray._driver.sim import SimBackend, _lock
-from gpuarray._driver.sim._hostfn import CALL_NAMES
+from gpuarray_sim import SimBackend, _lock
+from gpuarray_sim._hostfn import CALL_NAMES
 from gpuarray.errors import CudaError
 
 TIMEOUT = 30
@@ -199,7 +199,7 @@ def test_the_relaxed_allocation_switches_the_threads_mode_inline_and_restores_it
 
 
 def test_the_relaxed_allocation_inside_a_host_function_is_refused_as_the_mode_exchange(monkeypatch):
-    from gpuarray._driver.sim import _hostfn
+    from gpuarray_sim import _hostfn
 
     b, _ = _backend()
     monkeypatch.setattr(_hostfn._state, "active", True)

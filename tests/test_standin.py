@@ -19,9 +19,9 @@ import textwrap
 
 import pytest
 
-from gpuarray._driver import standin as _standin
-from gpuarray._driver.standin import _serve as _standin_serve
-from gpuarray._driver.standin import _support as _standin_support
+from gpuarray_sim import standin as _standin
+from gpuarray_sim.standin import _serve as _standin_serve
+from gpuarray_sim.standin import _support as _standin_support
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
 
@@ -147,7 +147,7 @@ def test_use_after_free_is_a_sticky_fault_through_cuda_py(folder):
 
 def test_stream_race_is_reported_with_the_simulators_message(folder):
     res = run(folder, """
-        from gpuarray._driver.standin import _serve as _standin_serve
+        from gpuarray_sim.standin import _serve as _standin_serve
         ctx = b.primary_ctx_retain(0); b.ctx_set_current(ctx)
         s, t = b.stream_create(non_blocking=True), b.stream_create(non_blocking=True)
         p = b.mem_alloc(64)
@@ -192,7 +192,7 @@ def test_host_callbacks_run_on_a_driver_thread_and_may_not_call_cuda(folder):
 
 def test_several_devices_and_visible_devices(folder):
     ok(run(folder, """
-        from gpuarray._driver.sim._visible import machine_uuid
+        from gpuarray_sim._visible import machine_uuid
         assert b.device_count() == 2
         assert b.device_uuid(0) == machine_uuid(2) and b.device_uuid(1) == machine_uuid(0)
         assert 'device 2' in b.device_name(0)

@@ -16,7 +16,7 @@ import ctypes
 
 import pytest
 
-from gpuarray._driver.standin import _serve as _standin_serve
+from gpuarray_sim.standin import _serve as _standin_serve
 
 from .test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
 

@@ -32,8 +32,8 @@ import textwrap
 
 import pytest
 
-from gpuarray._driver import standin as _standin
-from gpuarray._driver.sim import SimBackend
+from gpuarray_sim import standin as _standin
+from gpuarray_sim import SimBackend
 from gpuarray.errors import CudaError, CudaOutOfMemoryError
 
 from .test_error_code_audit import _cuda_h
@@ -81,7 +81,7 @@ def _child(folder, code: str, **env: str) -> str:
 # ------------------------------------------------------------ 1. initialisation
 def test_before_cuinit_every_call_is_not_initialized(folder):
     _child(folder, r"""
-    from gpuarray._driver.standin import _serve, _support
+    from gpuarray_sim.standin import _serve, _support
     NI = E.CUDA_ERROR_NOT_INITIALIZED
     # What a driver answers before cuInit: the version and the error strings.
     assert chk(d.cuDriverGetVersion()) >= 13000
@@ -114,7 +114,7 @@ def test_the_calls_answered_before_cuinit_are_those_cuda_h_documents_so():
     header = _cuda_h()
     if header is None:
         pytest.skip("no CUDA toolkit here: cuda.h (CUDA_HOME, /usr/local/cuda*) is not installed")
-    from gpuarray._driver.standin import _support
+    from gpuarray_sim.standin import _support
 
     from .test_error_code_audit import _documented
 

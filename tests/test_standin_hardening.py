@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
 
@@ -163,7 +163,7 @@ def scenarios(folder, cc, tmp_path_factory):
     code = textwrap.dedent(f"""
         import ctypes, signal
         from cuda.bindings import driver
-        from gpuarray._driver.standin import _serve
+        from gpuarray_sim.standin import _serve
 
         cuinit = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuInit, ctypes.c_void_p).value
         py = ctypes.PyDLL({str(helper)!r})

@@ -13,8 +13,8 @@ import ctypes
 
 import pytest
 
-from gpuarray._driver import standin as _standin
-from gpuarray._driver.sim import SimBackend, _cubin, _images
+from gpuarray_sim import standin as _standin
+from gpuarray_sim import SimBackend, _cubin, _images
 from gpuarray.errors import CudaError
 
 from .test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuarray._driver import standin as _standin
+from gpuarray_sim import standin as _standin
 
 from .test_error_code_audit import _cuda_h
 

@@ -79,7 +79,7 @@ def test_callback_exception_is_reported_not_lost(monkeypatch):
 
 
 def test_callback_gets_the_status_of_failed_work(sim):
-    from gpuarray._driver.sim._memory import DeviceFault
+    from gpuarray_sim._memory import DeviceFault
 
     s = gpuarray.stream()
 
@@ -101,7 +101,7 @@ def test_callback_dropped_by_a_sticky_fault_is_still_called_with_the_error(sim):
     # The host's own sync finds the fault first and poisons the context, which
     # drops its queued work, the callback's entry included; CUDA still calls
     # the callback with the error (else async_done would wait for ever).
-    from gpuarray._driver.sim._memory import DeviceFault
+    from gpuarray_sim._memory import DeviceFault
 
     s = gpuarray.stream()
 
@@ -137,7 +137,7 @@ def test_async_done_resolves_to_the_stream():
 
 
 def test_async_done_of_failed_work_raises(sim):
-    from gpuarray._driver.sim._memory import DeviceFault
+    from gpuarray_sim._memory import DeviceFault
 
     async def main(s):
         return await s.async_done()
@@ -229,7 +229,7 @@ def test_callback_after_a_failing_kernel_gets_its_code(sim):
     # callback thread must still call the callback (async_done would hang).
     import ctypes
 
-    from gpuarray._driver import sim_kernels
+    from gpuarray_sim import kernels as sim_kernels
 
     sim_kernels.register("test_failing_kernel", _FailingKernel())
     s = gpuarray.stream()
@@ -310,7 +310,7 @@ def test_a_collection_inside_cuStreamAddCallback_does_not_deadlock(sim, monkeypa
     # thread does not have yet (it hung for ever).
     import gc
 
-    from gpuarray._driver.sim import _hostfn
+    from gpuarray_sim import _hostfn
 
     gpuarray.zeros(1)
     gc.collect()

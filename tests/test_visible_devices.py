@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 import gpuarray
-from gpuarray._driver.sim import SimBackend
-from gpuarray._driver.sim._visible import machine_uuid, parse_visible_devices, uuid_text
+from gpuarray_sim import SimBackend
+from gpuarray_sim._visible import machine_uuid, parse_visible_devices, uuid_text
 
 from .conftest import fresh_sim
 

@@ -4,6 +4,13 @@
 ``GPUARRAY_BACKEND=sim`` the CPU simulator.  Nothing falls back silently: with
 ``cuda`` and no driver, the first CUDA use raises ``CudaUnavailableError``.
 Selecting a backend imports it but does not initialise CUDA.
+
+The simulator is a distribution of its own, ``gpuarray-sim`` (import name
+``gpuarray_sim``), that depends on gpuarray, never the reverse: it is found
+through the entry point ``sim`` of the group ``gpuarray.backends``
+(:data:`ENTRY_POINTS`), loaded only when selected.  Without it installed,
+``GPUARRAY_BACKEND=sim`` raises :class:`~gpuarray.errors.CudaUnavailableError`
+naming ``pip install "gpuarray[sim]"``.
 """
 
 from __future__ import annotations
@@ -14,7 +21,12 @@ import threading
 from ._base import Backend
 from ._checkpoint import Checkpoint
 
-__all__ = ["get_backend", "set_backend", "backend_name", "checkpoint"]
+__all__ = ["get_backend", "set_backend", "backend_name", "checkpoint", "backend_factory",
+           "ENTRY_POINTS"]
+
+#: The entry-point group in which a distribution offers a backend by name: its
+#: object is a callable that makes the backend from the environment.
+ENTRY_POINTS = "gpuarray.backends"
 
 _lock = threading.Lock()
 _backend: Backend | None = None
@@ -67,12 +79,29 @@ def set_backend(backend: Backend | None) -> None:
 
 def _make(name: str) -> Backend:
     if name == "sim":
-        from .sim import SimBackend
-
-        return _checked(SimBackend.from_environment())
+        return _checked(backend_factory("sim")())
     from .cuda import CudaBackend
 
     return _checked(CudaBackend())
+
+
+def backend_factory(name: str):
+    """The factory an installed distribution offers for backend ``name`` (entry point).
+
+    Raises
+    ------
+    SimulatorNotInstalledError
+        When no installed distribution offers it (a ``CudaUnavailableError``
+        whose message names ``pip install "gpuarray[sim]"``).
+    """
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=ENTRY_POINTS, name=name)
+    if not found:
+        from ..errors import SimulatorNotInstalledError
+
+        raise SimulatorNotInstalledError()
+    return next(iter(found)).load()
 
 
 def _checked(backend: Backend) -> Backend:

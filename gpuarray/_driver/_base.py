@@ -2,8 +2,9 @@
 
 Everything gpuarray asks of CUDA goes through one :class:`Backend` object.  Two
 implementations exist: ``cuda`` (cuda.bindings driver API + NVRTC, in
-``gpuarray/_driver/cuda/``) and ``sim`` (a CPU simulator in
-``gpuarray/_driver/sim/``).  Upper layers never import cuda.bindings.
+``gpuarray/_driver/cuda/``) and ``sim`` (the CPU simulator, the distribution
+``gpuarray-sim``, found by :mod:`gpuarray._driver`'s entry point).  Upper
+layers never import cuda.bindings.
 
 Conventions shared by both implementations
 ------------------------------------------
@@ -30,8 +31,11 @@ Conventions shared by both implementations
 - Kernel parameters are a sequence of ctypes objects (``ctypes.c_uint64`` for
   device pointers, ``ctypes.c_int64``/``c_int32``/``c_double``..., or a
   ``ctypes.Structure`` passed by value).  The real backend passes their
-  addresses to ``cuLaunchKernel``; the simulator hands the same objects to the
-  kernel's reference implementation (:class:`SimKernel`).
+  addresses to ``cuLaunchKernel``; the simulator hands the same objects to its
+  own implementation of the kernel.
+- :attr:`Backend.kernel_images` says what the backend executes of a module
+  image, so the kernels layer builds what will run (a cubin, PTX, or an image
+  that is only checked) without testing the backend's name.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 # CAI / driver stream handle encodings.
 STREAM_LEGACY = 1
@@ -50,6 +54,9 @@ MEMORYTYPE_HOST = 1
 MEMORYTYPE_DEVICE = 2
 MEMORYTYPE_ARRAY = 3
 MEMORYTYPE_UNIFIED = 4
+
+#: The answers of :attr:`Backend.kernel_images`.
+KERNEL_IMAGES = ("cubin", "ptx", "checked")
 
 #: Stream capture modes (``CUstreamCaptureMode``: 0, 1, 2).
 CAPTURE_MODES = ("global", "thread_local", "relaxed")
@@ -112,52 +119,18 @@ class PointerInfo:
     mapped: bool = True
 
 
-class SimMemoryAccess(Protocol):
-    """What a simulator kernel reference implementation may do to memory.
-
-    Every access is bounds-checked against its allocation; an access outside
-    any live allocation raises ``CudaError(CUDA_ERROR_ILLEGAL_ADDRESS)``.
-    Addresses may be device pointers of the launching device (or of a peer
-    with peer access enabled) or device pointers of mapped host memory.
-    """
-
-    def read(self, address: int, nbytes: int) -> Any:
-        """Return a *copy* of ``nbytes`` bytes at ``address`` as a 1-D ``numpy.uint8`` array."""
-
-    def write(self, address: int, data: Any) -> None:
-        """Write the bytes of ``data`` (a 1-D ``numpy.uint8`` array or bytes-like) at ``address``."""
-
-
-class SimKernel(Protocol):
-    """A kernel's reference implementation, run by the simulator on launch.
-
-    Register one per kernel symbol name with
-    :func:`gpuarray._driver.sim_kernels.register` (or answer names through
-    :func:`gpuarray._driver.sim_kernels.set_resolver`); the simulator's
-    ``module_get_function(module, name)`` finds it by that name.
-    """
-
-    #: The ctypes type of each kernel parameter, in order: what a caller that
-    #: holds only ``void **kernelParams`` (the stand-in driver) decodes.
-    param_types: tuple[type, ...]
-
-    def accesses(self, params: Sequence[Any]) -> list[tuple[int, int, bool]]:
-        """Byte ranges the launch will touch: ``[(start_address, nbytes, is_write), ...]``.
-
-        Used at enqueue time by the race detector; ranges may be conservative
-        (the extent of a strided access).
-        """
-
-    def run(self, mem: SimMemoryAccess, grid: tuple[int, int, int], block: tuple[int, int, int],
-            shared_mem: int, params: Sequence[Any]) -> None:
-        """Perform the kernel's effect on memory (called when the stream runs it)."""
-
-
 class Backend(abc.ABC):
     """Abstract driver backend.  See the module docstring for conventions."""
 
     #: ``"cuda"`` or ``"sim"``.
     name: str = ""
+    #: What the backend executes of the module images gpuarray loads
+    #: (:data:`KERNEL_IMAGES`): ``"cubin"`` (a GPU: the image built for the
+    #: device), ``"ptx"`` (the PTX a GPU build makes), ``"checked"`` (its own
+    #: implementation of each gpuarray kernel symbol: the image is compiled
+    #: only so that a kernel that does not compile fails, and may be a
+    #: placeholder).  A property where the answer follows the environment.
+    kernel_images: str = "cubin"
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A driver call replaced on the instance (tests, the benchmarks' meters): the

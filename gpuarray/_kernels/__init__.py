@@ -11,9 +11,10 @@ no array semantics: callers pass pointers, byte strides, dtypes and shapes.
 Modules: ``_dtypes`` (type codes), ``_specs`` (specialisations, symbol names,
 parameter blocks), ``_source`` (finding ``kernels/``), ``_nvrtc``
 (compilation), ``_cache`` (memory + disk cache), ``_plan`` (pure planning),
-``_reference`` (NumPy reference implementations), ``_host`` (the host
-build of ``kernels/`` the simulator runs), ``_loader`` (per-context modules;
-chooses the simulator's implementation), ``_launch`` (entry points).
+``_loader`` (per-context modules; builds what the backend executes),
+``_launch`` (entry points).  The simulator's host build of ``kernels/`` and
+its NumPy reference kernels belong to ``gpuarray-sim``
+(``gpuarray_sim.kernels``).
 
 Environment: ``GPUARRAY_KERNEL_CACHE_DIR`` (disk cache folder),
 ``GPUARRAY_KERNEL_CACHE=0`` (no disk cache), ``GPUARRAY_SIM_COMPILE=0``
@@ -24,14 +25,13 @@ kernels, default where a C++ compiler exists, or the reference),
 
 Import cost: this layer is imported with gpuarray (a few milliseconds, kept
 small: no ``hashlib``/``logging``/``tempfile``, no dataclasses on the import
-path, the simulator's reference kernels imported on first use) so that the
+path) so that the
 first kernel operation pays only for the cache lookup; NVRTC itself is loaded
 only to compile (see ``_toolchain``).
 """
 
 from __future__ import annotations
 
-from .._driver import _host_toolchain
 from ._cache import cache_info, clear_cache
 from ._launch import copy, fill
 from ._source import kernel_source_dir
@@ -46,14 +46,4 @@ def _reset_for_tests() -> None:
 
     forget_loaded()
     _warned.clear()
-
-
-def _ptx_toolchain():
-    # the simulator's PTX executor builds with the host build's toolchain
-    from ._host import PTX_TOOLCHAIN
-
-    return PTX_TOOLCHAIN
-
-
-_host_toolchain.set_toolchain(_ptx_toolchain)
 

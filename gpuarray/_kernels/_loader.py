@@ -7,14 +7,14 @@ context's device architecture), ``backend.module_load_data`` and
 ``backend.module_get_function``.  Handles are cached per backend object and
 per ``(context handle, symbol)``, so each context loads each kernel once.
 
-The simulator finds the implementation of a gpuarray kernel symbol through
-the resolver this module sets in :mod:`gpuarray._driver.sim_kernels` at
-import (:func:`sim_kernel`), whichever backend loaded the module.  With the
-simulator backend the real source is still compiled with NVRTC (through the disk cache) for the
-simulated device's architecture, so a kernel that does not compile fails
-there too; with ``--Ofast-compile=max`` (the image is never run), about
-0.04 s per kernel instead of 0.1-0.2 s.  ``GPUARRAY_SIM_COMPILE=0`` skips that compilation (the simulator
-then loads a placeholder image); so does a missing NVRTC.
+What is built follows what the backend executes (``Backend.kernel_images``):
+the cubin for the device (a GPU), the PTX a GPU build makes (a backend that
+runs PTX), or, for a backend that runs its own implementation of each kernel
+symbol (the simulator), an image compiled only so that a kernel that does
+not compile fails there too: with ``--Ofast-compile=max`` (the image is
+never run), about 0.04 s per kernel instead of 0.1-0.2 s.
+``GPUARRAY_SIM_COMPILE=0`` skips that compilation (a placeholder image is
+loaded); so does a missing NVRTC.
 
 NVRTC is loaded only to compile: what the target choice and the cache key
 need to know of it comes from :mod:`._toolchain`, so a warm disk cache loads
@@ -31,13 +31,13 @@ import threading
 import weakref
 from typing import NamedTuple
 
-from .._driver import get_backend, sim_kernels
+from .._driver import get_backend
 from ..errors import CudaError
 from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, parse_symbol, program_source
 
 __all__ = ["DeviceInfo", "device_info", "get_kernel", "get_function", "build_image", "sim_compile_enabled",
-           "forget_loaded", "sim_kernel"]
+           "forget_loaded"]
 
 
 class DeviceInfo(NamedTuple):
@@ -106,23 +106,6 @@ def build_image(spec: KernelSpec, cc: tuple[int, int], fast: bool = False,
         return build(e.loaded)
 
 
-def _ptx_mode() -> bool:
-    """Whether the simulator runs gpuarray's kernels from their PTX (``GPUARRAY_SIM_KERNELS=ptx``)."""
-    from . import _host  # the simulator's only
-
-    return _host.mode() == "ptx"
-
-
-def _sim_image(spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
-    if _ptx_mode():  # run, so built as for a GPU
-        return build_image(spec, info.cc, driver_version=info.driver_version, ptx=True,
-                           rebuild=rebuild)
-    if sim_compile_enabled() and _toolchain.current() is not None:
-        return build_image(spec, info.cc, fast=True, driver_version=info.driver_version,
-                           rebuild=rebuild)
-    return b"gpuarray-sim-placeholder\0" + spec.symbol.encode() + b"\0"
-
-
 def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
     """The function handle of ``spec`` in the current context, and that context's device.
 
@@ -185,14 +168,15 @@ _IMAGE_REFUSED = frozenset({200, 209, 218, 222})
 
 
 def _image(b, spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
-    if b.name == "sim":
-        return _sim_image(spec, info, rebuild)
-    # over the stand-in, the simulator may run the PTX (GPUARRAY_SIM_KERNELS=ptx);
-    # imported here: the stand-in's module (subprocess, shutil) is no part of import gpuarray
-    from .._driver import standin
-
-    return build_image(spec, info.cc, driver_version=info.driver_version,
-                       ptx=standin.active() and _ptx_mode(), rebuild=rebuild)
+    """What ``b`` executes of ``spec``, built for ``info``'s device (``Backend.kernel_images``)."""
+    images = b.kernel_images
+    if images == "checked":  # the backend runs its own implementation: the image is checked only
+        if sim_compile_enabled() and _toolchain.current() is not None:
+            return build_image(spec, info.cc, fast=True, driver_version=info.driver_version,
+                               rebuild=rebuild)
+        return b"gpuarray-sim-placeholder\0" + spec.symbol.encode() + b"\0"
+    return build_image(spec, info.cc, driver_version=info.driver_version, ptx=images == "ptx",
+                       rebuild=rebuild)
 
 
 def get_function(spec: KernelSpec, backend=None) -> int:
@@ -209,41 +193,3 @@ def forget_loaded(backend=None) -> None:
         else:
             _functions.pop(backend, None)
             _devices.pop(backend, None)
-
-
-_sim_kernels: dict[tuple[str, str], object] = {}
-
-
-def sim_kernel(symbol: str):
-    """The simulator's implementation of gpuarray kernel ``symbol``, or None.
-
-    The resolver of :mod:`gpuarray._driver.sim_kernels`: a name that is not a
-    gpuarray kernel symbol (:func:`._specs.parse_symbol`) is None, so the
-    simulator reports it as an unknown kernel.  ``GPUARRAY_SIM_KERNELS``
-    (:func:`._host.mode`) chooses the implementation: the host build of the
-    CUDA source (:func:`._host.host_kernel`, compiled or loaded now; a
-    compile error raises :class:`._host.HostCompileError`) or the NumPy
-    reference.  One object per symbol and choice.
-    """
-    from . import _host  # the simulator's only
-
-    m = _host.mode()
-    if m == "ptx":
-        return None  # the simulator runs the PTX of the image
-    impl = _sim_kernels.get((m, symbol))
-    if impl is None:
-        try:
-            spec = parse_symbol(symbol)
-        except ValueError:
-            return None
-        if m == "host":
-            made: object = _host.host_kernel(spec)
-        else:
-            from ._reference import reference_kernel
-
-            made = reference_kernel(spec)
-        impl = _sim_kernels.setdefault((m, symbol), made)
-    return impl
-
-
-sim_kernels.set_resolver(sim_kernel)

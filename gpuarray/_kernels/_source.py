@@ -21,7 +21,7 @@ from pathlib import Path
 __all__ = ["KERNEL_FILES", "kernel_source_dir", "kernel_headers"]
 
 #: The files every kernel build needs (all are handed to NVRTC as headers).
-KERNEL_FILES = ("ga_common.cuh", "ga_copy.cuh", "ga_fill.cuh", "ga_transpose.cuh", "ga_host.cuh")
+KERNEL_FILES = ("ga_common.cuh", "ga_copy.cuh", "ga_fill.cuh", "ga_transpose.cuh")
 
 
 def _candidates() -> list[Path]:

@@ -10,7 +10,7 @@ NVRTC's PTX, saxpy) is launched with the same seeded inputs on two sides:
                JIT-compiles it; ``cuLaunchKernel``); over the stand-in driver
                the simulator behind it (a rehearsal, said so in the report);
 ``simulator``  a fresh ``SimBackend`` in the same process: the PTX executor
-               (``gpuarray/_driver/sim/ptx``), built with the host compiler
+               (``sim/gpuarray_sim/ptx``), built with the host compiler
                (the GPU machine has one: nvcc needs it, and the ``build``
                step compiles the C DLPack core with it).
 
@@ -51,7 +51,7 @@ import ptx_programs  # noqa: E402  (beside this file; the tools folder is no pac
 
 LEGACY = 1  # CU_STREAM_LEGACY
 
-#: The documented unknown classes (gpuarray/_driver/sim/ptx/__init__.py, "Numerics"):
+#: The documented unknown classes (sim/gpuarray_sim/ptx/__init__.py, "Numerics"):
 #: a difference in a program whose text matches one is a finding, not a failure.
 UNKNOWN_CLASSES = {
     "approx": re.compile(r"\.approx\b"),
@@ -116,7 +116,7 @@ class Side:
 
 def prebuild(progs: list[ptx_programs.Program], jobs: int) -> float:
     """Translate and build each module of ``progs`` for the simulator, ``jobs`` at a time."""
-    from gpuarray._driver.sim import ptx
+    from gpuarray_sim import ptx
 
     t0 = time.monotonic()
     texts = list(dict.fromkeys(p.ptx for p in progs))
@@ -374,7 +374,7 @@ def find_ptxas() -> str | None:
 def device_side(rehearse: bool, ptxas: str | None = None) -> tuple[Side, str]:
     """The device side, and what it is in words."""
     from gpuarray import _driver
-    from gpuarray._driver.sim import SimBackend
+    from gpuarray_sim import SimBackend
 
     if rehearse and ptxas:
         return (Side("device", PtxasGate(SimBackend(), ptxas)),
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ptx-vs-gpu: no program matches {args.programs!r}", file=sys.stderr)
         return 2
     import gpuarray  # noqa: F401  (registers the host build's toolchain for the executor)
-    from gpuarray._driver.sim import SimBackend
+    from gpuarray_sim import SimBackend
 
     ptxas = None
     if args.ptxas:

@@ -16,7 +16,7 @@ real cuda-bindings, which load the stand-in ``libcuda.so.1`` over the
 simulator.
 
 The simulator executes the PTX of numba-cuda's kernels (its PTX executor,
-``gpuarray/_driver/sim/ptx``; nvJitLink is hidden under the stand-in, so
+``sim/gpuarray_sim/ptx``; nvJitLink is hidden under the stand-in, so
 numba-cuda links PTX through the driver).  :data:`NEEDS_KERNEL` lists each
 test that still fails because a kernel cannot be executed, with what it
 launches; :data:`OTHER_EXPECTED` lists the failures with another reason,

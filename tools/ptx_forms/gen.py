@@ -266,8 +266,8 @@ def _run(ptxas: str, path: str, forms: list[str]) -> dict[int, str] | None:
 
 def parse_forms(forms: list[str]) -> list:
     """The executor's parse of each form (its ``Instr``), None where it cannot parse it."""
-    from gpuarray._driver.sim.ptx import PtxError, parse
-    from gpuarray._driver.sim.ptx._ast import Instr
+    from gpuarray_sim.ptx import PtxError, parse
+    from gpuarray_sim.ptx._ast import Instr
 
     try:
         m = parse(module(forms))
@@ -280,7 +280,7 @@ def parse_forms(forms: list[str]) -> list:
 
 
 def _write_legal(forms: list[str], verdicts: list[str], path: str) -> None:
-    from gpuarray._driver.sim.ptx._check import form_key
+    from gpuarray_sim.ptx._check import form_key
 
     legal: dict[str, set[str]] = {}
     for it, v in zip(parse_forms(forms), verdicts, strict=True):
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/data/ptx_forms.tsv.gz")
     ap.add_argument("--ptxas", default="ptxas")
-    ap.add_argument("--legal", default="gpuarray/_driver/sim/ptx/legal_forms.txt")
+    ap.add_argument("--legal", default="sim/gpuarray_sim/ptx/legal_forms.txt")
     a = ap.parse_args(argv)
     forms = _forms()
     verdicts = ptxas_verdicts(forms, a.ptxas)

@@ -36,6 +36,8 @@ Conventions
 
 from __future__ import annotations
 
+import os
+
 import threading
 from typing import Any
 
@@ -69,6 +71,19 @@ class CudaBackend(DeviceCalls, MemoryCalls, StreamCalls, ModuleCalls, GraphCalls
     """
 
     name = "cuda"
+
+    @property
+    def kernel_images(self) -> str:
+        """``"cubin"``; ``"ptx"`` over the stand-in driver in its PTX mode.
+
+        ``python -m gpuarray_sim standin`` marks its commands with
+        ``GPUARRAY_STANDIN``; with ``GPUARRAY_SIM_KERNELS=ptx`` the simulator
+        behind that ``libcuda.so.1`` executes the PTX of an image.
+        """
+        if (os.environ.get("GPUARRAY_STANDIN", "").strip()
+                and os.environ.get("GPUARRAY_SIM_KERNELS", "").strip().lower() == "ptx"):
+            return "ptx"
+        return "cubin"
 
     def __init__(self) -> None:
         self._ready = False

@@ -1,0 +1,614 @@
+// The simulator's runtime for host-built kernels: runs one launch of a kernel
+// of kernels/ compiled for the CPU (see sim/gpuarray_sim/kernels/ga_host.cuh for the contract).
+//
+// One concern: execution.  Every thread of every block runs.  Blocks run one
+// after the other on the calling OS thread (the simulator's stream worker).
+// The threads of a block are cooperative fibers switched only at
+// __syncthreads: a fiber runs threads one after the other until one waits at
+// a barrier, then the next fiber starts the next thread; once every thread
+// of the block has started and each is waiting or finished, the waiting ones
+// are resumed in thread order, each up to its next barrier.  A kernel
+// without barriers therefore runs a whole block on one fiber.
+//
+// Fibers: one mapping each -- a PROT_NONE guard, the stack, and the Fiber
+// record at its top -- made with makecontext on first entry.  An OS thread
+// keeps the fibers it used (a parked fiber takes the next block's threads
+// when resumed), at most kKeepPerThread after a launch; the rest, and all of
+// them when the thread exits, go to one process-wide free list of at most
+// kMaxFree, beyond which they are unmapped.  So a burst of short-lived
+// threads (each stream-callback burst starts a simulator thread) reuses the
+// same few stacks instead of leaking two mappings per fiber per thread.  A
+// fiber that changes threads is entered afresh (its saved context belongs
+// to the old thread).  Switches are _setjmp/_longjmp (no signal-mask system
+// call, unlike swapcontext: 0.3 us -> a few ns; the transposes switch twice
+// per thread per tile); only a fiber's first entry uses setcontext.
+//
+// Memory: the kernel reaches global memory only through the extents granted
+// here (ga_host_translate), shared memory only through the checked helpers;
+// the first access outside them (or misaligned) calls fault(), which records
+// it and switches back to the scheduler: the launch ends there, as a GPU's
+// does, and the caller reports the fault.  The abandoned fibers are made
+// afresh by the next launch.
+//
+// Faults the kernel cannot report itself:
+// * stack overflow: the guard below each stack is kGuard bytes, and every
+//   host build uses -fstack-clash-protection, which touches each page of a
+//   large frame in order, so no frame can step over the guard into another
+//   mapping.  A SIGSEGV/SIGBUS handler, run on an alternate signal stack,
+//   turns a fault inside the running fiber's guard into
+//   CUDA_ERROR_HARDWARE_STACK_ERROR (714, "exceeding the stack size limit")
+//   and any other memory fault while a fiber runs kernel code into
+//   CUDA_ERROR_ILLEGAL_ADDRESS (700); it ends the launch like fault().  A
+//   signal that is not ours goes to the handler installed before (Python's
+//   faulthandler, or the default: the process dies as it would have).  The
+//   handler is (re)installed at each launch if another one replaced it.
+// * C++ exceptions: one thrown by the kernel is caught on its fiber and is
+//   CUDA_ERROR_LAUNCH_FAILED (719, "an exception occurred on the device");
+//   none crosses the extern "C" boundary (the runtime itself allocates
+//   nothing with new).
+//
+// Built by sim/gpuarray_sim/kernels/_host.py with the system C++ compiler
+// (-I kernels/), loaded with ctypes by _hostrt.py.
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <exception>
+#include <new>
+
+#define GA_HOST_BUILD 1
+#include "ga_host.cuh"
+
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+
+namespace {
+
+typedef void (*ga_entry)(ga_host_rt*, const void*);
+
+enum State { RUNNING, WAITING, DONE, ABORTED };
+enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3, DEADLOCK = 4, SPIN = 5 };
+
+// rt.line's top bit at a yield: the thread spins in a loop (ptx::spin), it
+// waits for no barrier.
+const unsigned int kSpinBit = 0x80000000u;
+
+struct Fiber {
+    ucontext_t ctx;  // first entry only
+    jmp_buf jb;      // where the fiber continues
+    char* stack;     // lowest usable byte
+    size_t size;
+    char* map;       // the mapping: guard, stack, this record
+    size_t map_size;
+    ga_uint3 tid;
+    State state;
+    bool fresh;      // not started (or abandoned, or moved threads): enter through ctx
+    bool yielded;    // waits through rt.yield (PTX): may wait again when resumed
+    bool spun;       // that yield was in a loop (kSpinBit), not at a barrier
+    unsigned int line;  // the PTX line it yielded at
+    Fiber* next;     // in a thread's list or the free list
+    Fiber* wnext;    // in a waiting list
+};
+
+struct Fault {
+    int code;
+    int write;
+    unsigned long long addr, size;
+    unsigned int block[3], thread[3];
+    int space;                // Space
+    unsigned long long extent;  // bytes of the __shared__ array; fiber stack size
+    char what[128];           // a C++ exception's what()
+    unsigned int line;        // the PTX line (kernels translated from PTX), else 0
+};
+
+struct Launch {
+    ga_host_rt rt;
+    ga_entry entry;
+    const void* params;
+    unsigned int nthreads, next;
+    jmp_buf sched;
+    Fiber* cur;
+    bool in_fiber;  // a fiber runs (the signal handler's test)
+    bool aborted;
+    double spin_limit;  // seconds of spinning without progress (GPUARRAY_SIM_LAUNCH_TIMEOUT)
+    Fault fault;
+};
+
+const size_t kStack = 128 << 10;
+const size_t kGuard = 64 << 10;   // beyond any probe interval of -fstack-clash-protection
+const size_t kKeepPerThread = 64; // fibers a thread keeps between launches
+const size_t kMaxFree = 256;      // fibers kept process-wide for other threads
+
+size_t page_size() {
+    static const size_t p = (size_t)sysconf(_SC_PAGESIZE);
+    return p;
+}
+
+// ------------------------------------------------------------ fiber stacks
+pthread_mutex_t free_lock = PTHREAD_MUTEX_INITIALIZER;
+Fiber* free_head = nullptr;
+size_t free_count = 0;
+
+void unmap(Fiber* f) { munmap(f->map, f->map_size); }
+
+Fiber* map_fiber() {
+    const size_t rec = (sizeof(Fiber) + 63) & ~(size_t)63;
+    const size_t total = (kGuard + kStack + rec + page_size() - 1) & ~(page_size() - 1);
+    void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    if (mprotect(m, kGuard, PROT_NONE) != 0) {  // stacks grow down: overflow hits the guard
+        munmap(m, total);
+        return nullptr;
+    }
+    char* base = static_cast<char*>(m);
+    Fiber* f = new (base + total - rec) Fiber();
+    f->map = base;
+    f->map_size = total;
+    f->stack = base + kGuard;
+    f->size = total - rec - kGuard;
+    return f;
+}
+
+// Gives the fibers of the list `head` to the free list (entered afresh by
+// whoever takes them), unmapping those beyond kMaxFree.
+void release(Fiber* head) {
+    Fiber* drop = nullptr;
+    pthread_mutex_lock(&free_lock);
+    while (head != nullptr) {
+        Fiber* f = head;
+        head = f->next;
+        if (free_count < kMaxFree) {
+            f->fresh = true;
+            f->next = free_head;
+            free_head = f;
+            ++free_count;
+        } else {
+            f->next = drop;
+            drop = f;
+        }
+    }
+    pthread_mutex_unlock(&free_lock);
+    while (drop != nullptr) {
+        Fiber* f = drop;
+        drop = f->next;
+        unmap(f);
+    }
+}
+
+Fiber* acquire() {
+    pthread_mutex_lock(&free_lock);
+    Fiber* f = free_head;
+    if (f != nullptr) {
+        free_head = f->next;
+        --free_count;
+    }
+    pthread_mutex_unlock(&free_lock);
+    if (f == nullptr) f = map_fiber();
+    if (f != nullptr) {
+        f->fresh = true;
+        f->next = nullptr;
+    }
+    return f;
+}
+
+// The fibers of one OS thread, in the order launches use them; given back
+// when the thread exits.
+struct ThreadFibers {
+    Fiber* head = nullptr;
+    size_t count = 0;
+    stack_t alt = {};    // the alternate signal stack we installed, if any
+    ~ThreadFibers() {
+        release(head);
+        head = nullptr;
+        count = 0;
+        if (alt.ss_sp != nullptr) {
+            stack_t cur;
+            if (sigaltstack(nullptr, &cur) == 0 && cur.ss_sp == alt.ss_sp) {
+                stack_t off = {};
+                off.ss_flags = SS_DISABLE;
+                sigaltstack(&off, nullptr);
+            }
+            munmap(alt.ss_sp, alt.ss_size);
+        }
+    }
+    // Keeps the first kKeepPerThread fibers, gives back the rest.
+    void trim() {
+        if (count <= kKeepPerThread) return;
+        Fiber* f = head;
+        for (size_t i = 1; i < kKeepPerThread; ++i) f = f->next;
+        Fiber* rest = f->next;
+        f->next = nullptr;
+        count = kKeepPerThread;
+        release(rest);
+    }
+};
+
+thread_local Launch* cur_launch = nullptr;
+thread_local ThreadFibers fibers;
+
+// ----------------------------------------------------------------- signals
+struct sigaction prev_segv, prev_bus;
+pthread_mutex_t sig_lock = PTHREAD_MUTEX_INITIALIZER;
+volatile sig_atomic_t chaining = 0;
+
+void on_fault(int sig, siginfo_t* info, void* uctx);
+
+bool ours(const struct sigaction& a) {
+    return (a.sa_flags & SA_SIGINFO) && a.sa_sigaction == on_fault;
+}
+
+// Installs on_fault for `sig` unless it is already there; the one it
+// replaces is chained to.
+void install(int sig, struct sigaction* prev) {
+    struct sigaction cur;
+    if (sigaction(sig, nullptr, &cur) != 0 || ours(cur)) return;
+    struct sigaction a;
+    memset(&a, 0, sizeof a);
+    a.sa_sigaction = on_fault;
+    a.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&a.sa_mask);
+    if (sigaction(sig, &a, &cur) == 0) *prev = cur;
+}
+
+void install_handlers() {
+    pthread_mutex_lock(&sig_lock);
+    install(SIGSEGV, &prev_segv);
+    install(SIGBUS, &prev_bus);
+    pthread_mutex_unlock(&sig_lock);
+}
+
+// The handler runs on an alternate stack: a fiber's own has no room left.
+bool ensure_altstack() {
+    stack_t cur;
+    if (sigaltstack(nullptr, &cur) != 0) return false;
+    if (!(cur.ss_flags & SS_DISABLE)) return true;  // the thread has one (faulthandler's)
+    const size_t size = 64 << 10;
+    void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return false;
+    stack_t s = {};
+    s.ss_sp = m;
+    s.ss_size = size;
+    if (sigaltstack(&s, nullptr) != 0) {
+        munmap(m, size);
+        return false;
+    }
+    fibers.alt = s;
+    return true;
+}
+
+void record(Launch* l, int code, Space space, unsigned long long addr, unsigned long long size,
+            int write, unsigned long long extent) {
+    if (l->aborted) return;
+    l->aborted = true;
+    Fault& ft = l->fault;
+    ft.code = code;
+    ft.space = space;
+    ft.write = write;
+    ft.addr = addr;
+    ft.size = size;
+    ft.extent = extent;
+    ft.block[0] = l->rt.block_idx.x;
+    ft.block[1] = l->rt.block_idx.y;
+    ft.block[2] = l->rt.block_idx.z;
+    ft.thread[0] = l->rt.thread_idx.x;
+    ft.thread[1] = l->rt.thread_idx.y;
+    ft.thread[2] = l->rt.thread_idx.z;
+    ft.line = l->rt.line;
+}
+
+void on_fault(int sig, siginfo_t* info, void* uctx) {
+    Launch* l = cur_launch;
+    if (info->si_code > 0 && l != nullptr && l->in_fiber && !chaining) {
+        Fiber* f = l->cur;
+        char* a = static_cast<char*>(info->si_addr);
+        const bool guard = a >= f->map && a < f->stack;
+        record(l, guard ? 714 : 700, guard ? STACK : GLOBAL, (unsigned long long)a, 0, 0,
+               guard ? f->size : 0);
+        f->state = ABORTED;
+        l->in_fiber = false;
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, sig);
+        pthread_sigmask(SIG_UNBLOCK, &s, nullptr);  // _longjmp keeps the handler's mask
+        _longjmp(l->sched, 1);                       // never resumed
+    }
+    // Not a kernel's: the handler we replaced takes it.  A signal that comes
+    // back to us while we chain (a handler that re-raises after restoring its
+    // predecessor, as faulthandler does) gets the default action: no loop.
+    const struct sigaction& prev = sig == SIGBUS ? prev_bus : prev_segv;
+    if (chaining || ours(prev)) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    chaining = 1;
+    if (prev.sa_flags & SA_SIGINFO) {
+        prev.sa_sigaction(sig, info, uctx);
+    } else if (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) {
+        signal(sig, SIG_DFL);  // the fault recurs on return and kills, as without us
+        if (info->si_code <= 0) raise(sig);
+    } else {
+        prev.sa_handler(sig);
+    }
+    if (info->si_code > 0) chaining = 0;  // a fault its handler dealt with
+}
+
+// ------------------------------------------------------------------ launch
+Fiber* fiber_after(Fiber* prev) {
+    Fiber** slot = prev == nullptr ? &fibers.head : &prev->next;
+    if (*slot == nullptr) {
+        Fiber* f = acquire();
+        if (f == nullptr) return nullptr;
+        *slot = f;
+        ++fibers.count;
+    }
+    return *slot;
+}
+
+void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
+    const ga_uint3& b = l->rt.block_dim;
+    out->x = t % b.x;
+    out->y = (t / b.x) % b.y;
+    out->z = t / (b.x * b.y);
+}
+
+[[noreturn]] void end_thread(Launch* l);
+
+[[noreturn]] void fiber_main() {
+    Fiber* f = cur_launch->cur;
+    for (;;) {
+        Launch* l = cur_launch;  // a parked fiber may serve a later launch
+        while (l->next < l->nthreads) {
+            thread_of(l, l->next++, &f->tid);
+            l->rt.thread_idx = f->tid;
+            f->state = RUNNING;
+            const char* what = nullptr;
+            try {
+                l->entry(&l->rt, l->params);
+            } catch (const std::exception& e) {  // left normally: the exception is freed
+                record(l, 719, EXCEPTION, 0, 0, 0, 0);
+                strncpy(l->fault.what, e.what(), sizeof l->fault.what - 1);
+                what = l->fault.what;
+            } catch (...) {
+                record(l, 719, EXCEPTION, 0, 0, 0, 0);
+                strncpy(l->fault.what, "(not a std::exception)", sizeof l->fault.what - 1);
+                what = l->fault.what;
+            }
+            if (what != nullptr) end_thread(l);
+        }
+        f->state = DONE;
+        if (!_setjmp(f->jb)) _longjmp(l->sched, 1);  // park until the next block
+    }
+}
+
+// Scheduler -> fiber f, until f waits at a barrier, parks or faults.
+void enter(Launch* l, Fiber* f) {
+    l->cur = f;
+    l->in_fiber = true;
+    if (_setjmp(l->sched)) {
+        l->in_fiber = false;
+        return;
+    }
+    if (f->fresh) {
+        f->fresh = false;
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = f->size;
+        f->ctx.uc_link = nullptr;  // fiber_main never returns
+        makecontext(&f->ctx, fiber_main, 0);
+        setcontext(&f->ctx);
+    }
+    _longjmp(f->jb, 1);
+}
+
+void rt_yield(ga_host_rt* rt) {
+    Launch* l = cur_launch;
+    Fiber* f = l->cur;
+    f->state = WAITING;
+    f->yielded = true;
+    f->spun = (rt->line & kSpinBit) != 0;
+    rt->line &= ~kSpinBit;
+    f->line = rt->line;
+    if (!_setjmp(f->jb)) _longjmp(l->sched, 1);
+}
+
+void rt_sync(ga_host_rt*) {
+    Launch* l = cur_launch;
+    Fiber* f = l->cur;
+    f->state = WAITING;
+    if (!_setjmp(f->jb)) _longjmp(l->sched, 1);
+}
+
+[[noreturn]] void end_thread(Launch* l) {
+    l->cur->state = ABORTED;
+    _longjmp(l->sched, 1);  // never resumed
+}
+
+void rt_fault(ga_host_rt*, int code, unsigned long long addr, unsigned long long size, int write) {
+    Launch* l = cur_launch;
+    record(l, code, GLOBAL, addr, size, write, 0);
+    end_thread(l);
+}
+
+void rt_shared_fault(ga_host_rt*, int code, long long off, unsigned long long size, int write,
+                     unsigned long long extent) {
+    Launch* l = cur_launch;
+    record(l, code, SHARED, (unsigned long long)off, size, write, extent);
+    end_thread(l);
+}
+
+// Every fiber that is not parked at the end of a launch (waiting at a
+// barrier when another faulted) is abandoned: made afresh next time.
+void abandon_unparked() {
+    for (Fiber* f = fibers.head; f != nullptr; f = f->next)
+        if (f->state != DONE) f->fresh = true;
+}
+
+// Returns false when the launch ended (fault) or a fiber could not be made.
+bool run_block(Launch* l) {
+    l->next = 0;
+    Fiber* waiting = nullptr;
+    Fiber** tail = &waiting;
+    Fiber* f = nullptr;
+    bool ok = true;
+    while (ok && l->next < l->nthreads) {
+        f = fiber_after(f);
+        if (f == nullptr) {
+            record(l, 2, GLOBAL, 0, 0, 0, 0);  // out of memory for fiber stacks
+            ok = false;
+            break;
+        }
+        enter(l, f);
+        if (l->aborted) {
+            ok = false;
+        } else if (f->state == WAITING) {
+            f->wnext = nullptr;
+            *tail = f;
+            tail = &f->wnext;
+        }
+    }
+    double spin_since = -1;  // when rounds of spinning without progress began
+    while (ok && waiting != nullptr) {  // every thread has started: release the barrier
+        bool spun = false;  // a thread yielded in a loop: it may end the loop by itself
+        ga_uint3 spin_tid = {0, 0, 0};
+        unsigned int spin_line = 0;
+        Fiber* still = nullptr;
+        Fiber** still_tail = &still;
+        const unsigned long long before = l->rt.progress;
+        bool moved = false;  // a thread passed a __syncthreads or finished
+        for (Fiber* w = waiting; w != nullptr;) {
+            Fiber* nx = w->wnext;
+            l->rt.thread_idx = w->tid;
+            moved = moved || !w->yielded;
+            w->yielded = false;
+            enter(l, w);
+            moved = moved || w->state == DONE;
+            if (l->aborted) {
+                ok = false;
+                break;
+            }
+            if (w->state == WAITING) {
+                if (w->spun && !spun) {
+                    spun = true;
+                    spin_tid = w->tid;
+                    spin_line = w->line;
+                }
+                w->spun = false;
+                w->wnext = nullptr;
+                *still_tail = w;
+                still_tail = &w->wnext;
+            }
+            w = nx;
+        }
+        waiting = still;
+        if (ok && waiting != nullptr && !moved && l->rt.progress == before && spun) {
+            // threads only spun: no deadlock yet, a timeout once it lasts
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            const double now = ts.tv_sec + ts.tv_nsec * 1e-9;
+            if (spin_since < 0) {
+                spin_since = now;
+            } else if (now - spin_since > l->spin_limit) {
+                l->rt.thread_idx = spin_tid;
+                l->rt.line = spin_line;
+                record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(now - spin_since));
+                ok = false;
+            }
+        } else if (ok && waiting != nullptr && !moved && l->rt.progress == before) {
+            // every waiting thread waits for one that never comes: a GPU hangs
+            l->rt.thread_idx = waiting->tid;
+            l->rt.line = waiting->line;
+            record(l, 719, DEADLOCK, 0, 0, 0, 0);
+            ok = false;
+        } else {
+            spin_since = -1;
+        }
+    }
+    if (!ok) abandon_unparked();
+    return ok;
+}
+
+int launch(ga_entry entry, const void* params, const unsigned int* grid,
+           const unsigned int* block, const ga_host_grant* grants, int ngrants, Fault* out) {
+    Launch l;
+    memset(&l, 0, sizeof l);
+    l.entry = entry;
+    l.params = params;
+    l.rt.block_dim = {block[0], block[1], block[2]};
+    l.rt.grid_dim = {grid[0], grid[1], grid[2]};
+    l.rt.grants = grants;
+    l.rt.ngrants = ngrants;
+    l.rt.sync = rt_sync;
+    l.rt.fault = rt_fault;
+    l.rt.shared_fault = rt_shared_fault;
+    l.rt.yield = rt_yield;
+    l.nthreads = block[0] * block[1] * block[2];
+    const char* limit = getenv("GPUARRAY_SIM_LAUNCH_TIMEOUT");
+    l.spin_limit = limit != nullptr && atof(limit) > 0 ? atof(limit) : 30.0;
+    l.rt.nthreads = l.nthreads;
+    if (!ensure_altstack()) {
+        *out = l.fault;
+        out->code = 2;  // no memory for the signal stack
+        return 2;
+    }
+    install_handlers();
+    Launch* prior = cur_launch;
+    cur_launch = &l;
+    int rc = 0;
+    for (unsigned int z = 0; z < grid[2] && rc == 0; ++z)
+        for (unsigned int y = 0; y < grid[1] && rc == 0; ++y)
+            for (unsigned int x = 0; x < grid[0] && rc == 0; ++x) {
+                l.rt.block_idx = {x, y, z};
+                if (!run_block(&l)) rc = l.fault.code ? l.fault.code : 700;
+            }
+    cur_launch = prior;
+    fibers.trim();
+    if (rc) *out = l.fault;
+    return rc;
+}
+
+}  // namespace
+
+// The layout version of ga_host_rt this runtime was built with.
+GA_HOST_EXPORT int ga_hostrt_abi() { return GA_HOST_ABI; }
+
+// Runs entry(rt, params) for every thread of every block of grid x block.
+// Returns 0, or the fault's CUDA error code (700, 716, 714: stack overflow,
+// 719: a C++ exception; 2: no memory for fiber stacks) with its details in
+// *out.  Nothing is thrown across this boundary.
+GA_HOST_EXPORT int ga_hostrt_launch(ga_entry entry, const void* params, const unsigned int* grid,
+                                    const unsigned int* block, const ga_host_grant* grants,
+                                    int ngrants, Fault* out) {
+    try {
+        return launch(entry, params, grid, block, grants, ngrants, out);
+    } catch (const std::bad_alloc&) {
+        memset(out, 0, sizeof *out);
+        out->code = 2;
+        return 2;
+    } catch (...) {
+        memset(out, 0, sizeof *out);
+        out->code = 719;
+        out->space = EXCEPTION;
+        strncpy(out->what, "the host kernel runtime failed", sizeof out->what - 1);
+        return 719;
+    }
+}
+
+// Fibers held: by the calling thread, and on the process-wide free list.
+GA_HOST_EXPORT void ga_hostrt_fibers(unsigned long long* thread_held,
+                                     unsigned long long* free_held) {
+    *thread_held = fibers.count;
+    pthread_mutex_lock(&free_lock);
+    *free_held = free_count;
+    pthread_mutex_unlock(&free_lock);
+}

@@ -1,0 +1,200 @@
+"""The simulator's runtime for kernels compiled for the host CPU.
+
+One concern: run one launch of a host-built kernel with checked memory.
+The C++ piece (``_hostrt.cpp`` beside this file) runs every thread of every
+block as cooperative fibers and translates the kernel's global-memory
+accesses through *grants*; this module loads it with ctypes
+(:class:`HostRuntime`), turns the extents a launch is entitled to into
+grants (:func:`grants_for`) and reports a fault as the simulator's
+:class:`~._memory.DeviceFault` (sticky, at the next synchronisation).
+
+Grants are the strict choice: exactly the byte extents the kernel's
+``accesses()`` declares (the ones the race detector judges), read-only for
+reads and writable for writes.  An access outside them is
+``CUDA_ERROR_ILLEGAL_ADDRESS`` (700) even where a GPU would let it through
+to another live allocation: a kernel that strays from what it declared is
+wrong either way.  A misaligned access (address not a multiple of the
+access type's alignment) is ``CUDA_ERROR_MISALIGNED_ADDRESS`` (716), as on
+a GPU.
+
+Kernels translated from PTX (``ptx/``) run on the same runtime: they wait
+for other threads (barriers, warp collectives) through ``yield``, which
+resumes them in the next round; a round in which every waiting thread
+waits again and none progressed is a deadlock, reported as
+``CUDA_ERROR_LAUNCH_FAILED`` (719) naming the thread and the PTX line
+(faults name the instruction through ``launch(source=...)``).  A PTX
+thread in a loop yields every 1024 backward branches (``ptx::spin``), so
+a spin-wait on a flag or lock another thread of the block sets works; rounds
+of such yields are no deadlock, but after ``GPUARRAY_SIM_LAUNCH_TIMEOUT``
+seconds (default 30) of them with no thread finishing or passing a barrier
+the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
+GPU) naming the loop's branch.
+
+Building the library (compiler, flags, disk cache) is the kernels layer's
+job (``sim/gpuarray_sim/kernels/_host.py``), which knows where ``sim/gpuarray_sim/kernels/ga_host.cuh``
+is and registers itself in ``sim/gpuarray_sim/_host_toolchain.py`` for the PTX
+executor; this module only knows the source's path and how to load the
+result.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._host_toolchain import set_toolchain, toolchain
+from ._memory import DeviceFault
+
+__all__ = ["RUNTIME_SOURCE", "ABI", "HostRuntime", "Grant", "grants_for", "set_toolchain",
+           "toolchain"]
+
+#: The runtime's C++ source.
+RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
+#: The ``GA_HOST_ABI`` of ``sim/gpuarray_sim/kernels/ga_host.cuh`` this module speaks.
+ABI = 3
+
+_NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 710: "CUDA_ERROR_ASSERT", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+          714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
+          702: "CUDA_ERROR_LAUNCH_TIMEOUT", 2: "CUDA_ERROR_OUT_OF_MEMORY"}
+_GLOBAL, _SHARED, _STACK, _EXCEPTION, _DEADLOCK, _SPIN = 0, 1, 2, 3, 4, 5
+
+
+class Grant(ctypes.Structure):
+    """One extent of device memory a launch may touch (``ga_host_grant``)."""
+
+    _fields_ = [("base", ctypes.c_uint64), ("size", ctypes.c_uint64),
+                ("host", ctypes.c_void_p), ("writable", ctypes.c_int)]
+
+
+class _Fault(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("write", ctypes.c_int), ("addr", ctypes.c_uint64),
+                ("size", ctypes.c_uint64), ("block", ctypes.c_uint * 3),
+                ("thread", ctypes.c_uint * 3), ("space", ctypes.c_int),
+                ("extent", ctypes.c_uint64), ("what", ctypes.c_char * 128),
+                ("line", ctypes.c_uint)]
+
+
+_Dim = ctypes.c_uint * 3
+
+
+class HostRuntime:
+    """The loaded runtime library."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        abi = lib.ga_hostrt_abi()
+        if abi != ABI:
+            raise RuntimeError(f"host kernel runtime {lib._name} speaks ABI {abi}, expected {ABI}")
+        fn = lib.ga_hostrt_launch
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _Dim, _Dim, ctypes.POINTER(Grant),
+                       ctypes.c_int, ctypes.POINTER(_Fault)]
+        held = lib.ga_hostrt_fibers
+        held.restype = None
+        held.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
+        self._lib = lib
+        self._launch = fn
+        self._held = held
+
+    def fibers_held(self) -> tuple[int, int]:
+        """Fiber stacks held by the calling thread and on the process-wide free list."""
+        mine, free = ctypes.c_uint64(), ctypes.c_uint64()
+        self._held(ctypes.byref(mine), ctypes.byref(free))
+        return mine.value, free.value
+
+    def launch(self, kernel: str, entry: int, params: ctypes.Structure,
+               grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant],
+               source: Callable[[int], str] | None = None) -> None:
+        """Run ``entry`` (address of ``ga_host__<kernel>``) over ``grid`` x ``block``.
+
+        ``source(line)`` names the instruction at a PTX line (kernels
+        translated from PTX); a fault there names it.
+
+        Raises
+        ------
+        DeviceFault
+            The kernel accessed memory outside ``grants`` or outside a
+            ``__shared__`` array, or misaligned (700, 716), overflowed its
+            stack (714), threw a C++ exception (719) or a PTX thread spun
+            without progress past the launch timeout (702); the message names the
+            kernel, what happened, and the block and thread.
+        """
+        arr = (Grant * max(1, len(grants)))(*grants)
+        fault = _Fault()
+        rc = self._launch(entry, ctypes.addressof(params), _Dim(*grid), _Dim(*block), arr,
+                          len(grants), ctypes.byref(fault))
+        if rc == 0:
+            return
+        if rc == 2:
+            raise DeviceFault(2, f"kernel {kernel}: no memory for the fibers of a block")
+        where = f"block {tuple(fault.block)} thread {tuple(fault.thread)}"
+        if fault.line and source is not None:
+            where = f"{source(fault.line)}; {where}"
+        name = _NAMES.get(rc, rc)
+        if fault.space == _DEADLOCK:
+            raise DeviceFault(rc, f"kernel {kernel}: deadlock: every waiting thread waits at a "
+                                  "barrier or warp collective for threads that never reach it "
+                                  f"(they exited or wait elsewhere) ({name}); the first waits at "
+                                  f"{where}")
+        if fault.space == _SPIN:
+            raise DeviceFault(rc, f"kernel {kernel}: launch timeout: threads looped for "
+                                  f"{fault.extent} s with no thread of the block finishing or "
+                                  "passing a barrier (a spin-wait on memory nothing writes; the "
+                                  "simulator runs a grid's blocks one after another, so a flag or "
+                                  "lock only a later block sets is never seen; "
+                                  f"GPUARRAY_SIM_LAUNCH_TIMEOUT sets the limit) ({name}); the "
+                                  f"first spins at {where}")
+        if fault.space == _STACK:
+            raise DeviceFault(rc, f"kernel {kernel}: the thread overflowed its {fault.extent >> 10}"
+                                  f" KiB stack (fault at 0x{fault.addr:x}, {name}); {where}")
+        if fault.space == _EXCEPTION:
+            raise DeviceFault(rc, f"kernel {kernel}: the host build threw a C++ exception: "
+                                  f"{fault.what.decode('utf-8', 'replace')} ({name}); {where}")
+        if rc == 710:
+            raise DeviceFault(rc, f"kernel {kernel}: device-side assertion failed ({name}); {where}")
+        if rc == 714:  # a PTX thread's local frames outgrew its arena
+            raise DeviceFault(rc, f"kernel {kernel}: the thread's local memory overflowed (a frame "
+                                  f"of {fault.size} bytes at 0x{fault.addr:x}; deep or runaway "
+                                  f"recursion) ({name}); {where}")
+        what = "write" if fault.write else "read"
+        if fault.space == _SHARED:
+            off = ctypes.c_int64(fault.addr).value
+            why = "misaligned" if rc == 716 else "outside it"
+            raise DeviceFault(rc, f"kernel {kernel}: {what} of {fault.size} bytes at offset {off}"
+                                  f" of a {fault.extent}-byte __shared__ array, {why} ({name}); "
+                                  f"{where}")
+        if fault.size == 0:  # a memory fault the checks did not see (a raw dereference)
+            raise DeviceFault(rc, f"kernel {kernel}: memory fault at host address "
+                                  f"0x{fault.addr:x}, outside every checked access ({name}); "
+                                  f"{where}")
+        why = ("misaligned" if rc == 716 else
+               "outside every live allocation the kernel may reach" if source is not None else
+               "outside the extents granted to the launch (" + ", ".join(
+                   f"0x{g.base:x}+{g.size} {'rw' if g.writable else 'r'}" for g in grants) + ")")
+        raise DeviceFault(rc, f"kernel {kernel}: {what} of {fault.size} bytes at address "
+                              f"0x{fault.addr:x}, {why} ({name}); {where}")
+
+
+def grants_for(mem: Any, accesses: Sequence[tuple[int, int, bool]]) -> tuple[list[Grant], list]:
+    """Grants for the extents ``accesses`` (``(address, nbytes, is_write)``).
+
+    ``mem`` is the launch's memory access object (``_KernelMemory``): each
+    extent is checked there (live allocation, bounds, peer access; a
+    :class:`DeviceFault` otherwise) and translated to a host pointer.
+    Empty extents grant nothing.  Returns the grants and the buffers that
+    must stay alive while the kernel runs.
+    """
+    grants, keep = [], []
+    for address, nbytes, write in accesses:
+        if nbytes <= 0:
+            continue
+        host, owner = mem.host_pointer(int(address), int(nbytes))
+        keep.append(owner)
+        grants.append(Grant(int(address), int(nbytes), host, 1 if write else 0))
+    return grants, keep
+
+
+# The C++ toolchain (compiler, flags, disk cache) belongs to the kernels layer;
+# it registers itself in ``sim/gpuarray_sim/_host_toolchain.py`` (re-exported here).
+

@@ -1,0 +1,291 @@
+"""The simulator's stream, event and host-callback calls.
+
+One concern: the ``cuStream*`` and ``cuEvent*`` calls of the driver
+interface on the scheduler of ``_sched.py`` -- creation and destruction,
+queries and synchronisation (which run queued work and report its faults),
+cross-stream waits, event timing, and ``cuStreamAddCallback`` and
+``cuLaunchHostFunc``, whose host function a driver thread calls once the
+stream reaches it, as CUDA's callback thread does (only the latter can be
+captured).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from gpuarray.errors import CudaError
+from gpuarray._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
+from . import _capture, _sticky
+from ._capture import Node
+from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked
+from ._hostfn import Worker, call_host_fn
+from ._hostfn import _state as _hostfn_state
+from ._memory import DeviceFault
+from ._sched import Op, SimEvent, SimStream
+
+_NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED
+
+#: ``CUDA_ERROR_UNKNOWN``: the status of a host function after work that failed
+#: with something other than a CUDA error (a bug of a reference kernel).
+UNKNOWN = 999
+
+
+class SimStreamCalls(SimCore):
+    """Stream, event and host-callback calls of the simulator."""
+
+    # ------------------------------------------------------------- streams
+    @_locked
+    def stream_create(self, non_blocking: bool = False, priority: int = 0) -> int:
+        ctx = self._current("cuStreamCreate")
+        self._fault("stream", "cuStreamCreate")
+        h = self._handle()
+        s = self.sched.new_stream(h, ctx, "non_blocking" if non_blocking else "blocking")
+        self._streams[h] = s
+        return h
+
+    @_locked
+    def stream_destroy(self, stream: int) -> None:
+        if stream in (0, STREAM_LEGACY, STREAM_PER_THREAD):
+            raise CudaError(INVALID_HANDLE, "cuStreamDestroy", f"cannot destroy default stream {stream}")
+        s = self._stream(stream, "cuStreamDestroy")
+        if s.capture is not None:
+            _capture.refuse(self, _capture.UNSUPPORTED, "cuStreamDestroy", [s.capture],
+                            "of a stream in a capture")
+        del self._streams[stream]
+        self.sched.forget_stream(s)
+
+    @_locked
+    def stream_query(self, stream: int) -> bool:
+        s = self._stream(stream, "cuStreamQuery")
+        if self.sched.capturing:
+            _capture.check_stream(self, s, "cuStreamQuery", "queries")
+        return s.tail is None or self._query(s.tail, "cuStreamQuery")
+
+    @_locked
+    def stream_synchronize(self, stream: int) -> None:
+        s = self._stream(stream, "cuStreamSynchronize")
+        if self.sched.capturing:
+            _capture.check_stream(self, s, "cuStreamSynchronize", "synchronizes")
+        if s.tail is not None:
+            self._complete(s.tail, "cuStreamSynchronize")
+        self.sched.host_observes(s.vc)
+
+    @_locked
+    def stream_wait_event(self, stream: int, event: int, external: bool = False) -> None:
+        call = "cuStreamWaitEvent"
+        s = self._stream(stream, call)
+        ev = self._event(event, call)
+        if ev.capture is not None or s.capture is not None:
+            self._capture_wait(s, ev, external, call)
+            return
+        if ev.op is None:
+            return
+        self.sched.enqueue(s, None, call, extra_deps=[ev.op], extra_vc=ev.vc)
+
+    def _capture_wait(self, s: SimStream, ev: SimEvent, external: bool, call: str) -> None:
+        """A wait that involves a capture: a join, a fork, an external wait node, or an error."""
+        cap, ecap = s.capture, ev.capture
+        if ecap is not None and ecap.status != "active" and ecap.id not in self._captures:
+            raise CudaError(_capture.CAPTURED_EVENT, call, f"event 0x{ev.handle:x} was last "
+                                                           "recorded in a capture that has ended")
+        if cap is None:  # a fork: the stream joins the capture of the event
+            if ecap is None:
+                return
+            _capture.check_legacy(self, s, call)
+            if s.kind == "legacy":
+                _capture.refuse(self, _capture.IMPLICIT, call, [ecap], "joins the legacy stream to a capture")
+            if ecap.status != "active":
+                _capture.raise_invalidated(ecap, call)
+            s.capture, s.cap_deps = ecap, list(ev.cap_deps)
+            ecap.streams.append(s)
+            return
+        if cap.status != "active":
+            _capture.raise_invalidated(cap, call)
+        if ecap is cap:  # a join inside the capture
+            s.cap_deps = list(dict.fromkeys([*s.cap_deps, *ev.cap_deps]))
+        elif ecap is not None:
+            _capture.refuse(self, _capture.MERGE, call, [cap, ecap],
+                            "waits on an event of another capture")
+        elif ev.op is None:
+            return  # never recorded: nothing to wait for
+        elif external:  # CU_EVENT_WAIT_EXTERNAL: each launch waits for the event's record then
+            _capture.add_node(cap, s, Node("wait", None, f"{call} (external) on event 0x{ev.handle:x}",
+                                           [], list(s.cap_deps), event=ev), call)
+        else:
+            _capture.refuse(self, _capture.ISOLATION, call, [cap],
+                            "waits on an event recorded outside the capture (without "
+                            "CU_EVENT_WAIT_EXTERNAL)")
+
+    @_locked
+    def stream_get_ctx(self, stream: int) -> int:
+        return self._stream(stream, "cuStreamGetCtx").ctx.handle
+
+    # -------------------------------------------------------------- events
+    def _event(self, event: int, call: str) -> SimEvent:
+        ev = self._events.get(event)
+        if ev is None:
+            raise CudaError(INVALID_HANDLE, call, f"event 0x{int(event):x} does not exist (destroyed?)")
+        _sticky.check(ev.ctx, call)
+        return ev
+
+    @_locked
+    def event_create(self, timing: bool = True, interprocess: bool = False) -> int:
+        ctx = self._current("cuEventCreate")
+        self._fault("stream", "cuEventCreate")
+        h = self._handle()
+        self._events[h] = SimEvent(h, timing, ctx)
+        return h
+
+    @_locked
+    def event_destroy(self, event: int) -> None:
+        self._event(event, "cuEventDestroy")
+        del self._events[event]
+
+    @_locked
+    def event_record(self, event: int, stream: int) -> None:
+        ev = self._event(event, "cuEventRecord")
+        s = self._stream(stream, "cuEventRecord")
+        if ev.ctx is not None and s.ctx is not ev.ctx:  # cuda.h: "must be from the same context"
+            raise CudaError(INVALID_HANDLE, "cuEventRecord",
+                            f"event of device {ev.ctx.device}, stream of device {s.ctx.device}")
+        if s.capture is not None:  # no node: the event names the stream's captured work
+            if s.capture.status != "active":
+                _capture.raise_invalidated(s.capture, "cuEventRecord")
+            ev.capture, ev.cap_deps, ev.op = s.capture, list(s.cap_deps), None
+            return
+        ev.op = self.sched.enqueue(s, None, "cuEventRecord")
+        ev.vc = dict(ev.op.vc)
+        ev.capture, ev.cap_deps = None, []
+
+    @_locked
+    def event_query(self, event: int) -> bool:
+        ev = self._event(event, "cuEventQuery")
+        self._captured_event(ev, "cuEventQuery")
+        return ev.op is None or self._query(ev.op, "cuEventQuery")
+
+    @_locked
+    def event_synchronize(self, event: int) -> None:
+        ev = self._event(event, "cuEventSynchronize")
+        self._captured_event(ev, "cuEventSynchronize")
+        if ev.op is not None:
+            self._complete(ev.op, "cuEventSynchronize")
+
+    @_locked
+    def event_elapsed_time(self, start: int, end: int) -> float:
+        a = self._event(start, "cuEventElapsedTime")
+        b = self._event(end, "cuEventElapsedTime")
+        self._captured_event(a, "cuEventElapsedTime")
+        self._captured_event(b, "cuEventElapsedTime")
+        if not (a.timing and b.timing):
+            raise CudaError(INVALID_HANDLE, "cuEventElapsedTime", "an event was created without timing")
+        if a.op is None or b.op is None:
+            raise CudaError(INVALID_HANDLE, "cuEventElapsedTime", "an event was never recorded")
+        if not (a.op.done and b.op.done):
+            raise CudaError(NOT_READY, "cuEventElapsedTime", "an event has not completed")
+        return (b.op.t_done - a.op.t_done) * 1000.0
+
+    def _captured_event(self, ev: SimEvent, call: str) -> None:
+        """An event last recorded in a capture cannot be queried or waited on by the host: 907."""
+        cap = ev.capture
+        if cap is not None:
+            why = f"on event 0x{ev.handle:x}, last recorded in a capture"
+            if cap.status == "active":
+                _capture.refuse(self, _capture.CAPTURED_EVENT, call, [cap], why)
+            raise CudaError(_capture.CAPTURED_EVENT, call, why)
+
+    # -------------------------------------------------------- host callbacks
+    @_locked
+    def stream_add_callback(self, stream: int, fn: Callable[[int], None]) -> None:
+        call = "cuStreamAddCallback"
+        s = self._stream(stream, call)
+        if not callable(fn):
+            raise TypeError(f"{call}: the callback must be callable, got {type(fn).__name__}")
+        desc = f"{call} host function {getattr(fn, '__name__', fn)!r}"
+        if s.capture is not None:
+            # cuda.h: "this function is not supported with cuStreamBeginCapture
+            # and cuStreamEndCapture, unlike cuLaunchHostFunc"; of the codes it
+            # lists for the call, that is CUDA_ERROR_NOT_SUPPORTED (801).  The
+            # capture is invalidated too, as for any call a capture does not
+            # support (stricter than a driver, if one leaves it valid).
+            if s.capture.status != "active":
+                _capture.raise_invalidated(s.capture, call)
+            _capture.refuse(self, _NOT_SUPPORTED, call, [s.capture],
+                            "on a capturing stream: a stream callback cannot be captured "
+                            "(cuLaunchHostFunc can)")
+        self._queue_host_fn(s, fn, desc)
+
+    @_locked
+    def launch_host_func(self, stream: int, fn: Callable[[], None]) -> None:
+        call = "cuLaunchHostFunc"
+        s = self._stream(stream, call)
+        if not callable(fn):
+            raise TypeError(f"{call}: the host function must be callable, got {type(fn).__name__}")
+        desc = f"{call} host function {getattr(fn, '__name__', fn)!r}"
+
+        def host_fn(status: int) -> None:
+            if status == 0:  # unlike a stream callback, never called after a failure
+                fn()
+
+        host_fn.__name__ = getattr(fn, "__name__", "host_fn")
+        if s.capture is not None:  # a host node: each launch calls it
+            _capture.add_node(s.capture, s, Node("host", host_fn, desc, [], list(s.cap_deps)), call)
+            return
+        self._queue_host_fn(s, host_fn, desc)
+
+    def _queue_host_fn(self, s: SimStream, fn: Callable[[int], None], desc: str) -> None:
+        before = _hostfn_state.adding
+        _hostfn_state.adding = True  # see _hostfn.adding: a collection in here must not wait for it
+        try:
+            op = self.sched.enqueue(s, None, desc, host_fn=True)
+            # The GPU makes progress without the host: the context's driver
+            # thread runs the stream up to the callback and calls it, as CUDA's
+            # callback thread does (submitted under the lock: in queue order).
+            worker = self._host_fn_workers.get(id(s.ctx))
+            if worker is None:
+                worker = self._host_fn_workers[id(s.ctx)] = Worker()
+            worker.submit(functools.partial(self._run_host_fn, s, op, fn))
+        finally:
+            _hostfn_state.adding = before
+
+    def _run_host_fn(self, s: SimStream, op: Op, fn: Callable[[int], None]) -> None:
+        status = 0
+        started = False
+        with self._lock:
+            while not op.done and not all(d.done for d in op.deps):
+                try:
+                    for d in list(op.deps):
+                        self.sched.complete(d)
+                except Exception as f:
+                    # Earlier work failed (an illegal address, or a reference
+                    # kernel's CudaError): the callback gets the error status.
+                    # A sticky fault poisons the context here, as a sync would
+                    # (its next call reports it); any other stays on the stream
+                    # for the host's next sync of it. It never vanishes here.
+                    if isinstance(f, (DeviceFault, CudaError)):
+                        code, detail = f.code, f.detail
+                    else:
+                        code, detail = UNKNOWN, repr(f)
+                    status = status or code
+                    if self._poison_if_sticky(code, detail):
+                        break
+
+                    def refault(f: BaseException = f) -> None:
+                        raise f
+
+                    self.sched.enqueue(s, refault, "fault of work before a host callback")
+            # Claimed, the callback leaves the queue: nothing else runs it,
+            # and work after it waits until ``finish`` (each sync waits on
+            # the scheduler's condition, releasing the lock).
+            started = self.sched.claim(op)
+            if not started:
+                # A sticky fault dropped the context's queued work, this
+                # callback with it (here or in another thread's sync): CUDA
+                # still calls a stream callback, with the persistent error.
+                status = status or (s.ctx.sticky[0] if s.ctx.sticky else ILLEGAL_ADDRESS)
+        try:
+            call_host_fn(fn, status)  # without the lock: other threads' calls go on
+        finally:
+            if started:
+                with self._lock:
+                    self.sched.finish(op)

@@ -1,0 +1,160 @@
+"""The simulator's PTX executor: PTX text, translated to C++, run on the host build's fibers.
+
+A module of PTX (what NVRTC, numba-cuda or cuda.core hand to
+``cuModuleLoadData``) runs here as a GPU would run it, with every memory
+access checked.  Its own room beneath the simulator, in four layers:
+
+``_lex.py`` / ``_parse.py`` / ``_ast.py`` / ``_info.py``  -- syntax
+    PTX text -> :class:`PtxModule` (directives, module variables with
+    their initial bytes, functions with parameters, declarations and
+    instructions, each with its PTX line), and what a driver reports of
+    each entry (:class:`EntryInfo`).  Syntax errors are 218
+    (``CUDA_ERROR_INVALID_PTX``), a ``.version`` newer than
+    :data:`SUPPORTED_VERSION` is 222 (``CUDA_ERROR_UNSUPPORTED_PTX_VERSION``).
+``_check.py`` / ``_forms.py`` -- what a driver's JIT refuses
+    Between parsing and translation (in :func:`load`), every instruction
+    a GPU driver's PTX JIT (``ptxas``) refuses is refused with 218 naming
+    its line: a modifier, rounding mode or type its opcode does not take
+    (``_forms.LEGAL``, generated from ptxas's verdicts by
+    ``tools/ptx_forms/gen.py``), a register operand of a type the ISA's
+    type-checking rules do not allow, an integer literal as a float
+    operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
+    never more lenient (``tests/test_ptx_check.py`` checks every form of
+    the table against ptxas's verdict).
+``_emit.py`` / ``_translate.py`` / ``_ops*.py`` -- translation
+    One C++ function per PTX function: registers become typed locals
+    (uninitialised, as PTX leaves them: zeroing hundreds per thread cost
+    half the run time),
+    labels ``goto`` targets, predicates ``if``; ``.local`` variables are
+    frames of the thread's local arena; call-site ``.param`` variables byte
+    arrays; every load and store goes through a checked helper of
+    ``ptxrt.h``; one exported wrapper per ``.entry`` has the runtime's entry
+    signature.  An instruction, modifier or type the translator does not
+    know makes every entry that reaches it unlaunchable: the launch fails
+    with ``CUDA_ERROR_INVALID_IMAGE`` (200, not sticky) naming the
+    instruction and its PTX line -- never a silently different program.
+``ptxrt.h`` -- runtime support (C++)
+    Address windows, checked accesses, barriers and warp collectives,
+    atomics, rounding, conversions, printf.  It sits on the SAME fiber
+    runtime as the host build of ``kernels/`` (``sim/_hostrt.cpp``, which
+    gained ``yield`` and deadlock detection for this: a round in which every
+    waiting thread waits again and nothing progressed ends the launch with
+    719 naming the thread and the PTX line).
+``_build.py`` / ``_run.py`` -- build, cache and launch
+    The unit is built with the host build's compiler and flags
+    (``sim/gpuarray_sim/kernels/_host.py``, reached through
+    ``_hostrt.toolchain()``, which the kernels layer registers) into the
+    kernel disk cache (same folder and trust rules), keyed by the hash of
+    the PTX, :data:`TRANSLATOR_VERSION`, the hash of the translator's and
+    headers' sources, the compiler's identity and the flags; writes are
+    atomic and a corrupt entry is a miss.  :class:`PtxKernel` is the ``SimKernel`` the simulator's launch
+    dispatch (``sim/_module_calls.py``) runs for a kernel of a PTX image.
+
+Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
+--------------------------------------------------------------------------
+``parse(text) -> PtxModule``
+    ``text`` is ``str`` (bytes: :func:`load` decodes up to the first NUL).
+    Raises :class:`PtxError` (``.code`` 218 or 222, ``.message`` naming the
+    line, ``.line``).
+``PtxModule``: ``.version`` ``(major, minor)``, ``.target`` (``"sm_90"``),
+    ``.arch`` (90), ``.address_size`` (64; 32-bit PTX is refused with 218),
+    ``.entries`` ``{name: EntryInfo}`` (``.entry`` with a body only),
+    ``.functions`` ``{name: Function}`` (``.entry`` and ``.func``, declarations
+    too), ``.globals`` ``{name: GlobalVar}``.
+``EntryInfo``: ``params`` ``[(name, size, align, offset)]``, ``param_size``,
+    ``static_shared_bytes``, ``const_bytes``, ``local_bytes``, ``max_threads``
+    (``.maxntid``/``.reqntid`` product, else None), ``ptx_version`` (the
+    target's number, ``sm_90`` -> 90: the virtual architecture
+    ``CU_FUNC_ATTRIBUTE_PTX_VERSION`` reports), ``uses_dynamic_shared``.
+``GlobalVar``: ``name``, ``space`` (``"global"``, ``"const"``, ``"shared"``),
+    ``size``, ``align``, ``init`` (initial bytes; address initialisers are
+    zeros there and listed in ``relocs`` ``[(offset, symbol, addend)]``),
+    ``extern``.
+``link(images) -> PtxProgram``: several PTX modules as one (``cuLinkAddData``
+    inputs): declarations resolve to other modules' definitions, ``.weak``
+    yields to strong, ``.common`` merges.
+``load(image) -> PtxProgram``: parse (cached per text), check (``_check.py``: 218) and translate; the
+    C++ is built on the first launch.  ``PtxProgram.module``,
+    ``.kernel(name) -> PtxKernel``, ``.globals_needed`` (module variables in
+    the order of the launch's address table).
+``PtxKernel`` (a ``SimKernel``): ``param_types`` (one ctypes array type per
+    PTX parameter, of its size and alignment, so the stand-in can decode
+    ``kernelParams``), ``info`` (:class:`EntryInfo`), ``foreign = False``,
+    ``accesses(params) -> []``, ``check()`` (builds; raises
+    :class:`UnsupportedPtx`, code 200, for an unlaunchable entry),
+    ``pack(params)`` (the parameter block; TypeError for a wrong count or
+    size), and ``run(mem, grid, block, shared_mem, params, globals=...)``
+    (returns the ``(address, nbytes, is_write)`` intervals it touched).
+    ``globals`` maps each module variable to its device address; the
+    dispatch allocates them once per loaded module, so that
+    ``cuModuleGetGlobal`` and the kernel see the same bytes.
+
+Execution model
+---------------
+Blocks run one after another on the stream's OS thread; the threads of a
+block are fibers switched only where a thread must wait (``bar.sync``,
+``bar.red``, warp collectives).  Warps are 32 consecutive linear thread
+ids; ``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
+``bar.warp.sync`` complete when every lane of the member mask has arrived
+(a lane outside its own mask, lanes meeting at different collectives or
+with different masks, a mask naming lanes that exited or do not exist:
+719 naming the line; a lane that never arrives: the deadlock fault).
+``activemask`` is the lanes converged at it: a lane waits until every lane
+of its warp that has not exited is at an ``activemask`` or blocked at a
+barrier or collective, and gets the lanes at the same ``activemask``
+instruction (the same PTX line).  ``bar.sync``
+without a thread count waits for every thread that has not exited.
+Atomics are compare-and-swap loops on the host memory (atomic against
+other launches running on other streams).  ``%clock``/``%clock64`` count
+reads (monotonic, not time).  Loops: every 1024th backward branch a thread
+takes yields to the other threads of its block (``ptx::spin``), so a
+spin-wait on a flag or a spin-lock that another thread of the block
+releases, with no barrier between, works as on a GPU.  Rounds in which
+threads only spun are no deadlock; after ``GPUARRAY_SIM_LAUNCH_TIMEOUT``
+seconds (default 30) of them with no thread finishing or passing a barrier,
+the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
+GPU) naming the loop's branch and thread -- the fate of a spin on memory
+only a LATER block writes, since blocks run one after another (a GPU does
+not promise that either without cooperative launch).  Not modelled:
+cooperative launch and ``grid.sync`` (numba's needs an external function
+the simulator does not provide: the launch fails naming it).  The race
+detector sees what a PTX kernel touched: ``accesses`` is empty (the ranges
+are known only while it runs), the checked global accesses of ``ptxrt.h``
+widen per allocation the interval read and the interval written (atomics
+write), ``run`` returns them, and the launch, queued as ``_sched.Reports``
+work, is judged when it has run on its enqueue-time clock.
+
+Numerics
+--------
+Integers exact (division by zero gives all ones, as a GPU does; no trap).
+Float ``add/sub/mul/div/fma/sqrt/rcp`` with ``.rn`` are IEEE, correctly
+rounded (C++ without contraction, see ``ptxrt.h``; ``fma`` is libm's
+``fmaf``/``fma``); ``.rz/.rm/.rp`` run under ``fesetround`` with volatile
+operands.  ``.ftz`` flushes subnormal inputs and results of ``.f32`` to
+sign-preserving zero; ``.sat`` clamps to [0, 1] (NaN -> 0).  Float-to-int
+``cvt`` saturates (NaN -> 0) as PTX specifies.  f16/bf16 conversions are
+exact software roundings (all four modes); f16/bf16 arithmetic (scalar and
+``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) widens exactly,
+computes in double and rounds once -- correctly rounded for f16
+add/sub/mul; ``fma`` and bf16 add/sub may round twice (first to double),
+a last-bit difference from a GPU in rare halfway cases.  ``.approx`` functions use the
+C library (glibc: ``exp2f``, ``log2f``, ``sinf``, ``cosf``, ``tanhf`` within
+1-2 ulp; ``rsqrt`` as ``1/sqrt`` in double; ``rcp/sqrt/div.approx``
+correctly rounded), all inside the PTX ISA's stated bounds.  Unknown
+until a GPU run: bit-equality of ``.approx`` results (a GPU's are
+coarser), of ``add``/``mul`` without a rounding modifier (ptxas may fuse
+them into an ``fma``; here they are never fused), and NaN payloads
+(here the C++ operation's; a GPU gives the canonical NaN).
+"""
+
+from __future__ import annotations
+
+from ._ast import EntryInfo, Function, GlobalVar, PtxModule
+from ._build import PtxProgram, link, load
+from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
+from ._lex import PtxError
+from ._parse import SUPPORTED_VERSION, parse
+from ._run import PtxKernel
+
+__all__ = ["parse", "load", "link", "PtxError", "UnsupportedPtx", "PtxModule", "EntryInfo", "GlobalVar",
+           "Function", "PtxProgram", "PtxKernel", "SUPPORTED_VERSION", "TRANSLATOR_VERSION"]

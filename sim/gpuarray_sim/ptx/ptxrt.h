@@ -1,0 +1,251 @@
+// Runtime support of kernels translated from PTX (sim/gpuarray_sim/ptx/):
+// this file holds the launch and thread records and the checked memory
+// windows; ptx_sync.h barriers, warp collectives and the thread
+// lifecycle; ptx_num.h atomics, integer and float helpers, conversions;
+// ptx_printf.h vprintf.
+//
+// The translator (_emit.py) turns each PTX function into a C++ function
+// that includes this header; the simulator's fiber runtime (_hostrt.cpp)
+// runs one call of an entry's wrapper per CUDA thread, exactly as it runs
+// the host build of kernels/ (same ga_host_rt record, same fibers, same
+// fault path).  This header holds what PTX needs beyond that: memory
+// windows and checked accesses, barriers and warp collectives built on the
+// runtime's yield(), atomics, rounding, conversions and printf.
+//
+// Address windows (64-bit values as PTX sees them):
+//   global / const : simulated device addresses (and mapped host memory),
+//                    reached only through the grants of the launch (every
+//                    live allocation the context may touch), sorted by base;
+//   shared         : 0-based offsets in the .shared state space; the generic
+//                    form (cvta.shared) is kShared + offset;
+//   local          : the generic form kLocal + offset into the thread's
+//                    local arena; ld.local/st.local take the same value;
+//   param          : kParam + offset into the kernel's parameter block.
+// A generic access is routed by the top 16 bits.  Every access is checked:
+// outside its window (or the live frames of the local arena) is
+// CUDA_ERROR_ILLEGAL_ADDRESS (700), an address not a multiple of the access
+// size is CUDA_ERROR_MISALIGNED_ADDRESS (716); the fault carries the PTX
+// line (rt->line).
+//
+// Ranges touched, for the race detector: each global access also widens,
+// for the grant it hit, the interval of bytes read or written (offsets
+// [lo, hi) from the grant's base; Launch::touched holds rlo, rhi, wlo, whi
+// per grant, in the grants' order).  Two compares and at most two stores
+// on the fast path; after the launch ptx/_run.py reports the intervals to
+// the scheduler (_sched.py), which judges them on the launch's clock.
+// Atomics count as writes.  An interval is the hull of what was touched
+// (as a host kernel's declared extent is the hull of its operand view).
+#pragma once
+// No fused multiply-add unless the PTX asks for one (fma, mad.f32): a GPU
+// rounds a*b+c twice for mul then add (x86-64's baseline has no FMA anyway;
+// other hosts' compilers would contract without these).
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include <fenv.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <exception>
+#include <limits>
+#include <type_traits>
+
+#include "ga_host.cuh"
+
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+
+namespace ptx {
+
+const uint64_t kShared = 0x0001000000000000ull;
+const uint64_t kLocal = 0x0002000000000000ull;
+const uint64_t kParam = 0x0003000000000000ull;
+
+// Filled by the simulator (ptx/_run.py mirrors it with ctypes).
+struct Launch {
+    const char* params;
+    uint64_t param_size;
+    const uint64_t* globals;  // device address of each module variable (translator's order)
+    char* shared;             // the block's shared window: static, then dynamic
+    uint64_t shared_size;
+    uint64_t dyn_offset;
+    uint64_t dyn_size;
+    char* printf_buf;
+    uint64_t printf_cap;
+    uint64_t printf_len;
+    const ga_host_grant* last;  // the grant the last global access hit
+    uint64_t clock;
+    char* block;                // kBlockBytes for the running block's barrier and warp state
+    char* local_pool;           // threads per block x local bytes, for large local arenas
+    uint64_t* touched;          // rlo, rhi, wlo, whi of each grant (see above)
+    uint64_t* last_touched;     // touched's entry of `last`
+};
+
+// A trap (or an error of the kernel the runtime reports as 719).
+struct Trap : std::exception {
+    char msg[160];
+    explicit Trap(const char* m) { snprintf(msg, sizeof msg, "%s", m); }
+    const char* what() const noexcept override { return msg; }
+};
+struct Exit {};  // `exit` inside a .func: unwinds to the entry
+
+struct Warp {
+    uint32_t arrived, exited;
+    uint32_t blocked;      // lanes waiting at a barrier or collective now
+    uint32_t am_arrived;   // lanes at an activemask
+    uint32_t am_line[32], am_gen[32], am_res[32];
+    uint32_t at_bar;       // lanes blocked at a block barrier
+    uint8_t bar_id[32];
+    uint32_t gen[32], kind[32], mask[32], b[32], c[32];
+    uint64_t val[32], res[32];
+    uint8_t resp[32];
+};
+
+struct Block {
+    uint32_t arrived[16], gen[16], acc[16], result[16], count[16];
+    uint32_t exited;
+    uint32_t pending;  // barriers with arrivals
+    Warp warps[32];
+};
+
+struct Thread {
+    ga_host_rt* rt;
+    Launch* L;
+    Block* blk;
+    uint32_t tid, lane, warp;
+    char* local;
+    uint64_t local_size, sp;
+};
+
+// The launch's blocks run one after another on one OS thread: one Block
+// record (in the launch record's buffer) serves them all.
+const size_t kBlockBytes = 65536;
+static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer is too small");
+
+[[noreturn]] inline void trap(Thread* t, uint32_t line, const char* m) {
+    t->rt->line = line;
+    throw Trap(m);
+}
+
+// ------------------------------------------------------------------ memory
+[[noreturn]] inline void fault(Thread* t, int code, uint64_t a, uint64_t size, int write,
+                               uint32_t line) {
+    t->rt->line = line;
+    t->rt->fault(t->rt, code, a, size, write);
+    throw Trap("unreachable");
+}
+
+// Widen the read (write = 0) or written interval r of a grant by [off, off + size).
+inline void touch(uint64_t* r, uint64_t off, uint64_t size, int write) {
+    r += write ? 2 : 0;
+    if (off < r[0]) r[0] = off;
+    if (off + size > r[1]) r[1] = off + size;
+}
+
+inline char* global_slow(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+    ga_host_rt* rt = t->rt;
+    int lo = 0, hi = rt->ngrants - 1, found = -1;
+    while (lo <= hi) {  // the last grant with base <= a
+        int mid = (lo + hi) / 2;
+        if (rt->grants[mid].base <= a) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if (found >= 0) {
+        const ga_host_grant& g = rt->grants[found];
+        const uint64_t off = a - g.base;
+        if (off < g.size && size <= g.size - off && (!write || g.writable)) {
+            t->L->last = &g;
+            t->L->last_touched = t->L->touched + 4 * found;
+            touch(t->L->last_touched, off, size, write);
+            return g.host + off;
+        }
+    }
+    fault(t, 700, a, size, write, line);
+}
+
+inline char* gptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+    if (a & (size - 1)) fault(t, 716, a, size, write, line);
+    const ga_host_grant* g = t->L->last;
+    const uint64_t off = a - g->base;
+    if (off < g->size && size <= g->size - off && (!write || g->writable)) {
+        touch(t->L->last_touched, off, size, write);
+        return g->host + off;
+    }
+    return global_slow(t, a, size, write, line);
+}
+
+inline char* sptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+    const uint64_t off = (uint32_t)a == a ? a : a - kShared;
+    if (off > t->L->shared_size || size > t->L->shared_size - off) {
+        t->rt->line = line;
+        t->rt->shared_fault(t->rt, 700, (long long)off, size, write, t->L->shared_size);
+    }
+    if (off & (size - 1)) {
+        t->rt->line = line;
+        t->rt->shared_fault(t->rt, 716, (long long)off, size, write, t->L->shared_size);
+    }
+    return t->L->shared + off;
+}
+
+inline char* lptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+    const uint64_t off = a - kLocal;
+    if (off > t->sp || size > t->sp - off) fault(t, 700, a, size, write, line);
+    if (off & (size - 1)) fault(t, 716, a, size, write, line);
+    return t->local + off;
+}
+
+inline char* pptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+    const uint64_t off = a - kParam;
+    if (write || off > t->L->param_size || size > t->L->param_size - off)
+        fault(t, 700, a, size, write, line);
+    if (off & (size - 1)) fault(t, 716, a, size, write, line);
+    return const_cast<char*>(t->L->params) + off;
+}
+
+inline char* genptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+    switch (a >> 48) {
+        case 1: return sptr(t, a, size, write, line);
+        case 2: return lptr(t, a, size, write, line);
+        case 3: return pptr(t, a, size, write, line);
+        default: return gptr(t, a, size, write, line);
+    }
+}
+
+template <class V> inline V load(const char* p) {
+    V v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+template <class V> inline void store(char* p, V v) { memcpy(p, &v, sizeof v); }
+
+// Local frames: a function's .local variables live in the thread's arena.
+inline uint64_t frame(Thread* t, uint64_t size, uint64_t align, uint32_t line) {
+    uint64_t base = (t->sp + align - 1) & ~(align - 1);
+    if (base + size > t->local_size) {
+        t->rt->line = line;
+        t->rt->fault(t->rt, 714, kLocal + base, size, 1);
+    }
+    t->sp = base + size;
+    return base;
+}
+
+// ------------------------------------------------------------- bit casts
+template <class To, class From> inline To bits(From f) {
+    static_assert(sizeof(To) == sizeof(From), "bit cast of unequal sizes");
+    To t;
+    memcpy(&t, &f, sizeof t);
+    return t;
+}
+
+}  // namespace ptx

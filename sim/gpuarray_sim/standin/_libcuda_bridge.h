@@ -1,0 +1,159 @@
+/* The stand-in driver's bridge to Python: call(name, n, args) -> CUresult.
+ *
+ * One concern, included by _libcuda.c only (one translation unit; the
+ * builder, sim/gpuarray_sim/standin/__init__.py, hashes every file it
+ * includes): finding the running interpreter's C-API at run time and serving
+ * a driver call by gpuarray_sim.standin._serve.serve(name, args).
+ * Expects <dlfcn.h>, <pthread.h>, <stddef.h>, <stdio.h> and the CUresult
+ * codes of _libcuda.c to be in scope.
+ */
+#ifndef GPUARRAY_STANDIN_BRIDGE_H
+#define GPUARRAY_STANDIN_BRIDGE_H
+
+/* ------------------------------------------------ Python C-API (stable ABI) */
+/* Resolved at run time in the process's global scope (dlsym(RTLD_DEFAULT)),
+ * never linked: the library must load and answer in a process that has no
+ * Python (a C program, a tool probing the driver -- `python -m gpuarray
+ * standin --` puts it first for a whole process tree), where an undefined
+ * strong reference would make dlopen (RTLD_NOW) or the first call fail.
+ * Until every name resolves -- no interpreter in the global scope, e.g. a C
+ * program, or one that loaded libpython RTLD_LOCAL -- each call answers
+ * CUDA_ERROR_NOT_INITIALIZED; resolution is retried on later calls (a
+ * process may embed Python after probing the driver) and published once. */
+typedef struct _object PyObject;
+typedef int PyGILState_STATE;
+
+typedef struct {
+    int (*IsInitialized)(void);
+    PyGILState_STATE (*GILState_Ensure)(void);
+    void (*GILState_Release)(PyGILState_STATE);
+    PyObject *(*Import_ImportModule)(const char *);
+    PyObject *(*Object_GetAttrString)(PyObject *, const char *);
+    PyObject *(*Object_CallFunctionObjArgs)(PyObject *, ...);
+    PyObject *(*Unicode_FromString)(const char *);
+    PyObject *(*Long_FromUnsignedLongLong)(unsigned long long);
+    long (*Long_AsLong)(PyObject *);
+    PyObject *(*Tuple_New)(ptrdiff_t);
+    int (*Tuple_SetItem)(PyObject *, ptrdiff_t, PyObject *);
+    PyObject *(*Err_Occurred)(void);
+    void (*Err_Print)(void);
+    void (*Err_Fetch)(PyObject **, PyObject **, PyObject **);
+    void (*Err_Restore)(PyObject *, PyObject *, PyObject *);
+    void (*DecRef)(PyObject *);
+    void (*Err_SetInterrupt)(void);
+} PyApi;
+
+/* The names, in PyApi's field order. */
+static const char *const py_names[] = {
+    "Py_IsInitialized", "PyGILState_Ensure", "PyGILState_Release", "PyImport_ImportModule",
+    "PyObject_GetAttrString", "PyObject_CallFunctionObjArgs", "PyUnicode_FromString",
+    "PyLong_FromUnsignedLongLong", "PyLong_AsLong", "PyTuple_New", "PyTuple_SetItem",
+    "PyErr_Occurred", "PyErr_Print", "PyErr_Fetch", "PyErr_Restore", "Py_DecRef",
+    "PyErr_SetInterrupt",
+};
+_Static_assert(sizeof(PyApi) == sizeof(py_names) / sizeof(py_names[0]) * sizeof(void (*)(void)),
+               "PyApi and py_names must list the same functions");
+
+static PyApi py_api;
+static int py_ready; /* 1 once py_api is filled (release store / acquire load) */
+static pthread_mutex_t py_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The interpreter's C-API, or NULL when this process has none (yet). */
+static const PyApi *python(void)
+{
+    if (__atomic_load_n(&py_ready, __ATOMIC_ACQUIRE))
+        return &py_api;
+    pthread_mutex_lock(&py_lock);
+    if (!py_ready) {
+        union { PyApi api; void *fn[sizeof(py_names) / sizeof(py_names[0])]; } found;
+        size_t i;
+        for (i = 0; i < sizeof(py_names) / sizeof(py_names[0]); i++) {
+            found.fn[i] = dlsym(RTLD_DEFAULT, py_names[i]);
+            if (found.fn[i] == NULL)
+                break;
+        }
+        if (i == sizeof(py_names) / sizeof(py_names[0])) {
+            py_api = found.api;
+            __atomic_store_n(&py_ready, 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&py_lock);
+    return py_ready ? &py_api : NULL;
+}
+
+static PyObject *serve_fn; /* gpuarray_sim.standin._serve.serve, set under the GIL */
+
+/* Call serve(name, (a0, a1, ...)) and return its CUresult.  Never raises:
+ * an error of this bridge itself is printed to stderr and becomes
+ * CUDA_ERROR_UNKNOWN (the serving function keeps its own errors).
+ *
+ * The caller's pending exception, if any (a C tp_dealloc freeing device
+ * memory while an exception unwinds), is set aside while the call is served
+ * and put back afterwards: serving runs Python code, which must not start
+ * with an exception set, and the caller's exception is not ours to lose.
+ * Likewise a Ctrl-C that interrupts the simulator while it serves a call on
+ * the main thread fails the call (CUDA_ERROR_UNKNOWN) and is re-delivered
+ * (PyErr_SetInterrupt) for the caller's next Python instruction.
+ *
+ * Every call takes the GIL: the simulator is Python.  A thread that holds
+ * the GIL while it waits, in C, for another thread's driver call therefore
+ * deadlocks, where a driver would not (docs/guide/testing.rst). */
+static CUresult call(const char *name, int n, const unsigned long long *a)
+{
+    const PyApi *py = python();
+    if (py == NULL || !py->IsInitialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    PyGILState_STATE g = py->GILState_Ensure();
+    PyObject *pending_type, *pending_value, *pending_tb;
+    py->Err_Fetch(&pending_type, &pending_value, &pending_tb);
+    CUresult rc = CUDA_ERROR_UNKNOWN;
+    PyObject *args = NULL, *pyname = NULL, *res = NULL;
+    if (serve_fn == NULL) {
+        PyObject *mod = py->Import_ImportModule("gpuarray_sim.standin._serve");
+        if (mod != NULL) {
+            serve_fn = py->Object_GetAttrString(mod, "serve");
+            py->DecRef(mod);
+        }
+        if (serve_fn == NULL)
+            goto fail;
+    }
+    args = py->Tuple_New(n);
+    if (args == NULL)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = py->Long_FromUnsignedLongLong(a[i]);
+        if (v == NULL || py->Tuple_SetItem(args, i, v) < 0)
+            goto fail;
+    }
+    pyname = py->Unicode_FromString(name);
+    if (pyname == NULL)
+        goto fail;
+    res = py->Object_CallFunctionObjArgs(serve_fn, pyname, args, NULL);
+    if (res == NULL)
+        goto fail;
+    rc = (CUresult)py->Long_AsLong(res);
+    if (rc == -1 && py->Err_Occurred())
+        goto fail;
+    if (rc == SERVE_INTERRUPTED) {
+        /* The call failed; the interrupt is raised again, in the caller, as
+         * soon as Python code runs after this call returns. */
+        py->Err_SetInterrupt();
+        rc = CUDA_ERROR_UNKNOWN;
+    }
+    goto done;
+fail:
+    fprintf(stderr, "gpuarray stand-in driver: %s failed in the Python bridge "
+                    "(CUDA_ERROR_UNKNOWN):\n", name);
+    if (py->Err_Occurred())
+        py->Err_Print();
+    rc = CUDA_ERROR_UNKNOWN;
+done:
+    if (res) py->DecRef(res);
+    if (pyname) py->DecRef(pyname);
+    if (args) py->DecRef(args);
+    py->Err_Restore(pending_type, pending_value, pending_tb);
+    py->GILState_Release(g);
+    return rc;
+}
+
+#endif /* GPUARRAY_STANDIN_BRIDGE_H */

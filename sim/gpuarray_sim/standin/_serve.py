@@ -1,0 +1,152 @@
+"""The Python side of the stand-in driver: CUDA driver calls served by the simulator.
+
+One concern: the entry point :func:`serve` that the driver entry points of
+``_libcuda.c`` (the stand-in ``libcuda.so.1``) call, and what becomes of
+errors.  The calls are served by one :class:`~gpuarray_sim.SimBackend`
+per process (``_support.py``), one handler per driver form, in one
+module per concern: ``_device_calls.py`` (initialisation, devices, primary
+contexts, error strings), ``_context_calls.py`` (the current context and
+its stack), ``_memory_calls.py`` (allocations, pointer queries, IPC),
+``_copy_calls.py`` (copies and memsets), ``_stream_calls.py`` (streams,
+events, callbacks), ``_module_calls.py`` (modules, libraries, the linker,
+kernels, launches) and ``_graph_calls.py`` (stream capture and graphs).
+The C side passes every argument as an unsigned 64-bit integer (pointers
+as addresses; signed ``int`` arguments sign-extended) and returns what :func:`serve` returns; outputs are written
+through their pointers with ctypes, with the sizes of ``cuda.h``.
+
+Conventions
+-----------
+- Each handler is named after the driver form it serves (``cuMemAlloc_v2``)
+  and gets the call's arguments; ``_ptsz`` forms reuse the plain handler with
+  a NULL stream meaning the per-thread default stream.
+- :func:`serve` never raises: a :class:`~gpuarray.errors.CudaError` becomes
+  its code; :class:`~gpuarray.errors.CudaUnavailableError` (no visible
+  device) becomes ``CUDA_ERROR_NO_DEVICE``; anything else (a simulator
+  check such as :class:`~gpuarray.errors.StreamOrderError`, or a bug here)
+  becomes ``CUDA_ERROR_UNKNOWN`` and its traceback is printed to stderr.
+  The exception of the last failed call of each thread is kept
+  (:func:`last_error`), so a test can see the simulator's own message.
+  A ``KeyboardInterrupt`` (Ctrl-C while the simulator serves a call on the
+  main thread) is :data:`INTERRUPTED`: the C side fails the call with
+  ``CUDA_ERROR_UNKNOWN`` and raises SIGINT again (``PyErr_SetInterrupt``)
+  once it has returned, so the caller gets the interrupt: never lost.
+- Before ``cuInit`` succeeds every call but the version and the error
+  strings (``_support.BEFORE_INIT``) answers ``CUDA_ERROR_NOT_INITIALIZED``.
+- The C wrapper runs on the caller's thread, so the simulator's per-thread
+  current context is the caller's, as with a real driver.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+
+from gpuarray.errors import CudaError, CudaUnavailableError
+from .. import _sticky
+from . import (
+    _context_calls,
+    _copy_calls,
+    _device_calls,
+    _graph_calls,
+    _memory_calls,
+    _module_calls,
+    _stream_calls,
+    _support,
+)
+from ._support import BEFORE_INIT, STANDIN_DEVICE_MARK, backend
+
+__all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
+
+_NOT_INITIALIZED = 3
+_NO_DEVICE = 100
+_UNKNOWN = 999
+#: What :func:`serve` returns for a call interrupted by Ctrl-C (not a CUresult;
+#: ``_libcuda.c`` returns ``CUDA_ERROR_UNKNOWN`` and re-delivers the SIGINT).
+INTERRUPTED = -2
+
+_tls = threading.local()
+
+_MODULES = (_device_calls, _context_calls, _memory_calls, _copy_calls, _stream_calls,
+            _module_calls, _graph_calls)
+
+#: The handler of each driver form, by name (the ``_*_calls.py`` modules).
+_HANDLERS: dict[str, Callable[..., None]] = {
+    k: v for m in _MODULES for k, v in vars(m).items() if k.startswith("cu") and callable(v)
+}
+
+
+def _keep(e: BaseException) -> None:
+    """Keep ``e`` for :func:`last_error`, without tracebacks.
+
+    A traceback holds its frames and, through ``f_back``, every caller's
+    (the cuda backend and the layers above it): keeping it would keep their locals --
+    temporary device arrays -- allocated until this thread's next failure.
+    """
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        x.__traceback__ = None
+        x = x.__cause__ or x.__context__
+    _tls.error = e
+
+
+_REPORTED: set[str] = set()
+_INVALID_IMAGE = 200
+
+
+def _report_fault(e: CudaError) -> None:
+    """Print the simulator's message of a sticky fault or an unlaunchable kernel, once each.
+
+    The caller gets only the code (``CUDA_ERROR_ILLEGAL_ADDRESS``, or
+    ``CUDA_ERROR_INVALID_IMAGE`` for a kernel the simulator cannot execute);
+    the line names the kernel, the PTX instruction and the thread, as
+    compute-sanitizer would on a GPU, or says how to get PTX.
+    """
+    text = str(e)
+    detail = text.split(")", 1)[-1].strip() if ")" in text else text
+    if detail in _REPORTED or "(sticky: " in text:  # a later call repeating the fault
+        return
+    _REPORTED.add(detail)
+    print(f"gpuarray stand-in driver: {e.name}: {detail}", file=sys.stderr)
+
+
+def last_error() -> BaseException | None:
+    """The exception behind the calling thread's last failed driver call (None if none)."""
+    return getattr(_tls, "error", None)
+
+
+def serve(name: str, args: tuple[int, ...]) -> int:
+    """Serve driver call ``name`` with ``args``; return its ``CUresult`` (never raises)."""
+    try:
+        ptsz = name.endswith("_ptsz")
+        base = name[:-5] if ptsz else name
+        if not _support.initialized and base not in BEFORE_INIT:
+            # cuda.h (cuInit): "If cuInit() has not been called, any function from the
+            # driver API will return CUDA_ERROR_NOT_INITIALIZED".
+            _keep(CudaError(_NOT_INITIALIZED, base, "(cuInit has not been called)"))
+            return _NOT_INITIALIZED
+        handler = _HANDLERS[base]
+        if ptsz:
+            handler(*args, ptsz=True)
+        else:
+            handler(*args)
+        return 0
+    except CudaError as e:
+        _keep(e)
+        if e.code in _sticky.STICKY_CODES or e.code == _INVALID_IMAGE:
+            _report_fault(e)  # the caller sees only the code: say what the simulator saw
+        return e.code
+    except CudaUnavailableError as e:
+        _keep(e)
+        return _NO_DEVICE
+    except BaseException as e:  # never lost: printed, kept, and a CUDA error code
+        _keep(e)
+        if isinstance(e, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            return INTERRUPTED  # Ctrl-C while the simulator served the call
+        print(f"gpuarray stand-in driver: {name} failed (CUDA_ERROR_UNKNOWN):",
+              file=sys.stderr)
+        traceback.print_exception(e, file=sys.stderr)
+        return _UNKNOWN
