@@ -97,8 +97,8 @@ $(PEERS_VENV)/.stamp: $(DEPS) tests/requirements-peers.txt
 test-numba-driver: $(PEERS_VENV)/.stamp
 	$(PEERS_VENV)/bin/python tools/numba_driver/run.py
 	$(PEERS_VENV)/bin/python -m gpuarray standin -- $(PEERS_VENV)/bin/python -m pytest -q \
-	    -p no:cacheprovider tests/test_peers_driver_api.py tests/test_peers_capture.py \
-	    tests/test_numba_kernels_page.py tests/test_standin_ptx_supply.py $(PYTEST_ARGS)
+	    -p no:cacheprovider tests/interop/test_peers_driver_api.py tests/interop/test_peers_capture.py \
+	    tests/interop/test_numba_kernels_page.py sim/tests/standin/test_standin_ptx_supply.py $(PYTEST_ARGS)
 
 # gpuarray's kernels from the PTX NVRTC makes with a GPU build's options, run by
 # the simulator's PTX executor (GPUARRAY_SIM_KERNELS=ptx), against NumPy: with
@@ -107,7 +107,7 @@ test-numba-driver: $(PEERS_VENV)/.stamp
 # test runs in this mode too.
 test-ptx-kernels: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 	GPUARRAY_BACKEND=sim GPUARRAY_SIM_KERNELS=ptx $(VPY) -m pytest $(XDIST) -q \
-	    tests/test_kernels_reference.py $(PYTEST_ARGS)
+	    sim/tests/hostrt/test_kernels_reference.py $(PYTEST_ARGS)
 
 # A CI-sized selection of numba-cuda's kernel tests (numba.cuda.tests.cudapy,
 # 0.30.4, unmodified) over the stand-in; every failure listed with its reason

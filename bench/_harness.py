@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpuarray_sim import standin as _standin
 
 import gpuarray
 from gpuarray import _bench, _driver
 from gpuarray._bench import EventClock, GiB, KiB, MiB, Stats, fmt_bytes  # noqa: F401 (re-exported)
-from gpuarray_sim import standin as _standin
 
 MODE = _bench.bench_mode()
 BACKEND = _driver.backend_name()

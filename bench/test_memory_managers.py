@@ -7,7 +7,7 @@ one process -- small and large allocate-and-drop, alloc-free churn with a ring
 of live arrays, and the churn with a memset of each new array queued (device
 work pending when a free comes: ``cuMemFree`` waits for it).  The table is
 printed and written next to the JSON results; every row is in ``extra_info``
-(suite ``managers``), which ``bench/gpu_check.py`` renders, so the first GPU
+(suite ``managers``), which ``tools/gpu_check/report.py`` renders, so the first GPU
 run of ``make gpu-check`` decides which manager should be the default.  On
 the simulator only the driver-call counts carry over (its allocations copy
 and poison bytes in Python), and the large size is 1 MiB, not 64 MiB.

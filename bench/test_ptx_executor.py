@@ -25,13 +25,11 @@ import numpy as np
 import pytest
 from _harness import SIM
 
-import gpuarray  # noqa: F401  (registers the host build's toolchain)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
-_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
-from ptx_support import backend, fixture, upload  # noqa: E402
+from sim.tests.ptx.support import backend, fixture, upload  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not SIM, reason="the PTX executor is the simulator's")
 
@@ -55,6 +53,7 @@ def _timed(fn, reps=3):
 @pytest.mark.parametrize("case", list(CASES))
 def test_ptx_vs_host_build(benchmark, case):
     from gpuarray_sim._images import PLACEHOLDER
+
     from gpuarray._kernels import _launch, _nvrtc, _plan, _source, _specs, _toolchain
 
     if _toolchain.current() is None:

@@ -10,7 +10,7 @@ simulator).  Importing gpuarray never initialises CUDA.
 # described in the design document.  What the first ``to_device`` needs is
 # imported here; the modules of the rest of the API load on first use of one
 # of their names (``_LAZY``, PEP 562 ``__getattr__``), so ``import gpuarray``
-# stays cheap (PERF.md: NumPy's import + 30 ms; tests/test_import_cost.py
+# stays cheap (PERF.md: NumPy's import + 30 ms; tests/package/test_import_cost.py
 # lists what it loads).
 
 from typing import TYPE_CHECKING

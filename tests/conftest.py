@@ -1,5 +1,9 @@
 """Test fixtures: every test starts from fresh global state.
 
+gpuarray's tests (``tests/``) and gpuarray-sim's (``sim/tests/``, whose
+conftest takes these) share the fixtures and the skip summary; the helpers
+they import are in ``tests/support.py``.
+
 On the simulator (``GPUARRAY_BACKEND=sim``, what ``make test`` sets) each test
 gets a fresh :class:`SimBackend` built from the ``GPUARRAY_SIM_*`` environment,
 so memory accounting, streams and race records never leak between tests.
@@ -9,19 +13,22 @@ expensive) and only library state is reset.
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
 
 import numpy as np
 import pytest
 
-import gpuarray
-from gpuarray import _config, _device, _driver, _staging, _stream
+from gpuarray import _device, _driver
 from gpuarray._driver import _finalize
-from gpuarray_sim._sticky import STICKY_CODES
-from gpuarray.memory import _manager
-
+from tests.support import (
+    backend_is_sim,
+    fresh_sim,
+    own_sim,
+    repeat_of_a_sticky_fault,
+    reset_library_state,
+    skip_summary,
+)
 
 # numba-cuda 0.30.4 registers ``np.row_stack`` when it compiles its first kernel;
 # NumPy 2.5 removed that alias of ``np.vstack`` (seen on the first GPU run, whose image
@@ -29,10 +36,6 @@ from gpuarray.memory import _manager
 # alias back for the peer, only where NumPy lacks it.
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack  # type: ignore[attr-defined]
-
-
-def backend_is_sim() -> bool:
-    return os.environ.get("GPUARRAY_BACKEND", "cuda").strip().lower() == "sim"
 
 
 # The simulator honours CUDA_VISIBLE_DEVICES as CUDA does, so a value left in
@@ -43,55 +46,13 @@ if backend_is_sim():
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
 
 
-def _repeat_of_a_sticky_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` only repeats a sticky fault that some call reported first.
-
-    After a sticky fault every release in the context fails with the same
-    code, saying "sticky: ..." (``sim/_sticky.py``); those are expected. The
-    fault itself, first seen by a finalizer (the first remembered error is
-    then the original, without that mark), is a lost fault and fails the test.
-    """
-    return getattr(exc, "code", None) in STICKY_CODES and "(sticky: " in str(exc)
-
-
-def _reset_library_state() -> None:
-    _config.reload()
-    _manager._reset_for_tests()
-    _stream._reset_for_tests()
-    _staging._reset_for_tests()
-    try:
-        from gpuarray import _kernels
-    except ImportError:  # pragma: no cover - the kernels layer always exists
-        return
-    reset = getattr(_kernels, "_reset_for_tests", None)
-    if reset is not None:
-        reset()
-
-
-def fresh_sim(**kwargs):
-    """Install a fresh simulator (keyword arguments as SimBackend's) and return it."""
-    from gpuarray_sim import SimBackend
-
-    _reset_library_state()
-    b = SimBackend(**kwargs) if kwargs else SimBackend.from_environment()
-    _driver.set_backend(b)
-    _device._reset_for_tests()
-    # A release of the previous test's resources that ran (garbage collection)
-    # after its teardown and failed only because that test's context was left
-    # poisoned: the fault belonged to that test, which saw it.
-    lost = _finalize.take_pending()
-    if lost is not None and not _repeat_of_a_sticky_fault(lost):
-        _finalize.remember(lost)
-    return b
-
-
 @pytest.fixture(autouse=True)
 def _fresh_state():
     process_backend = _driver._backend
     if backend_is_sim():
         fresh_sim()
     else:
-        _reset_library_state()
+        reset_library_state()
     yield
     if not backend_is_sim() and _driver._backend is not process_backend:
         # A simulator test over the stand-in (fresh_sim, make_sim) replaced the
@@ -107,9 +68,9 @@ def _fresh_state():
             t.join(30)
     # An error of a finalizer that no later call raised: the test lost a fault.
     lost = _finalize.take_pending()
-    _reset_library_state()
+    reset_library_state()
     _finalize.take_pending()  # what the reset's own releases raised
-    if lost is not None and not _repeat_of_a_sticky_fault(lost):
+    if lost is not None and not repeat_of_a_sticky_fault(lost):
         pytest.fail(f"an error raised in a finalizer was never reported: {lost!r}", pytrace=False)
 
 
@@ -129,22 +90,14 @@ def make_sim():
     return fresh_sim
 
 
-def _skip_reason(report) -> str:
-    longrepr = report.longrepr
-    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-    return reason.removeprefix("Skipped: ")
-
-
-def skip_summary(reports) -> list[str]:
-    """One line per skip reason, most frequent first: ``"  105  needs the real CUDA backend"``."""
-    counts = collections.Counter(_skip_reason(r) for r in reports)
-    width = len(str(max(counts.values(), default=0)))
-    return [f"{n:>{width}}  {reason}" for reason, n in
-            sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+_SUMMARISED = pytest.StashKey[bool]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Summarise skipped tests by reason instead of one line per test location."""
+    if config.stash.get(_SUMMARISED, False):  # once, though both products' conftests hold it
+        return
+    config.stash[_SUMMARISED] = True
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.skipped]
     if not skipped:
         return
@@ -152,9 +105,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_sep("=", f"{len(skipped)} skipped, {len(lines)} reasons")
     for line in lines:
         terminalreporter.write_line(line)
-
-
-__all__ = ["backend_is_sim", "fresh_sim", "gpuarray", "skip_summary"]
 
 
 @pytest.fixture
@@ -165,3 +115,9 @@ def core():
     dev = core.Device(0)
     dev.set_current()
     return core, dev
+
+
+@pytest.fixture
+def b():
+    """A simulator of the test's own (race checks raising), device 0's primary context current."""
+    return own_sim()

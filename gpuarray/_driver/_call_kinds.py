@@ -4,14 +4,14 @@ One concern: the declaration, next to nothing else, of every method of the
 driver interface (``_base.Backend``) with its kind -- from ``cuda.h`` and the
 CUDA programming guide's "Prohibited and Unhandled Operations" -- and what
 the capture checkpoint (``_checkpoint.py``) does with each kind.  The testing
-guide's tables are checked against these by ``tests/test_capture_checkpoint.py``,
+guide's tables are checked against these by ``tests/capture/test_capture_checkpoint.py``,
 which also fails for an interface method with no declared kind.
 """
 
 from __future__ import annotations
 
 # The kinds of driver call, and what the checkpoint does with each (the
-# testing guide's table is checked against this by tests/test_capture_checkpoint.py).
+# testing guide's table is checked against this by tests/capture/test_capture_checkpoint.py).
 QUERY = "query"
 OBJECT = "object"
 UNSAFE = "unsafe"

@@ -34,7 +34,7 @@ from typing import NamedTuple
 from .._driver import get_backend
 from ..errors import CudaError
 from . import _cache, _nvrtc, _source, _toolchain
-from ._specs import KernelSpec, parse_symbol, program_source
+from ._specs import KernelSpec, program_source
 
 __all__ = ["DeviceInfo", "device_info", "get_kernel", "get_function", "build_image", "sim_compile_enabled",
            "forget_loaded"]

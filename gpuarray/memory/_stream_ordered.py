@@ -41,7 +41,7 @@ is published around it with :func:`allocation_stream` -- one line in
 ``_transfer.on_stream``.  Without it they are allocated and freed on the
 legacy stream: still ordered for operations on blocking streams (legacy,
 per-thread, ordinary owned streams), but not for non-blocking ones, which the
-race detector reports (``tests/test_memory_pool.py`` keeps a strict xfail
+race detector reports (``tests/memory/test_memory_pool.py`` keeps a strict xfail
 for the day the line lands).
 
 Recording a stream orders it after everything queued on ``home`` so far, and

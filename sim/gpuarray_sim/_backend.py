@@ -55,9 +55,10 @@ from __future__ import annotations
 import os
 from typing import overload
 
-from gpuarray.errors import CudaError, CudaUnavailableError
 from gpuarray._driver import _fork
 from gpuarray._driver._base import DEVICE_ATTRIBUTES
+from gpuarray.errors import CudaError, CudaUnavailableError
+
 from . import _capture, _hostfn, _images, _profile, _sticky, kernels
 from ._context_calls import SimContextCalls
 from ._core import INVALID_CONTEXT, _api, _locked

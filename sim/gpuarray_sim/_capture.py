@@ -48,8 +48,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
-from gpuarray.errors import CudaError
 from gpuarray._driver._base import CAPTURE_MODES
+from gpuarray.errors import CudaError
 
 # The simulator's classes are imported by nothing here (they import this module):
 # the backend (``SimCore``), its contexts and streams are typed as Any.

@@ -32,8 +32,9 @@ One concern: the calls about which context is current beyond
 
 from __future__ import annotations
 
-from gpuarray.errors import CudaError
 from gpuarray._driver._base import STREAM_LEGACY
+from gpuarray.errors import CudaError
+
 from . import _sticky
 from ._core import INVALID_CONTEXT, INVALID_VALUE, SimContext, SimCore, _api, _locked
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from gpuarray.errors import CudaError, CudaOutOfMemoryError
 from gpuarray._driver import _fork
 from gpuarray._driver._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
+from gpuarray.errors import CudaError, CudaOutOfMemoryError
+
 from . import _capture, _hostfn, _sticky
 from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc

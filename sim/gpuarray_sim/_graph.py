@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from gpuarray.errors import CudaError
+
 from . import _capture
 from ._capture import Node, SimCapture
 from ._core import INVALID_VALUE, SimContext, SimCore, _api, _locked

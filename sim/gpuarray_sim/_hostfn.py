@@ -24,8 +24,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from gpuarray.errors import CudaError
 from gpuarray._driver import _signals
+from gpuarray.errors import CudaError
 
 #: ``CUDA_ERROR_NOT_PERMITTED``
 NOT_PERMITTED = 800

@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuarray.errors import CudaError
+
 from . import _cubin
 from ._cubin import BinaryError
 
@@ -86,7 +87,7 @@ _PTX_ISA_FIRST_DRIVER = {
 #: The CUDA version the simulated driver reports (``cuDriverGetVersion``): that
 #: of the cuda-bindings (13.5) and NVRTC (13.5, PTX ISA 9.5) gpuarray[cu13]
 #: installs, so what a real setup with them accepts is accepted
-#: (tests/test_image_rules.py checks the installed NVRTC against it).
+#: (sim/tests/backend/test_image_rules.py checks the installed NVRTC against it).
 DRIVER_VERSION = 13050
 
 

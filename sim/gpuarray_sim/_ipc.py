@@ -52,6 +52,7 @@ from typing import Protocol
 import numpy as np
 
 from gpuarray.errors import CudaError
+
 from ._memory import ALIGN, AddressSpace, Allocation
 from ._sched import Scheduler, SimContext
 

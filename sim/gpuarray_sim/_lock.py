@@ -53,7 +53,7 @@ __all__ = ["SimLock", "THREAD_LOCAL_CALLS"]
 #: state (its capture mode, its current context and the stack below it): a
 #: driver serves them from thread-local storage, and the simulator without its
 #: lock and without pausing the collector (``_core._api``; checked by
-#: ``tests/test_sim_thread_local.py``).
+#: ``sim/tests/backend/test_sim_thread_local.py``).
 THREAD_LOCAL_CALLS = frozenset({
     "exchange_capture_mode",  # cuThreadExchangeStreamCaptureMode
     "ctx_get_current",        # cuCtxGetCurrent

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuarray.errors import CudaError
 from gpuarray._driver._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
+from gpuarray.errors import CudaError
+
 from . import _capture, _sticky
 from ._core import INVALID_VALUE, SimCore, _api, _locked
 from ._graph import claim_graph_free, free_graph_memory, unmap_graph_memory

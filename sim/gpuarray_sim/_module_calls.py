@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from gpuarray.errors import CudaError
-from . import kernels as sim_kernels
+
 from . import _images, _profile, _sticky
+from . import kernels as sim_kernels
 from ._core import (
     ILLEGAL_ADDRESS,
     INVALID_HANDLE,

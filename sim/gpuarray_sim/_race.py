@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from gpuarray.errors import StreamOrderError
+
 from ._memory import AddressSpace, Allocation
 
 

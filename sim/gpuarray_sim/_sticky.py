@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gpuarray.errors import CudaError
+
 from ._memory import AddressSpace
 from ._sched import Scheduler, SimContext
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from gpuarray.errors import CudaError
 from gpuarray._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
+from gpuarray.errors import CudaError
+
 from . import _capture, _sticky
 from ._capture import Node
 from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuarray.errors import CudaError
+
 from . import _hostfn
 from ._core import INVALID_VALUE, SimCore, _locked
 

@@ -2,7 +2,7 @@
 """``ptx-vs-gpu`` (issue 34): the simulator's PTX executor against a GPU, bit for bit.
 
 Each program of tools/gpu_check/ptx_programs.py (the per-instruction
-programs of tests/test_ptx_ops.py, numba-cuda's PTX fixtures, ``kernels/`` as
+programs of sim/tests/ptx/test_ptx_ops.py, numba-cuda's PTX fixtures, ``kernels/`` as
 NVRTC's PTX, saxpy) is launched with the same seeded inputs on two sides:
 
 ``device``     gpuarray's process-wide backend: on the GPU machine the cuda
@@ -373,8 +373,9 @@ def find_ptxas() -> str | None:
 
 def device_side(rehearse: bool, ptxas: str | None = None) -> tuple[Side, str]:
     """The device side, and what it is in words."""
-    from gpuarray import _driver
     from gpuarray_sim import SimBackend
+
+    from gpuarray import _driver
 
     if rehearse and ptxas:
         return (Side("device", PtxasGate(SimBackend(), ptxas)),
@@ -412,8 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     if not progs:
         print(f"ptx-vs-gpu: no program matches {args.programs!r}", file=sys.stderr)
         return 2
-    import gpuarray  # noqa: F401  (registers the host build's toolchain for the executor)
     from gpuarray_sim import SimBackend
+
+    import gpuarray  # noqa: F401  (registers the host build's toolchain for the executor)
 
     ptxas = None
     if args.ptxas:

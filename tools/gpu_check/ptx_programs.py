@@ -3,18 +3,18 @@
 Four sources, each with fixed, seeded inputs (made once per run and given
 to both sides, so both launch exactly the same bytes):
 
-``ops:<case>``    the per-instruction programs of tests/test_ptx_ops.py (its
+``ops:<case>``    the per-instruction programs of sim/tests/ptx/test_ptx_ops.py (its
                   CASES and its own input generators, seeded there): every
                   rounding mode, ``.approx``, f16/bf16, cvt, NaN and
                   infinity inputs; the selected cases make one module;
-``numba:<name>``  numba-cuda's PTX committed under tests/ptx_fixtures
-                  (``numba_*.ptx``), launched as tests/test_ptx_run.py does;
+``numba:<name>``  numba-cuda's PTX committed under sim/tests/ptx/fixtures
+                  (``numba_*.ptx``), launched as sim/tests/ptx/test_ptx_run.py does;
 ``nvrtc:<case>``  ``kernels/`` as NVRTC compiles it for compute_90 with the
                   options a GPU build uses (fresh from NVRTC when it loads,
-                  else the committed tests/ptx_fixtures/nvrtc_kernels.ptx),
+                  else the committed sim/tests/ptx/fixtures/nvrtc_kernels.ptx),
                   launched as the kernels layer plans the cases of
-                  tests/ptx_fixtures/kernel_cases.py;
-``saxpy``         tests/ptx_fixtures/saxpy.ptx (NVRTC's, an ``fma.rn``).
+                  sim/tests/ptx/fixtures/kernel_cases.py;
+``saxpy``         sim/tests/ptx/fixtures/saxpy.ptx (NVRTC's, an ``fma.rn``).
 
 A :class:`Program` holds the PTX text, its buffers (initial contents; those
 marked ``out`` are compared) and a function from the buffers' device
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "ptx_fixtures"
+FIXTURES = ROOT / "sim" / "tests" / "ptx" / "fixtures"
 
 Launch = tuple[str, tuple[int, int, int], tuple[int, int, int], int, list[Any]]
 
@@ -75,9 +75,9 @@ def _on_path() -> None:
 
 # ---------------------------------------------------------------- ops:<case>
 def ops_programs(wanted: Callable[[str], bool]) -> list[Program]:
-    """The selected cases of tests/test_ptx_ops.py, as entries of one module."""
+    """The selected cases of sim/tests/ptx/test_ptx_ops.py, as entries of one module."""
     _on_path()
-    from tests import test_ptx_ops as t
+    from sim.tests.ptx import test_ptx_ops as t
 
     cases = [c for c in t.CASES if wanted("ops:" + c.name)]
     if not cases:
@@ -111,7 +111,7 @@ def _numba_params(arrays_at: list[tuple[np.ndarray, int]]) -> list[Any]:
 
 
 def _numba_inputs() -> dict[str, tuple[list[Buf], tuple, tuple, int]]:
-    """fixture -> (buffers, grid, block, dynamic shared bytes), as tests/test_ptx_run.py
+    """fixture -> (buffers, grid, block, dynamic shared bytes), as sim/tests/ptx/test_ptx_run.py
     launches them, with more lanes of data where the kernel allows."""
     rng = np.random.default_rng(34)
     f32 = rng.standard_normal(128).astype(np.float32)
@@ -186,7 +186,7 @@ def numba_programs(wanted: Callable[[str], bool]) -> list[Program]:
 def nvrtc_text() -> tuple[str, str]:
     """kernels/ as NVRTC's PTX for compute_90 (fresh when NVRTC loads), and where it came from."""
     _on_path()
-    from tests.ptx_fixtures import kernel_cases
+    from sim.tests.ptx.fixtures import kernel_cases
 
     try:
         from gpuarray._kernels import _nvrtc, _source, _specs
@@ -199,7 +199,7 @@ def nvrtc_text() -> tuple[str, str]:
         return bytes(raw).rstrip(b"\0").decode(), f"NVRTC {major}.{minor}, compute_90, now"
     except Exception as e:  # no NVRTC here: the committed output of the same program
         text = (FIXTURES / "nvrtc_kernels.ptx").read_text(encoding="utf-8")
-        return text, (f"tests/ptx_fixtures/nvrtc_kernels.ptx (NVRTC did not run: "
+        return text, (f"sim/tests/ptx/fixtures/nvrtc_kernels.ptx (NVRTC did not run: "
                       f"{type(e).__name__}: {str(e)[:120]})")
 
 
@@ -218,7 +218,7 @@ def _extent(shape, strides, itemsize: int) -> int:
 
 def nvrtc_programs(wanted: Callable[[str], bool]) -> list[Program]:
     _on_path()
-    from tests.ptx_fixtures.kernel_cases import CASES
+    from sim.tests.ptx.fixtures.kernel_cases import CASES
 
     names = [n for n in CASES if wanted("nvrtc:" + n)]
     if not names:

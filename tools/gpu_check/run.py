@@ -22,7 +22,7 @@ Steps, in order (``--only`` picks some, by name):
 ``readme``    the README's example, run as the README says for a GPU, its
               output compared with the one the README shows;
 ``ptx-vs-gpu`` ``tools/gpu_check/ptx_compare.py``: each PTX program (the
-              per-instruction programs of tests/test_ptx_ops.py, numba-cuda's
+              per-instruction programs of sim/tests/ptx/test_ptx_ops.py, numba-cuda's
               fixtures, ``kernels/`` as NVRTC's PTX) on the GPU and on the
               simulator's PTX executor, same inputs, outputs bit for bit;
               differences in the executor's documented unknown classes are
@@ -35,10 +35,10 @@ Steps, in order (``--only`` picks some, by name):
               driver calls per operation), which decide the default manager
               (docs/guide/memory.rst);
 ``memcheck``  ``compute-sanitizer --tool memcheck`` over the kernel
-              differential tests (tests/test_kernels_reference.py, cuda
+              differential tests (sim/tests/hostrt/test_kernels_reference.py, cuda
               launches), on a reduced case set (``-k``; see MEMCHECK_K);
 ``racecheck`` the same with ``--tool racecheck`` (RACECHECK_K);
-``report``    ``bench/gpu_check.py``: the Markdown report and a summary.
+``report``    ``tools/gpu_check/report.py``: the Markdown report and a summary.
 
 Outputs (at most 8 files: the device tool brings back 8), in ``$OUT`` when it
 is set, else in ``bench/results/``, named ``gpu-check-<UTC stamp>.*``
@@ -73,7 +73,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-KERNEL_TESTS = "tests/test_kernels_reference.py"
+KERNEL_TESTS = "sim/tests/hostrt/test_kernels_reference.py"
 # The reduced case sets of the sanitizer steps (pytest -k over KERNEL_TESTS, cuda
 # launches only): every launch family (copy with conversions, fill, transposes
 # with shared-memory tiles) for memcheck; the shared-memory kernels and two
@@ -85,6 +85,10 @@ SANITIZER_PLACES = ("/usr/local/cuda/bin/compute-sanitizer",
                     "/usr/local/cuda-*/bin/compute-sanitizer",
                     "/opt/nvidia/*/compute-sanitizer/compute-sanitizer",
                     "/opt/nvidia/*/compute-sanitizer")
+#: The suite: both distributions' tests (gpuarray's, gpuarray-sim's).
+SUITE = ("tests", "sim/tests")
+#: The folders a source-tree run puts on PYTHONPATH: gpuarray (the root) and gpuarray-sim.
+TREES = (ROOT, ROOT / "sim")
 WORKERS = 8
 BUDGET_S = 480.0
 TEST_TIMEOUT_S = 150  # one test, when pytest-timeout is installed
@@ -101,12 +105,51 @@ def imports_this_tree() -> bool:
 
     Then PYTHONPATH stays as it is: with the tree on it, pip would take the
     editable install's metadata in the tree for an installed gpuarray
-    (tests/test_packaging.py resolves the extras; seen in the rehearsal).  On
+    (tests/package/test_packaging.py resolves the extras; seen in the rehearsal).  On
     the GPU machine nothing is installed and the tree goes on PYTHONPATH.
     """
     spec = importlib.util.find_spec("gpuarray")
     origin = spec.origin if spec is not None else None
     return origin is not None and Path(origin).resolve().is_relative_to(ROOT)
+
+
+def entry_points_of(pyproject: str) -> str:
+    """The ``entry_points.txt`` of a distribution, from its ``pyproject.toml`` text.
+
+    Only the ``[project.entry-points."GROUP"]`` tables with ``name = "object"``
+    lines (what gpuarray-sim declares); the standard library of Python 3.10
+    has no TOML parser.
+    """
+    out, group = [], None
+    for line in pyproject.splitlines():
+        head = re.fullmatch(r"""\[project\.entry-points\.["']([^"']+)["']\]\s*""", line)
+        if head:
+            group = head.group(1)
+            out.append(f"\n[{group}]")
+        elif line.startswith("["):
+            group = None
+        elif group and "=" in line and not line.lstrip().startswith("#"):
+            name, value = (x.strip().strip("\"'") for x in line.split("=", 1))
+            out.append(f"{name} = {value}")
+    return "\n".join(out).lstrip() + "\n"
+
+
+def register_tree(site: Path) -> None:
+    """Make gpuarray-sim's entry points visible to a source-tree run (PYTHONPATH, nothing installed).
+
+    gpuarray finds its simulator (``GPUARRAY_BACKEND=sim``, ``python -m gpuarray
+    standin``) through entry points, which only installed metadata declares: a
+    ``.dist-info`` with ``entry_points.txt`` in ``site`` (on PYTHONPATH) declares
+    them, the code coming from ``sim/`` on PYTHONPATH.
+    """
+    text = (ROOT / "sim" / "pyproject.toml").read_text(encoding="utf-8")
+    version = re.search(r'^version = "([^"]+)"', text, re.M)
+    info = site / f"gpuarray_sim-{version.group(1) if version else '0'}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: gpuarray-sim\nVersion: {version.group(1) if version else '0'}\n",
+        encoding="utf-8")
+    (info / "entry_points.txt").write_text(entry_points_of(text), encoding="utf-8")
 
 
 def serial_marker() -> bool:
@@ -126,7 +169,7 @@ def suite_fallback(run: Run, step: Step, output: str) -> Step | None:
     return Step("suite1", "the suite in one process (the xdist workers collected different "
                 "tests)", 390 * run.scale, 60 * run.scale, junit=run.work / "suite1.xml",
                 argv=_pytest(run, "-p", "no:xdist", f"--junitxml={run.work / 'suite1.xml'}",
-                             "tests"))
+                             *SUITE))
 
 
 def find_sanitizer() -> str | None:
@@ -286,14 +329,14 @@ def plan(run: Run) -> list[Step]:
                           300 * s, 60 * s, junit=suite_junit,
                           argv=_pytest(run, "-p", "xdist", "-n", str(run.workers), "--dist",
                                        "worksteal", *select, f"--junitxml={suite_junit}",
-                                       "tests")))
+                                       *SUITE)))
         steps.append(Step("serial", "the tests marked serial, in one process", 120 * s, 20 * s,
                           junit=serial_junit, ok_codes=(0, 5),
                           skip=None if serial else
                           "no `serial` marker is registered (pyproject.toml): every test ran "
                           "in the suite step",
                           argv=_pytest(run, "-p", "no:xdist", "-m", "serial",
-                                       f"--junitxml={serial_junit}", "tests")
+                                       f"--junitxml={serial_junit}", *SUITE)
                           if serial else None))
     else:
         why = ("pytest-xdist is not installed" if run.workers > 1
@@ -301,7 +344,7 @@ def plan(run: Run) -> list[Step]:
         steps.append(Step("suite", f"the suite in one process ({why})", 390 * s, 60 * s,
                           junit=suite_junit,
                           argv=_pytest(run, "-p", "no:xdist", f"--junitxml={suite_junit}",
-                                       "tests")))
+                                       *SUITE)))
     steps.append(Step("readme", "the README example on the GPU", 60 * s, 10 * s,
                       argv=[py, str(Path(__file__)), "readme"]))
     # ~10 s over the stand-in on 2 cores (the simulator's C++ builds, cold); after the
@@ -327,8 +370,8 @@ def plan(run: Run) -> list[Step]:
             [san, "--tool", tool, "--error-exitcode", "86", "--print-limit", "50", *extra,
              *_pytest(run, "-p", "no:xdist", "-m", "gpu", "-k", k, f"--junitxml={junit}",
                       KERNEL_TESTS)]))
-    steps.append(Step("report", "bench/gpu_check.py: the report", 60 * s, 15 * s,
-                      argv=[py, str(ROOT / "bench" / "gpu_check.py"),
+    steps.append(Step("report", "tools/gpu_check/report.py: the report", 60 * s, 15 * s,
+                      argv=[py, str(Path(__file__).with_name("report.py")),
                             "--steps", str(run.path(".steps.json")),
                             "--log", str(run.path(".log")),
                             "--env", str(run.path(".env.txt")),
@@ -399,8 +442,10 @@ def main_run(args: argparse.Namespace) -> int:
     base = f"{'tmp-' if not_gpu else ''}gpu-check-{stamp}"
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     env["GPUARRAY_KERNEL_CACHE_DIR"] = str(work / "kernel-cache")
+    if not imports_this_tree():  # nothing installed: both distributions from the tree
+        register_tree(work / "site")
     env["PYTHONPATH"] = os.pathsep.join(
-        ([] if imports_this_tree() else [str(ROOT)]) + [str(work / "site")]
+        ([] if imports_this_tree() else [str(t) for t in TREES]) + [str(work / "site")]
         + [p for p in [env.get("PYTHONPATH")] if p])
     run = Run(args.python, work, out, base, env, args.workers, scale)
     steps = plan(run)

@@ -1,6 +1,6 @@
 """The table of PTX instruction forms and the CUDA toolkit's ptxas verdict on each.
 
-Usage: ``python tools/ptx_forms/gen.py [--out tests/data/ptx_forms.tsv.gz]``
+Usage: ``python tools/ptx_forms/gen.py [--out sim/tests/ptx/data/ptx_forms.tsv.gz]``
 (needs ``ptxas``; CUDA 13.0's reads PTX ISA up to 9.0, so the forms are
 written for ``.version 9.0`` / ``sm_90``).
 
@@ -11,7 +11,7 @@ types x immediates, for the instructions the simulator's PTX executor
 runs.  ptxas is asked in batches (it reports every refused line of a file;
 a file it cannot parse at all is retried form by form).  The table
 (``verdict<TAB>instruction``, verdict ``ok`` or ``refused: <ptxas's
-reason>``) is what ``tests/test_ptx_check.py`` checks the executor's load
+reason>``) is what ``sim/tests/ptx/test_ptx_check.py`` checks the executor's load
 against: every form ptxas refuses must be refused at load (218).
 """
 
@@ -302,7 +302,7 @@ def _write_legal(forms: list[str], verdicts: list[str], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="tests/data/ptx_forms.tsv.gz")
+    ap.add_argument("--out", default="sim/tests/ptx/data/ptx_forms.tsv.gz")
     ap.add_argument("--ptxas", default="ptxas")
     ap.add_argument("--legal", default="sim/gpuarray_sim/ptx/legal_forms.txt")
     a = ap.parse_args(argv)

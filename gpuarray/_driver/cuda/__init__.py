@@ -37,7 +37,6 @@ Conventions
 from __future__ import annotations
 
 import os
-
 import threading
 from typing import Any
 

@@ -58,11 +58,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import _hostrt
 from gpuarray._kernels import _cache, _source
 from gpuarray._kernels._hash import sha256
-from ._reference import _check_config, reference_kernel
 from gpuarray._kernels._specs import KernelSpec, params_type, parse_symbol, program_source
+
+from .. import _hostrt
+from ._reference import _check_config, reference_kernel
 
 __all__ = ["HostCompileError", "Compiler", "compiler", "mode", "FLAGS", "BATCH", "prepare",
            "host_kernel", "HostKernel", "describe", "build_library", "load_library"]

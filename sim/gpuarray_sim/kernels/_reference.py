@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from gpuarray.errors import CudaError
 from gpuarray._kernels import _dtypes
 from gpuarray._kernels._specs import BLOCK, TILE, TILE_ROWS, KernelSpec, params_type, transpose_word
+from gpuarray.errors import CudaError
 
 __all__ = ["reference_kernel", "CopyReference", "FillReference", "TransposeReference"]
 

@@ -19,7 +19,7 @@ access checked.  Its own room beneath the simulator, in four layers:
     ``tools/ptx_forms/gen.py``), a register operand of a type the ISA's
     type-checking rules do not allow, an integer literal as a float
     operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
-    never more lenient (``tests/test_ptx_check.py`` checks every form of
+    never more lenient (``sim/tests/ptx/test_ptx_check.py`` checks every form of
     the table against ptxas's verdict).
 ``_emit.py`` / ``_translate.py`` / ``_ops*.py`` -- translation
     One C++ function per PTX function: registers become typed locals

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import ctypes
 
-from gpuarray.errors import CudaError
 from gpuarray._driver._base import STREAM_LEGACY
+from gpuarray.errors import CudaError
+
 from ._support import _INVALID_CONTEXT, _INVALID_VALUE, _stream, _with_ctx, backend
 
 

@@ -14,6 +14,7 @@ import ctypes
 from typing import Any
 
 from gpuarray.errors import _DESCRIPTIONS, CUDA_ERROR_NAMES, CudaError
+
 from .. import _profile
 from . import _context_calls, _support
 from ._support import (

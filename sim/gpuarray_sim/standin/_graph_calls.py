@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import ctypes
 
-from gpuarray.errors import CudaError
 from gpuarray._driver._base import CAPTURE_MODES, CAPTURE_STATUSES
+from gpuarray.errors import CudaError
+
 from ._support import (
     _I32,
     _INVALID_VALUE,

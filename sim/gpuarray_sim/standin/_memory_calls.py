@@ -22,6 +22,7 @@ import ctypes
 from typing import Any
 
 from gpuarray.errors import CudaError
+
 from ._support import (
     _I32,
     _INVALID_VALUE,

@@ -34,6 +34,7 @@ import os
 from typing import Any
 
 from gpuarray.errors import CudaError
+
 from .. import _cubin, _images
 from ._support import (
     _I32,

@@ -44,6 +44,7 @@ import traceback
 from collections.abc import Callable
 
 from gpuarray.errors import CudaError, CudaUnavailableError
+
 from .. import _sticky
 from . import (
     _context_calls,

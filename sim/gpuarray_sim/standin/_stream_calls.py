@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 
 from gpuarray.errors import CudaError
+
 from ._support import (
     _I32,
     _INVALID_VALUE,

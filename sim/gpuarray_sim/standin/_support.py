@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuarray.errors import CudaError
+
 from .. import SimBackend
 
 __all__ = ["backend", "STANDIN_DEVICE_MARK"]

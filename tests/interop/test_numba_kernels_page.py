@@ -1,0 +1,71 @@
+"""The example of docs/guide/numba_kernels.rst runs over the stand-in (issue 36, item 9).
+
+``examples/numba_kernels.py``: numba-cuda ``@cuda.jit`` kernels -- one on
+gpuarray arrays, a warp-shuffle block reduction with shared memory and an
+atomic -- give NumPy's answers under ``python -m gpuarray standin``, and a
+store past the end of an array is ``CUDA_ERROR_ILLEGAL_ADDRESS`` with the
+simulator's account (kernel, PTX instruction, thread) on stderr.  Needs
+numba-cuda (``.venv-peers``: ``make test-numba-driver`` runs it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpuarray_sim import standin as _standin
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "numba_kernels.py"
+
+
+def _standin_env(**extra: str) -> dict[str, str]:
+    pytest.importorskip("numba.cuda", reason="numba-cuda is not installed (.venv-peers has it)")
+    try:
+        folder = _standin.build()
+    except _standin.StandinUnavailableError as e:
+        pytest.skip(f"the stand-in driver cannot be built here: {e}")
+    return _standin.environment(folder, {**os.environ, **extra})
+
+
+def test_the_pages_example_runs_over_the_stand_in():
+    # nvJitLink (installed in .venv-peers) is hidden: numba-cuda links PTX through the driver
+    res = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True,
+                         timeout=600, env=_standin_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "axpy and block_sum: right answers" in res.stdout
+    assert "off_by_one: [<CUresult.CUDA_ERROR_ILLEGAL_ADDRESS: 700>]" in res.stdout
+    # the simulator's account of the fault names the PTX store and the thread
+    line = next(ln for ln in res.stderr.splitlines() if "CUDA_ERROR_ILLEGAL_ADDRESS" in ln)
+    assert "off_by_one" in line and "st.global" in line and "thread (100, 0, 0)" in line
+
+
+_KEEP = """
+import numpy as np
+from numba import cuda
+from numba.cuda.cudadrv.driver import _have_nvjitlink
+import gpuarray
+print("nvjitlink:", _have_nvjitlink())
+@cuda.jit
+def k(x):
+    x[cuda.grid(1)] = 1
+x = gpuarray.zeros(32, np.int32)
+try:
+    k[1, 32](x)
+    cuda.synchronize()
+    print("ran")
+except Exception as e:
+    print("refused:", e)
+"""
+
+
+def test_with_nvjitlink_kept_a_cubin_without_ptx_says_how_to_get_ptx():
+    env = _standin_env(GPUARRAY_STANDIN_NVJITLINK="keep")
+    res = subprocess.run([sys.executable, "-c", _KEEP], capture_output=True, text=True,
+                         timeout=600, env=env)
+    if "nvjitlink: False" in res.stdout:
+        pytest.skip("nvJitLink is not installed here: numba-cuda links PTX through the driver")
+    assert "refused:" in res.stdout and "CUDA_ERROR_INVALID_IMAGE" in res.stdout, res.stdout
+    assert "no PTX" in res.stderr and "GPUARRAY_STANDIN_NVJITLINK" in res.stderr, res.stderr
