@@ -124,13 +124,16 @@ class Backend(abc.ABC):
 
     #: ``"cuda"`` or ``"sim"``.
     name: str = ""
-    #: What the backend executes of the module images gpuarray loads
-    #: (:data:`KERNEL_IMAGES`): ``"cubin"`` (a GPU: the image built for the
-    #: device), ``"ptx"`` (the PTX a GPU build makes), ``"checked"`` (its own
-    #: implementation of each gpuarray kernel symbol: the image is compiled
-    #: only so that a kernel that does not compile fails, and may be a
-    #: placeholder).  A property where the answer follows the environment.
-    kernel_images: str = "cubin"
+    @property
+    def kernel_images(self) -> str:
+        """What the backend executes of the module images gpuarray loads (:data:`KERNEL_IMAGES`).
+
+        ``"cubin"`` (a GPU: the image built for the device), ``"ptx"`` (the
+        PTX a GPU build makes), ``"checked"`` (its own implementation of each
+        gpuarray kernel symbol: the image is compiled only so that a kernel
+        that does not compile fails, and may be a placeholder).
+        """
+        return "cubin"
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A driver call replaced on the instance (tests, the benchmarks' meters): the
