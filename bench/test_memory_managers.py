@@ -1,6 +1,6 @@
 """The default memory manager against the stream-ordered pool, in host time and driver calls.
 
-The issue-37 table (``gpuarray._bench.managers``): the NBEP 7 default
+The issue-37 table (``bench/_managers.py``): the NBEP 7 default
 (``cuMemAlloc`` + deferred ``cuMemFree``) and the stream-ordered pool
 (``cuMemAllocAsync`` / ``cuMemFreeAsync``) doing the same work, interleaved in
 one process -- small and large allocate-and-drop, alloc-free churn with a ring
@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import sys
 
+import _managers as managers
 from _harness import BACKEND, FULL, SIM, _common, ctx, results_path
-
-from gpuarray._bench import managers
 
 
 def test_memory_managers(benchmark, capsys):

@@ -9,6 +9,13 @@ is below it, one concern a module: ``_timing`` (the quick/full switch,
 comparison with peers, interleaved rounds) and ``exchange`` (the DLPack
 exchange-table rows).  The entry depends on its row modules, never the
 reverse.
+
+Why two benchmark homes: this package ships, so everything ``python -m
+gpuarray bench`` runs on a user's machine (and what it shares with the
+repository's suites) is here; the repository's ``bench/`` holds the
+pytest-benchmark suites, their harness and what only they use (the
+memory-manager rows, ``bench/_managers.py``; the plots), which need
+pytest-benchmark and never ship.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ calls per operation (:class:`~gpuarray._bench.host.BackendMeter`, by call).
 On the simulator only the call counts carry over to a GPU; ``make
 gpu-check`` runs the same rows on a GPU (``bench/test_memory_managers.py``),
 where the host time includes what ``cuMemFree``'s device synchronisation
-costs.  ``python -m gpuarray._bench.managers`` prints the table.
+costs.  ``python bench/_managers.py`` prints the table.
 """
 
 from __future__ import annotations
@@ -57,8 +57,7 @@ def manager_cases(small: int = 256, large: int = 1 << 20) -> list[Case]:
     """``(case, build)``: ``build()`` returns the operation, on the current manager and device."""
     import gpuarray
     from gpuarray import memory
-
-    from .._driver import get_backend
+    from gpuarray._driver import get_backend
 
     def cycle(n: int) -> Callable[[], Callable[[], Any]]:
         def build() -> Callable[[], Any]:
@@ -118,8 +117,7 @@ def compare_managers(cases: list[Case] | None = None, managers: tuple[str, ...] 
     """Time and meter every case under every manager, interleaved; restores the manager after."""
     import gpuarray
     from gpuarray import memory
-
-    from .host import BackendMeter
+    from gpuarray._bench.host import BackendMeter
 
     gpuarray.get_device().make_current()
     cases = manager_cases() if cases is None else cases
@@ -187,8 +185,7 @@ def format_manager_table(rows: list[ManagerRow], backend: str) -> str:
 def main() -> int:
     """Print the table for the current backend (``GPUARRAY_BACKEND``)."""
     import gpuarray
-
-    from .._driver import get_backend
+    from gpuarray._driver import get_backend
 
     gpuarray.get_device()
     sim = get_backend().name == "sim"
