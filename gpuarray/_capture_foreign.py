@@ -5,7 +5,7 @@ its stream.  PyTorch (``torch.cuda.graph``), CuPy (``Stream.begin_capture``)
 and cuda.core (``GraphBuilder``) capture on streams that gpuarray sees only
 as *external* streams (:func:`gpuarray.external_stream`, CAI and DLPack
 imports, ``stream=`` objects).  gpuarray's record of captures
-(``_capture.py``) does not know those captures, so for external streams --
+(the capture checkpoint's) does not know those captures, so for external streams --
 and only for them: gpuarray's own streams pay nothing -- it asks the driver
 (``cuStreamGetCaptureInfo``, a query that never invalidates a capture):
 
@@ -38,8 +38,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from . import _capture
 from ._driver import get_backend
+from ._driver._checkpoint import on_capture_end
 from ._driver._finalize import run_finalizer
 from .errors import CudaError
 
@@ -105,7 +105,7 @@ class ForeignGraphMemory:
                 except CudaError:  # invalidated meanwhile: the other library's end reports it
                     pass
                 return
-            if _capture.holding():  # a free of gpuarray's capture time: made at its end
+            if get_backend().capturing:  # a free of gpuarray's capture time: made at its end
                 _held.append(self)
                 return
             try:
@@ -115,7 +115,7 @@ class ForeignGraphMemory:
                     raise
 
 
-#: Releases waiting for the end of gpuarray's captures (``_capture.py``).
+#: Releases waiting for the end of gpuarray's captures (``_checkpoint.on_capture_end``).
 _held: list[ForeignGraphMemory] = []
 
 
@@ -125,7 +125,7 @@ def _release_held() -> None:
         run_finalizer(rec.release)
 
 
-_capture.on_idle(_release_held)
+on_capture_end(_release_held)
 
 
 def alloc(nbytes: int, device: Any, stream: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _capture, _driver, _layout, _transfer
+from . import _driver, _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
 from ._device import _current_primary
@@ -339,7 +339,7 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
             # upload pays for this Python (issue 13: at most 3 us over the
             # raw allocation and copy).
             s = stream if type(stream) is Stream else as_stream(stream, dev)
-            if s.device is dev and not _capture._captures and s.kind != "external":  # else the general path
+            if s.device is dev and not get_backend().capturing and s.kind != "external":  # else the general path
                 shape = host.shape
                 mem = _allocate_current(nbytes, dev)
                 itemsize = host.itemsize

@@ -5,7 +5,7 @@ One concern: the graphs gpuarray's captures make and replay -- a
 of ``Stream`` that make one are in ``_stream_capture.py``) -- and their
 memory.  What a capture forbids is refused by the capture checkpoint, where
 every driver call passes (``_driver/_checkpoint.py``); the record of captures
-in progress is in ``_capture.py``.
+in progress is the capture checkpoint's (``_driver/_checkpoint.py``).
 
 Memory allocated on a capturing stream is *graph memory* (``cuMemAllocAsync``
 captured as an allocation node): its address is fixed for the graph's life,
@@ -19,9 +19,10 @@ import threading
 import weakref
 from typing import Any, TypeAlias
 
-from . import _capture, _capture_foreign
+from . import _capture_foreign
 from ._device import Device
 from ._driver import get_backend
+from ._driver._checkpoint import on_capture_end
 from ._driver._finalize import run_finalizer
 from .errors import CudaError, StreamCaptureError
 
@@ -94,10 +95,10 @@ class _GraphMemory:
         _unlaunched.pop(self.ptr, None)
         if not self.mapped or get_backend() is not self.backend:
             return  # never mapped: the address went with the graph
-        if _capture.holding():
+        if _capturing():
             self.state = "held"
             _held.append(self)
-            if _capture.holding():
+            if _capturing():
                 return
             # The last capture ended since the test above: its release of the
             # held frees may have run before the append; this one goes now.
@@ -131,6 +132,11 @@ def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
     _unlaunched.setdefault(base, (size, _ForeignUnlaunched(base, get_backend(), device)))
 
 
+def _capturing() -> bool:
+    """Whether gpuarray captures now (the checkpoint's record; a test interleaves here)."""
+    return get_backend().capturing
+
+
 def _release_held() -> None:
     items = []
     while True:  # each pop is atomic: a free appended by another thread meanwhile is taken
@@ -144,16 +150,15 @@ def _release_held() -> None:
             m.free()
 
 
-_capture.on_idle(_release_held)
+on_capture_end(_release_held)
 
 
 def watching() -> bool:
     """Whether array operations must be checked now: a capture runs, or graph memory awaits a launch."""
-    return bool(_capture._captures or _unlaunched)
+    return bool(get_backend().capturing or _unlaunched)
 
 
 def _reset_for_tests() -> None:
-    _capture._captures.clear()
     _unlaunched.clear()
     _held.clear()
 
@@ -164,7 +169,7 @@ def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
 
     if getattr(getattr(stream, "device", None), "id", None) != device.id:
         return None  # None or a stream of another device: not a capture of this allocation
-    cap = _capture.capture_of(device.id, stream.handle)
+    cap = get_backend().capture_of(stream.handle)
     if cap is None:
         return _capture_foreign.alloc(nbytes, device, stream) if stream.kind == "external" else None
     b = get_backend()
@@ -188,7 +193,7 @@ def keep(s: Stream, *objs: Any) -> None:
     touches memory Python freed.  The capture's own allocations are left out:
     graph memory has its own lifetime (:class:`_GraphMemory`).
     """
-    cap = _capture.capture_of(s.device.id, s.handle)
+    cap = get_backend().capture_of(s.handle)
     if cap is None:
         return
     for obj in objs:
@@ -203,7 +208,7 @@ def keep(s: Stream, *objs: Any) -> None:
 def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> None:
     """Work on ``stream`` using graph memory no launch has mapped yet: refused (the memory
     holds nothing and touching it faults); the capture's own stream may use it."""
-    if _unlaunched and _capture.capture_of(stream.device.id, stream.handle) is None:
+    if _unlaunched and get_backend().capture_of(stream.handle) is None:
         for p in ptrs:
             for base, (size, rec) in list(_unlaunched.items()):
                 if base <= p < base + size and rec.backend is get_backend():

@@ -21,14 +21,13 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import _capture, _config, _graph
+from . import _config, _graph
 from ._device import Device, get_device
 from ._driver import checkpoint, get_backend
 from ._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
 from ._driver._finalize import call_now, run_finalizer
 from ._stream_capture import CaptureMethods
 from ._stream_host import HostCallbacks
-from .errors import StreamCaptureError
 
 __all__ = [
     "Stream", "Event", "stream", "default_stream", "legacy_default_stream",
@@ -185,9 +184,8 @@ class Stream(CaptureMethods, HostCallbacks):
 
     def close(self) -> None:
         """Destroy an owned stream now (queued work still completes)."""
-        if _capture.active() and _capture.capture_of(self.device.id, self.handle) is not None:
-            raise StreamCaptureError(f"close() of {self!r}, which is capturing a graph: end the "
-                                     "capture first (end_capture())")
+        with self.device.activate():  # the checkpoint refuses it before the finalizer is spent
+            get_backend().refuse_destroy(self.handle, "close()")
         if self._finalizer is not None:
             call_now(self._finalizer)
 

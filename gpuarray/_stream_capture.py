@@ -3,8 +3,8 @@
 One concern: the user-facing side of stream capture on a stream -- CuPy's
 names ``Stream.begin_capture(mode)``, ``Stream.is_capturing()``,
 ``Stream.end_capture()`` and the block form ``Stream.capture(mode)`` -- over
-the record of captures (``_capture.py``) and the graphs and rules of
-``_graph.py``.
+the capture checkpoint, which holds the one record of gpuarray's captures
+(``_driver/_checkpoint.py``), and the graphs and rules of ``_graph.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TypeAlias
 
-from . import _capture
 from ._device import Device
 from ._driver import get_backend
 from ._driver._base import CAPTURE_MODES
@@ -113,12 +112,12 @@ class CaptureMethods:
             raise StreamCaptureError(
                 f"begin_capture on {s!r}: CUDA cannot capture the legacy default stream; "
                 "capture on a stream of gpuarray.stream(non_blocking=True)")
-        key = (s.device.id, s.handle)
-        if _capture.capture_of(*key) is not None:
-            raise StreamCaptureError(f"begin_capture on {s!r}: it is capturing already")
+        b = get_backend()
         with s.device.activate():
-            get_backend().stream_begin_capture(s.handle, mode)
-        _capture.add(key, Capture(s, mode))
+            if b.capture_of(s.handle) is not None:
+                raise StreamCaptureError(f"begin_capture on {s!r}: it is capturing already")
+            b.stream_begin_capture(s.handle, mode)
+            b.attach(s.handle, Capture(s, mode))
 
     @contextlib.contextmanager
     def capture(self, mode: str = "global") -> Iterator[CaptureBlock]:
@@ -180,12 +179,11 @@ class CaptureMethods:
         False
         """
         s: Any = self
-        if _capture.capture_of(s.device.id, s.handle) is not None:
-            return True
         if s.kind == "legacy":
             return False
+        b = get_backend()
         with s.device.activate():
-            return get_backend().stream_is_capturing(s.handle) != "none"
+            return b.capture_of(s.handle) is not None or b.stream_is_capturing(s.handle) != "none"
 
     def end_capture(self) -> Graph:
         """End the capture begun by :meth:`begin_capture` and return its executable graph.
@@ -213,8 +211,9 @@ class CaptureMethods:
         array([0., 0., 0.])
         """
         s: Any = self
-        key = (s.device.id, s.handle)
-        cap = _capture.capture_of(*key)
+        b = get_backend()
+        with cleanup(), s.device.activate():  # a pending finalizer error waits for the end
+            cap = b.capture_of(s.handle)
         if cap is None:
             raise StreamCaptureError(f"end_capture on {s!r}: it is not capturing "
                                      "(begin_capture() was not called on it)")
@@ -223,25 +222,22 @@ class CaptureMethods:
                 f"end_capture on {s!r} from thread {threading.get_ident()}: the {cap.mode!r} "
                 f"capture was begun by thread {cap.thread} and must end there (CUDA: "
                 "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD); only a 'relaxed' capture may end elsewhere")
-        b = get_backend()
         cap.open = False
-        try:
-            # The capture ends on the driver first, whatever else is pending: an
-            # error a finalizer left is raised by the next call (cleanup() keeps
-            # the activation from raising it here, before cuStreamEndCapture).
-            with cleanup(), s.device.activate():
-                try:
-                    graph = b.stream_end_capture(s.handle)
-                except CudaError as e:
-                    for m in cap.memory:
-                        m.state = "freed"
-                        _unlaunched.pop(m.ptr, None)
-                    raise StreamCaptureError(f"end_capture on {s!r}: the capture failed: {e}") from e
-                try:
-                    graph_exec = b.graph_instantiate(graph, auto_free_on_launch=True)
-                except BaseException:
-                    b.graph_destroy(graph)
-                    raise
-        finally:
-            _capture.remove(key)
+        # The capture ends on the driver first, whatever else is pending: an error a
+        # finalizer left is raised by the next call (cleanup() keeps the activation from
+        # raising it here, before cuStreamEndCapture); the checkpoint forgets the capture
+        # whatever the driver answers.
+        with cleanup(), s.device.activate():
+            try:
+                graph = b.stream_end_capture(s.handle)
+            except CudaError as e:
+                for m in cap.memory:
+                    m.state = "freed"
+                    _unlaunched.pop(m.ptr, None)
+                raise StreamCaptureError(f"end_capture on {s!r}: the capture failed: {e}") from e
+            try:
+                graph_exec = b.graph_instantiate(graph, auto_free_on_launch=True)
+            except BaseException:
+                b.graph_destroy(graph)
+                raise
         return Graph._make(s, graph, graph_exec, cap)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from . import _capture
 from ._device import Device
 from ._driver import get_backend
 from ._driver._finalize import hand_to_reaper, host_callback
@@ -71,7 +70,7 @@ class HostCallbacks:
         """
         if not callable(callback):
             raise TypeError(f"add_callback needs a callable, got {type(callback).__name__} {callback!r}")
-        cap = _capture.capture_of(self.device.id, self.handle)
+        cap = get_backend().capture_of(self.handle)
         if cap is not None:
             self._capture_callback(cap, callback, arg)
             return

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from . import _capture, _graph, _kernels, _layout, _staging
+from . import _graph, _kernels, _layout, _staging
 from ._device import Device
 from ._driver import checkpoint, get_backend
 from ._kernels import _dtypes
@@ -100,7 +100,7 @@ def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: in
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
     addr = _cap.host_address(host)
-    if _capture._captures:
+    if get_backend().capturing:
         _graph.keep(s, host)  # a capture's launches re-read it
     if _pageable_and_large(device, addr, nbytes) and not _capturing(device, s):
         _staging.htod(device, s, dst_ptr, host)
@@ -145,7 +145,7 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     simple = out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous))
     if _graph._unlaunched:
         _graph.check_graph_memory(s, "a download", src_ptr)
-    if _capture._captures:
+    if get_backend().capturing:
         _graph.keep(s, out)  # a capture's launches rewrite it
     if simple:
         addr = _cap.host_address(out)

@@ -19,6 +19,7 @@ __all__ = [
     "StreamOrderError",
     "StreamCaptureError",
     "CUDA_ERROR_NAMES",
+    "error_code",
 ]
 
 #: Result codes of the CUDA driver API that gpuarray names itself (the real
@@ -578,3 +579,31 @@ _DESCRIPTIONS.update({
     "CUDA_ERROR_GRAPH_RECAPTURE_FAILURE": "a graph recapture failed and was terminated",
     "CUDA_ERROR_FABRIC_NOT_READY": "the GPU fabric is not ready yet",
 })
+
+
+def error_code(name: str) -> int:
+    """The code of ``CUDA_ERROR_<name>`` in :data:`CUDA_ERROR_NAMES`: code names a code by name.
+
+    Parameters
+    ----------
+    name : str
+        The name without its ``CUDA_ERROR_`` prefix.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    KeyError
+        If the table has no such name.
+
+    Examples
+    --------
+    >>> error_code("INVALID_PTX")
+    218
+    """
+    return _CODES[name]
+
+
+_CODES = {n.removeprefix("CUDA_ERROR_"): code for code, n in CUDA_ERROR_NAMES.items()}

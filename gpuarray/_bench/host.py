@@ -245,7 +245,7 @@ class NullBackend:
             "mem_alloc_relaxed": lambda nbytes: next(fake),
             "memcpy_htod_async": lambda dst, src, nbytes, stream: None,
             "mem_free": lambda ptr: None,
-            # gpuarray's allocations and frees run in relaxed capture mode (_capture.py):
+            # gpuarray's allocations and frees run in relaxed capture mode (_driver/_checkpoint.py):
             # a trivial call on each side of the allocation, stubbed like the context queries.
             "exchange_capture_mode": lambda mode: "global",
             "ctx_get_current": lambda: ctx,

@@ -240,21 +240,17 @@ class Backend(abc.ABC):
     def mem_alloc(self, nbytes: int) -> int:
         """``cuMemAlloc`` on the current context; ``nbytes`` > 0."""
 
+    @abc.abstractmethod
     def mem_alloc_relaxed(self, nbytes: int) -> int:
         """``cuMemAlloc`` in relaxed capture mode: it never invalidates a capture.
 
         The calling thread's capture mode is set to ``"relaxed"`` around the
         allocation and restored after (``cuThreadExchangeStreamCaptureMode``),
         so no capture in progress on any thread -- another library's global
-        capture included -- refuses it (``gpuarray._capture``).  The default
-        manager allocates every array this way; a backend may do the three
-        calls with less Python than this default.
+        capture included -- refuses it.  The default manager allocates every
+        array this way, so each backend makes the three calls its own fastest
+        way (the checkpoint's relaxed blocks switch for every other call).
         """
-        prev = self.exchange_capture_mode("relaxed")
-        try:
-            return self.mem_alloc(nbytes)
-        finally:
-            self.exchange_capture_mode(prev)
 
     @abc.abstractmethod
     def mem_free(self, ptr: int) -> None:

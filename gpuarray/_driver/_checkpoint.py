@@ -15,10 +15,14 @@ captures), or raises :class:`~gpuarray.errors.StreamCaptureError` *before*
 the call, so the capture stays valid.  A method with no declared kind is not
 served (``AttributeError``), and a test enumerates the interface.
 
-What it knows of captures:
+What it knows of captures -- the one record of them in gpuarray:
 
 - gpuarray's own: it sees ``cuStreamBeginCapture`` and ``cuStreamEndCapture``
-  pass (``_captures``), and the events recorded in a capture;
+  pass (``_captures``), and the events recorded in a capture.  The stream
+  layer attaches its graph record to a capture (:meth:`Checkpoint.attach`,
+  :meth:`Checkpoint.capture_of`), :attr:`Checkpoint.capturing` says whether
+  any runs, and the layers that hold work until the last one ends register
+  with :func:`on_capture_end`;
 - other libraries', on streams gpuarray knows as external (registered by the
   stream layer, :meth:`Checkpoint.foreign_stream`): the driver is asked
   (``cuStreamGetCaptureInfo``, ``cuStreamIsCapturing`` of the legacy stream,
@@ -39,8 +43,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CudaError, StreamCaptureError
+from ..errors import CudaError, StreamCaptureError, error_code
 from . import _finalize
+from ._base import CAPTURE_MODES
 from ._call_kinds import (
     CALLBACK,
     CAPTURE,
@@ -61,7 +66,9 @@ from ._call_kinds import (
     WAIT,
 )
 
-_IMPLICIT = 906  # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+_IMPLICIT = error_code("STREAM_CAPTURE_IMPLICIT")
+_WRONG_THREAD = error_code("STREAM_CAPTURE_WRONG_THREAD")
+_GLOBAL, _RELAXED = CAPTURE_MODES[0], CAPTURE_MODES[2]
 
 #: Position of the stream argument where it is not the last one.
 _STREAM_ARG = {"launch_kernel": 4, "stream_add_callback": 0, "launch_host_func": 0,
@@ -73,14 +80,26 @@ _WATCHED = frozenset({STREAM, STREAM_FREE, HOST_COPY, RECORD, WAIT, STREAM_SYNC,
 _LEGACY = (0, 1)
 
 
-class _Capture:
-    """A capture gpuarray began, as the checkpoint records it."""
+#: Called (no arguments) each time the last capture of gpuarray ends, after the
+#: frees deferred meanwhile: the layers that hold releases of their own make them.
+_END_HOOKS: list[Callable[[], None]] = []
 
-    __slots__ = ("handle", "ctx", "cid", "mode", "thread")
+
+def on_capture_end(hook: Callable[[], None]) -> None:
+    """Run ``hook()`` each time the last capture of gpuarray ends (any backend)."""
+    _END_HOOKS.append(hook)
+
+
+class _Capture:
+    """A capture gpuarray began, as the checkpoint records it; ``graph`` is the stream
+    layer's record of it (:meth:`Checkpoint.attach`)."""
+
+    __slots__ = ("handle", "ctx", "cid", "mode", "thread", "graph")
 
     def __init__(self, handle: int, ctx: int, cid: int, mode: str) -> None:
         self.handle, self.ctx, self.cid, self.mode = handle, ctx, cid, mode
         self.thread = threading.get_ident()
+        self.graph: Any = None
 
 
 class _ThreadState(threading.local):
@@ -90,13 +109,14 @@ class _ThreadState(threading.local):
 
     depth = 0
     now = False
-    prev = "global"
+    prev = _GLOBAL
 
 
 class _RelaxedBlock:
     """:meth:`Checkpoint.relaxed`'s block, one per ``now`` and checkpoint, its state the
     thread's (a flush of deferred frees enters one every ten releases: no object made,
-    no generator)."""
+    no generator).  The one place the thread's capture mode is switched: every
+    potentially unsafe call the checkpoint makes runs inside one."""
 
     __slots__ = ("_cp", "_now")
 
@@ -107,7 +127,7 @@ class _RelaxedBlock:
         tls = self._cp._tls
         depth = tls.depth
         if not depth:  # the outermost block switches; nested ones share its switch
-            tls.prev = self._cp._exchange("relaxed")
+            tls.prev = self._cp._exchange(_RELAXED)
             tls.now = self._now
         tls.depth = depth + 1
 
@@ -143,6 +163,8 @@ class Checkpoint:
         self._deferred: list[tuple[str, tuple, int]] = []
         #: Stream-ordered frees on the legacy stream deferred while it is unusable.
         self._legacy_frees: list[tuple[tuple, int]] = []
+        #: Whether a capture of gpuarray's is in progress (read by the hot paths: one test).
+        self.capturing = False
         self._watching = False
         self._foreign_seen = False
         self._maps: tuple[dict[str, Any], dict[str, Any]] | None = None
@@ -233,24 +255,17 @@ class Checkpoint:
             self._run_deferred(items)
 
     def _relaxed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        exchange = self._b.exchange_capture_mode
-        tls = self._tls
+        tls, block = self._tls, self._blocks[0]
 
         def relaxed(*args: Any, **kwargs: Any) -> Any:
-            if tls.depth:
+            if tls.depth:  # inside a relaxed block already
                 return fn(*args, **kwargs)
-            prev = exchange("relaxed")
-            try:
+            with block:
                 return fn(*args, **kwargs)
-            finally:
-                exchange(prev)
         return relaxed
 
     def _free(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        # One frame (every release of the default manager makes this call,
-        # mostly inside a flush's relaxed block): the relaxed wrapper inlined.
-        exchange = self._b.exchange_capture_mode
-        tls = self._tls
+        tls, block = self._tls, self._blocks[0]
         captures = self._captures  # never rebound
 
         def free(handle: int) -> None:  # every FREE call takes one handle
@@ -259,14 +274,11 @@ class Checkpoint:
                     if captures:
                         self._deferred.append((name, (handle,), self._b.ctx_get_current()))
                         return
-            if tls.depth:
+            if tls.depth:  # a flush's relaxed block (most releases of the default manager)
                 fn(handle)
                 return
-            prev = exchange("relaxed")
-            try:
+            with block:
                 fn(handle)
-            finally:
-                exchange(prev)
         return free
 
     # -------------------------------------------------------- capture state
@@ -534,10 +546,15 @@ class Checkpoint:
                 self._update()
         self._b.event_destroy(event)
 
-    def _stream_destroy(self, stream: int) -> None:
+    def refuse_destroy(self, stream: int, what: str = "cuStreamDestroy") -> None:
+        """Raise :class:`StreamCaptureError` when stream ``stream`` captures for gpuarray:
+        destroying it would end the capture unfinished (``Stream.close()`` asks first)."""
         if self._captures and self._captures.get(self._key(stream)) is not None:
-            raise _error(f"cuStreamDestroy of stream 0x{stream:x}, which is capturing a graph: "
+            raise _error(f"{what} of stream 0x{stream:x}, which is capturing a graph: "
                          "end the capture first (end_capture())")
+
+    def _stream_destroy(self, stream: int) -> None:
+        self.refuse_destroy(stream)
         self._b.stream_destroy(stream)
 
     def _begin(self, stream: int, mode: str = "global") -> None:
@@ -552,8 +569,20 @@ class Checkpoint:
         with self._lock:
             self._captures[self._key(stream)] = _Capture(stream, b.ctx_get_current(), cid or -1,
                                                          mode)
+            self.capturing = True
             if not self._watching:
                 self._install(True)
+
+    def attach(self, stream: int, record: Any) -> None:
+        """Keep ``record`` (the stream layer's graph record) with the capture on ``stream``."""
+        self._captures[self._key(stream)].graph = record
+
+    def capture_of(self, stream: int) -> Any:
+        """The record attached to gpuarray's capture on ``stream`` (None: it does not capture)."""
+        if not self._captures:
+            return None
+        rec = self._captures.get(self._key(stream))
+        return rec.graph if rec is not None else None
 
     def _end(self, stream: int) -> int:
         """``cuStreamEndCapture``; the record goes whatever the driver answers, except a
@@ -562,7 +591,7 @@ class Checkpoint:
         try:
             graph = self._b.stream_end_capture(stream)
         except CudaError as e:
-            if e.code == 908:  # CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: still capturing
+            if e.code == _WRONG_THREAD:  # still capturing
                 raise
             self._forget(key)
             raise
@@ -573,27 +602,30 @@ class Checkpoint:
         with self._lock:
             self._captures.pop(key, None)
             idle = not self._captures
+            self.capturing = not idle
             items: list = []
             if idle:
                 items, self._deferred = self._deferred, []
             self._update()
         if items:
             self._run_deferred(items)
+        if idle:
+            for hook in list(_END_HOOKS):
+                hook()
 
     def _run_deferred(self, items: list[tuple[str, tuple, int]]) -> None:
         b = self._b
         prev = b.ctx_get_current()
-        mode = b.exchange_capture_mode("relaxed")
         try:
-            for name, args, ctx in items:
-                try:
-                    if ctx != b.ctx_get_current():
-                        b.ctx_set_current(ctx)
-                    getattr(b, name)(*args)
-                except CudaError as e:  # each deferred free is tried; the first error is raised later
-                    _finalize.remember(e)
+            with self._blocks[1]:
+                for name, args, ctx in items:
+                    try:
+                        if ctx != b.ctx_get_current():
+                            b.ctx_set_current(ctx)
+                        getattr(b, name)(*args)
+                    except CudaError as e:  # each deferred free is tried; the first error is raised later
+                        _finalize.remember(e)
         finally:
-            b.exchange_capture_mode(mode)
             b.ctx_set_current(prev)
 
     def captures(self) -> int:

@@ -6,7 +6,7 @@ until more than ``GPUARRAY_MAX_PENDING_DEALLOCS_COUNT`` (default 10) are
 pending or their size passes ``GPUARRAY_MAX_PENDING_DEALLOCS_RATIO`` (default
 0.2) of the device memory; the manager flushes it on out-of-memory before
 retrying once.  The frees of a flush are made in relaxed capture mode, and
-none is made while gpuarray captures a graph (``_capture.py``: they never
+none is made while gpuarray captures a graph (``_driver/_checkpoint.py``: they never
 invalidate a capture).  :func:`~gpuarray.defer_cleanup` holds all frees back
 (``disable``: nestable, exception-safe).  A flush frees every item with the
 queue's device current, even when some fail (the first error is raised, the
@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import _capture, _config, _driver
+from .. import _config, _driver
 from .._device import Device
 from .._driver._finalize import _tls, hand_to_reaper
 
@@ -123,8 +123,8 @@ class _PendingDeallocs:
             hand_to_reaper(self.clear)
             return
         with self._lock:
-            if self._disabled or not self._items or (_capture._captures and not during_capture):
-                return  # held: deferred, or a capture of gpuarray's runs (_capture.py)
+            if self._disabled or not self._items or (_driver.get_backend().capturing and not during_capture):
+                return  # held: deferred, or a capture of gpuarray's runs (_driver/_checkpoint.py)
             # What is queued now (popped, not swapped: add_item takes no lock);
             # items added meanwhile wait for the next flush.
             queue = self._items
@@ -169,5 +169,5 @@ class _PendingDeallocs:
     @property
     def is_disabled(self) -> bool:
         """Whether releases are held back now: deferred, or a capture of gpuarray's runs."""
-        return self._disabled > 0 or bool(_capture._captures)
+        return self._disabled > 0 or bool(_driver.get_backend().capturing)
 

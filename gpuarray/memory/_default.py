@@ -336,7 +336,7 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         """
         b = _driver._backend or get_backend()
         try:
-            ptr = b.mem_alloc_relaxed(size)  # never invalidates a capture (_capture.py)
+            ptr = b.mem_alloc_relaxed(size)  # never invalidates a capture (_driver/_checkpoint.py)
         except CudaOutOfMemoryError:
             dev = self.context.id if self.context is not None else b.ctx_get_device()
             ptr = _retry_after_flush(functools.partial(b.mem_alloc_relaxed, size),

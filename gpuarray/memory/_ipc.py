@@ -25,9 +25,9 @@ import functools
 import threading
 from typing import Any
 
-from .. import _capture
 from .._device import Device, device_count, get_device
 from .._driver import get_backend
+from .._driver._checkpoint import on_capture_end
 from .._driver._finalize import run_finalizer
 from ._pointer import MemoryPointer
 
@@ -39,7 +39,7 @@ __all__ = ["IpcHandle"]
 _array_factory: Any = None
 
 
-#: Mappings whose close waits for the end of gpuarray's captures (``_capture.py``).
+#: Mappings whose close waits for the end of gpuarray's captures (``_driver/_checkpoint.py``).
 _held: list[tuple[Any, Device, int]] = []
 
 
@@ -47,7 +47,7 @@ def _close_mapping(backend, device: Device, base: int) -> None:
     # Work queued on the mapping must finish before it goes away: a device-wide
     # wait, which a capture forbids (it would invalidate it): while gpuarray
     # captures, the close is held until the last capture ends.
-    if _capture.holding():
+    if get_backend().capturing:
         _held.append((backend, device, base))
         return
     if get_backend() is not backend:
@@ -69,7 +69,7 @@ def _release_held() -> None:
         run_finalizer(_close_mapping, backend, device, base)
 
 
-_capture.on_idle(_release_held)
+on_capture_end(_release_held)
 
 
 @dataclasses.dataclass

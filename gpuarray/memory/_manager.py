@@ -32,8 +32,10 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from .. import _capture, _capture_foreign, _config
+from .. import _capture_foreign, _config
 from .._device import Device, _current_primary, get_device
+from .._driver import get_backend
+from .._driver._checkpoint import on_capture_end
 from .._driver._finalize import remember
 from ._deallocs import _PendingDeallocs  # noqa: F401  (tests reach it here)
 from ._default import (
@@ -212,7 +214,7 @@ def allocate(nbytes: int, device: Device | None = None, stream: Any = None) -> M
         When the active manager's ``memalloc`` returns something that is not
         a :class:`MemoryPointer` (the message names the manager class).
     """
-    if (_capture._captures or _capture_foreign.maybe_external(stream)) and nbytes > 0:
+    if (get_backend().capturing or _capture_foreign.maybe_external(stream)) and nbytes > 0:
         mem = _capture_alloc(nbytes, device, stream)
         if mem is not None:
             return mem
@@ -229,7 +231,7 @@ def allocate(nbytes: int, device: Device | None = None, stream: Any = None) -> M
 
 
 def _release_held_frees() -> None:
-    """The last capture of gpuarray ended: run the frees held meanwhile (``_capture.py``)."""
+    """The last capture of gpuarray ended: run the frees held meanwhile (``_driver/_checkpoint.py``)."""
     for mgr in list(_managers.values()):
         queue = getattr(mgr, "deallocations", None)
         if queue is not None:
@@ -239,7 +241,7 @@ def _release_held_frees() -> None:
                 remember(e)
 
 
-_capture.on_idle(_release_held_frees)
+on_capture_end(_release_held_frees)
 
 
 def _capture_alloc(nbytes: int, device: Device | None, stream: Any) -> MemoryPointer | None:

@@ -27,7 +27,7 @@ It is then made as usual, on the same streams: a capture adds no work to the
 stream it captures, so the free is still ordered after every use queued
 before the capture, and before what comes after it.  Only external streams
 are asked about (gpuarray's own captures hold every free already,
-``_capture.py``): with no external stream on the memory and nothing held, a
+``_driver/_checkpoint.py``): with no external stream on the memory and nothing held, a
 free pays one attribute test per stream.
 
 A free still held at interpreter exit (the capture never ended) is reported

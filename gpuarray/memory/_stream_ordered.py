@@ -66,7 +66,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import _capture, _capture_foreign
+from .. import _capture_foreign
 from .._device import Device
 from .._driver import get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
@@ -388,11 +388,11 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
                         release: Callable[[Stream], None]) -> None:
         # An out-of-memory retry flushes during gpuarray's capture: a free whose
         # streams include a capturing one would join it, so it waits again.
-        if _capture.holding() and any(_capture.capture_of(t.device.id, t.handle) is not None
+        if get_backend().capturing and any(get_backend().capture_of(t.handle) is not None
                                       for t in (uses.home, *uses.others)):
             return self._finalize(backend, uses, ptr, size, release)
         self._release(backend, uses, ptr, release)
-        if _capture.holding():  # the retry may not wait for the device: wait for this free
+        if get_backend().capturing:  # the retry may not wait for the device: wait for this free
             with contextlib.suppress(StreamCaptureError, CudaError):
                 uses.home.synchronize()
 

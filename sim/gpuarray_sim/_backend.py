@@ -59,9 +59,10 @@ from gpuarray._driver import _fork
 from gpuarray._driver._base import DEVICE_ATTRIBUTES
 from gpuarray.errors import CudaError, CudaUnavailableError
 
-from . import _capture, _hostfn, _images, _profile, _sticky, kernels
+from . import _capture, _codes, _hostfn, _images, _profile, _sticky, kernels
+from ._codes import INVALID_CONTEXT
 from ._context_calls import SimContextCalls
-from ._core import INVALID_CONTEXT, _api, _locked
+from ._core import _api, _locked
 from ._graph import SimGraphCalls
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
@@ -314,7 +315,7 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
         ctx = self._current("cuCtxSynchronize")
         caps = [c for c in self._captures.values() if c.ctx is ctx]
         if caps:
-            _capture.refuse(self, _capture.UNSUPPORTED, "cuCtxSynchronize", caps,
+            _capture.refuse(self, _codes.STREAM_CAPTURE_UNSUPPORTED, "cuCtxSynchronize", caps,
                             "synchronizes a context with a capturing stream")
         self._sync("cuCtxSynchronize", lambda: self.sched.complete_all(ctx))
         for s in self.sched.streams_by_ctx.get(id(ctx), ()):

@@ -51,20 +51,16 @@ from typing import Any, TypeAlias
 from gpuarray._driver._base import CAPTURE_MODES
 from gpuarray.errors import CudaError
 
+from ._codes import STREAM_CAPTURE_IMPLICIT as IMPLICIT
+from ._codes import STREAM_CAPTURE_INVALIDATED as INVALIDATED
+from ._codes import STREAM_CAPTURE_UNSUPPORTED as UNSUPPORTED
+
 # The simulator's classes are imported by nothing here (they import this module):
 # the backend (``SimCore``), its contexts and streams are typed as Any.
 SimCore: TypeAlias = Any
 SimContext: TypeAlias = Any
 SimStream: TypeAlias = Any
 
-UNSUPPORTED = 900
-INVALIDATED = 901
-MERGE = 902
-UNJOINED = 904
-ISOLATION = 905
-IMPLICIT = 906
-CAPTURED_EVENT = 907
-WRONG_THREAD = 908
 
 MODES = CAPTURE_MODES  # the driver interface's names, in CUstreamCaptureMode order
 

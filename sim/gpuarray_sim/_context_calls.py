@@ -36,9 +36,9 @@ from gpuarray._driver._base import STREAM_LEGACY
 from gpuarray.errors import CudaError
 
 from . import _sticky
-from ._core import INVALID_CONTEXT, INVALID_VALUE, SimContext, SimCore, _api, _locked
+from ._codes import INVALID_CONTEXT, PEER_ACCESS_NOT_ENABLED
+from ._core import INVALID_VALUE, SimContext, SimCore, _api, _locked
 
-PEER_ACCESS_NOT_ENABLED = 705
 #: ``CU_CTX_SCHED_MASK`` and ``CU_CTX_FLAGS_MASK`` of cuda.h.
 SCHED_MASK, FLAGS_MASK = 0x07, 0xFF
 

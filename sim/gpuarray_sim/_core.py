@@ -25,6 +25,11 @@ from gpuarray._driver._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
 from gpuarray.errors import CudaError, CudaOutOfMemoryError
 
 from . import _capture, _hostfn, _sticky
+from ._codes import (
+    CONTEXT_IS_DESTROYED,
+    INVALID_CONTEXT,
+    INVALID_HANDLE,
+)
 from ._hostfn import CALL_NAMES
 from ._ipc import SimIpc
 from ._memory import AddressSpace, Allocation, DeviceFault
@@ -32,12 +37,6 @@ from ._sched import Op, Scheduler, SimContext, SimEvent, SimStream, _Blocked
 from ._visible import visible_list
 
 INVALID_VALUE = 1
-INVALID_CONTEXT = 201
-INVALID_HANDLE = 400
-NOT_FOUND = 500
-NOT_READY = 600
-ILLEGAL_ADDRESS = 700
-CONTEXT_IS_DESTROYED = 709
 
 
 

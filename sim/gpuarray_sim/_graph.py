@@ -28,7 +28,7 @@ import numpy as np
 
 from gpuarray.errors import CudaError
 
-from . import _capture
+from . import _capture, _codes
 from ._capture import Node, SimCapture
 from ._core import INVALID_VALUE, SimContext, SimCore, _api, _locked
 from ._memory import POISON_LIMIT, Allocation
@@ -155,7 +155,7 @@ class SimGraphCalls(SimCore):
             raise CudaError(INVALID_VALUE, call, f"{s.describe()} joined {cap.describe()}: end it "
                                                  "on the stream that began it")
         if cap.mode != "relaxed" and cap.thread != threading.get_ident():
-            raise CudaError(_capture.WRONG_THREAD, call,
+            raise CudaError(_codes.STREAM_CAPTURE_WRONG_THREAD, call,
                             f"{cap.describe()} must be ended by that thread (not relaxed)")
         loose = _capture.unjoined(cap) if cap.status == "active" else []
         for t in cap.streams:
@@ -167,7 +167,7 @@ class SimGraphCalls(SimCore):
             _capture.raise_invalidated(cap, call)
         if loose:
             self._drop_graph(cap.graph)
-            raise CudaError(_capture.UNJOINED, call,
+            raise CudaError(_codes.STREAM_CAPTURE_UNJOINED, call,
                             f"{cap.describe()}: work captured on {', '.join(t.describe() for t in loose)} "
                             "was not joined back into the origin stream (record an event there "
                             "and make the origin stream wait for it)")
@@ -186,7 +186,7 @@ class SimGraphCalls(SimCore):
         call = "cuStreamIsCapturing"
         s = self._stream(stream, call)
         if s.kind == "legacy" and _capture.blocking_captures(self, s.ctx):
-            raise CudaError(_capture.IMPLICIT, call, "the legacy stream while a blocking stream "
+            raise CudaError(_codes.STREAM_CAPTURE_IMPLICIT, call, "the legacy stream while a blocking stream "
                                                      "captures (the capture is not invalidated)")
         return "none" if s.capture is None else s.capture.status
 
@@ -195,7 +195,7 @@ class SimGraphCalls(SimCore):
         call = "cuStreamGetCaptureInfo"
         s = self._stream(stream, call)
         if s.kind == "legacy" and _capture.blocking_captures(self, s.ctx):
-            raise CudaError(_capture.IMPLICIT, call, "the legacy stream while a blocking stream captures")
+            raise CudaError(_codes.STREAM_CAPTURE_IMPLICIT, call, "the legacy stream while a blocking stream captures")
         cap = s.capture
         if cap is None:
             return "none", 0
@@ -257,7 +257,7 @@ class SimGraphCalls(SimCore):
             raise CudaError(INVALID_VALUE, call, f"graph of device {ex.ctx.device}, stream of "
                                                  f"device {s.ctx.device}")
         if s.capture is not None:  # CUDA records a child graph node; not modelled
-            _capture.refuse(self, _capture.UNSUPPORTED, call, [s.capture],
+            _capture.refuse(self, _codes.STREAM_CAPTURE_UNSUPPORTED, call, [s.capture],
                             "into a capturing stream (child graphs are not simulated)")
         return s
 

@@ -27,8 +27,7 @@ from typing import Any
 from gpuarray._driver import _signals
 from gpuarray.errors import CudaError
 
-#: ``CUDA_ERROR_NOT_PERMITTED``
-NOT_PERMITTED = 800
+from ._codes import NOT_PERMITTED
 
 #: The CUDA driver function of each call of the driver interface (``_base.Backend``).
 CALL_NAMES: dict[str, str] = {

@@ -59,6 +59,7 @@ from typing import Any
 from gpuarray.errors import CudaError
 
 from . import _cubin
+from ._codes import INVALID_IMAGE, INVALID_PTX, NO_BINARY_FOR_GPU, UNSUPPORTED_PTX_VERSION
 from ._cubin import BinaryError
 
 __all__ = ["PLACEHOLDER", "ImageError", "validate", "entries", "ptx_of", "code_for",
@@ -69,10 +70,6 @@ __all__ = ["PLACEHOLDER", "ImageError", "validate", "entries", "ptx_of", "code_f
 PLACEHOLDER = b"gpuarray-sim-placeholder\0"
 
 INVALID_VALUE = 1
-INVALID_IMAGE = 200
-NO_BINARY_FOR_GPU = 209
-INVALID_PTX = 218
-UNSUPPORTED_PTX_VERSION = 222
 
 #: The first CUDA release (``cuDriverGetVersion`` form) whose driver loads each
 #: PTX ISA version: the PTX ISA document's release history (CUDA 12.6 brought

@@ -53,6 +53,7 @@ import numpy as np
 
 from gpuarray.errors import CudaError
 
+from ._codes import INVALID_CONTEXT, MAP_FAILED
 from ._memory import ALIGN, AddressSpace, Allocation
 from ._sched import Scheduler, SimContext
 
@@ -76,8 +77,6 @@ assert HANDLE.size == 64
 SHM_PREFIX = "gpuarray_sim_"
 
 INVALID_VALUE = 1
-INVALID_CONTEXT = 201
-MAP_FAILED = 205
 
 _names = itertools.count()
 # Segments whose close() met a live buffer export: closed later.

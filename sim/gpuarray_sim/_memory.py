@@ -24,6 +24,8 @@ import numpy as np
 
 from gpuarray.errors import CudaError, CudaOutOfMemoryError
 
+from ._codes import ILLEGAL_ADDRESS
+
 #: Start of simulated device addresses (non-canonical: bit 52 set).
 DEVICE_BASE = 0x0010_0000_0000_0000
 #: Address space reserved per simulated device.
@@ -34,7 +36,6 @@ ALIGN = 512
 #: reading memory nobody wrote shows up as wrong data, as on a GPU.
 POISON_LIMIT = 64 << 20
 
-ILLEGAL_ADDRESS = 700
 INVALID_VALUE = 1
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from gpuarray._driver._base import MEMORYTYPE_DEVICE, MEMORYTYPE_HOST, PointerInfo
 from gpuarray.errors import CudaError
 
-from . import _capture, _sticky
+from . import _capture, _codes, _sticky
 from ._core import INVALID_VALUE, SimCore, _api, _locked
 from ._graph import claim_graph_free, free_graph_memory, unmap_graph_memory
 from ._memory import Allocation, read_host, write_host
@@ -228,7 +228,7 @@ class SimMemoryCalls(SimCore):
     def _refuse_pageable(self, s: SimStream, call: str, direction: str) -> None:
         """A copy {direction} pageable host memory on a capturing stream: 900 (see _capture.py)."""
         if s.capture is not None:
-            _capture.refuse(self, _capture.UNSUPPORTED, call, [s.capture],
+            _capture.refuse(self, _codes.STREAM_CAPTURE_UNSUPPORTED, call, [s.capture],
                             f"{direction} pageable host memory on a capturing stream (a graph "
                             "would re-read it at every launch)")
 

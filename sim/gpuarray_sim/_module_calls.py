@@ -29,19 +29,11 @@ from gpuarray.errors import CudaError
 
 from . import _images, _profile, _sticky
 from . import kernels as sim_kernels
-from ._core import (
-    ILLEGAL_ADDRESS,
-    INVALID_HANDLE,
-    INVALID_VALUE,
-    NOT_FOUND,
-    SimContext,
-    SimCore,
-    _locked,
-)
+from ._codes import ILLEGAL_ADDRESS, INVALID_HANDLE, INVALID_IMAGE, NOT_FOUND
+from ._core import INVALID_VALUE, SimContext, SimCore, _locked
 from ._memory import Allocation, DeviceFault
 from ._race import Reports
 
-INVALID_IMAGE = 200
 #: Calls whose cuda.h documentation lists CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
 _VERSION_CALLS = ("cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData")
 

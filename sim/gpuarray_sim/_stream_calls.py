@@ -17,19 +17,15 @@ from collections.abc import Callable
 from gpuarray._driver._base import STREAM_LEGACY, STREAM_PER_THREAD
 from gpuarray.errors import CudaError
 
-from . import _capture, _sticky
+from . import _capture, _codes, _sticky
 from ._capture import Node
-from ._core import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, SimCore, _locked
+from ._codes import ILLEGAL_ADDRESS, INVALID_HANDLE, NOT_READY, UNKNOWN
+from ._codes import NOT_SUPPORTED as _NOT_SUPPORTED
+from ._core import SimCore, _locked
 from ._hostfn import Worker, call_host_fn
 from ._hostfn import _state as _hostfn_state
 from ._memory import DeviceFault
 from ._sched import Op, SimEvent, SimStream
-
-_NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED
-
-#: ``CUDA_ERROR_UNKNOWN``: the status of a host function after work that failed
-#: with something other than a CUDA error (a bug of a reference kernel).
-UNKNOWN = 999
 
 
 class SimStreamCalls(SimCore):
@@ -51,7 +47,7 @@ class SimStreamCalls(SimCore):
             raise CudaError(INVALID_HANDLE, "cuStreamDestroy", f"cannot destroy default stream {stream}")
         s = self._stream(stream, "cuStreamDestroy")
         if s.capture is not None:
-            _capture.refuse(self, _capture.UNSUPPORTED, "cuStreamDestroy", [s.capture],
+            _capture.refuse(self, _codes.STREAM_CAPTURE_UNSUPPORTED, "cuStreamDestroy", [s.capture],
                             "of a stream in a capture")
         del self._streams[stream]
         self.sched.forget_stream(s)
@@ -88,14 +84,14 @@ class SimStreamCalls(SimCore):
         """A wait that involves a capture: a join, a fork, an external wait node, or an error."""
         cap, ecap = s.capture, ev.capture
         if ecap is not None and ecap.status != "active" and ecap.id not in self._captures:
-            raise CudaError(_capture.CAPTURED_EVENT, call, f"event 0x{ev.handle:x} was last "
+            raise CudaError(_codes.CAPTURED_EVENT, call, f"event 0x{ev.handle:x} was last "
                                                            "recorded in a capture that has ended")
         if cap is None:  # a fork: the stream joins the capture of the event
             if ecap is None:
                 return
             _capture.check_legacy(self, s, call)
             if s.kind == "legacy":
-                _capture.refuse(self, _capture.IMPLICIT, call, [ecap], "joins the legacy stream to a capture")
+                _capture.refuse(self, _codes.STREAM_CAPTURE_IMPLICIT, call, [ecap], "joins the legacy stream to a capture")
             if ecap.status != "active":
                 _capture.raise_invalidated(ecap, call)
             s.capture, s.cap_deps = ecap, list(ev.cap_deps)
@@ -106,7 +102,7 @@ class SimStreamCalls(SimCore):
         if ecap is cap:  # a join inside the capture
             s.cap_deps = list(dict.fromkeys([*s.cap_deps, *ev.cap_deps]))
         elif ecap is not None:
-            _capture.refuse(self, _capture.MERGE, call, [cap, ecap],
+            _capture.refuse(self, _codes.STREAM_CAPTURE_MERGE, call, [cap, ecap],
                             "waits on an event of another capture")
         elif ev.op is None:
             return  # never recorded: nothing to wait for
@@ -114,7 +110,7 @@ class SimStreamCalls(SimCore):
             _capture.add_node(cap, s, Node("wait", None, f"{call} (external) on event 0x{ev.handle:x}",
                                            [], list(s.cap_deps), event=ev), call)
         else:
-            _capture.refuse(self, _capture.ISOLATION, call, [cap],
+            _capture.refuse(self, _codes.STREAM_CAPTURE_ISOLATION, call, [cap],
                             "waits on an event recorded outside the capture (without "
                             "CU_EVENT_WAIT_EXTERNAL)")
 
@@ -192,8 +188,8 @@ class SimStreamCalls(SimCore):
         if cap is not None:
             why = f"on event 0x{ev.handle:x}, last recorded in a capture"
             if cap.status == "active":
-                _capture.refuse(self, _capture.CAPTURED_EVENT, call, [cap], why)
-            raise CudaError(_capture.CAPTURED_EVENT, call, why)
+                _capture.refuse(self, _codes.CAPTURED_EVENT, call, [cap], why)
+            raise CudaError(_codes.CAPTURED_EVENT, call, why)
 
     # -------------------------------------------------------- host callbacks
     @_locked

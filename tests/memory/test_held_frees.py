@@ -2,7 +2,7 @@
 
 The release of graph memory that a launch mapped is held while a capture of
 gpuarray's is in progress (``cuMemFree`` synchronises) and made when the last
-capture ends (``_capture.on_idle``).  Before: ``_GraphMemory.free`` asked
+capture ends (``_checkpoint.on_capture_end``).  Before: ``_GraphMemory.free`` asked
 whether a capture was in progress and appended to the held list after that,
 so when the last capture ended in between (its release of the held list run
 already), the free stayed held for good; and the release copied the held
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import gpuarray
-from gpuarray import _capture, _graph
+from gpuarray import _driver, _graph
 from tests.support import simulated, the_simulator
 
 pytestmark = pytest.mark.skipif(not simulated(), reason="reads the simulator's memory")
@@ -43,7 +43,7 @@ def test_a_free_decided_while_the_last_capture_ends_is_not_held_for_good(monkeyp
     g, a, ptr = _launched_graph_memory()
     other = gpuarray.stream(non_blocking=True)
     other.begin_capture()  # a capture in progress: frees are held
-    real = _capture.holding
+    real = _graph._capturing
     ended: list[object] = []
 
     def holding_then_the_capture_ends() -> bool:
@@ -52,12 +52,12 @@ def test_a_free_decided_while_the_last_capture_ends_is_not_held_for_good(monkeyp
             ended.append(other.end_capture())
         return answer
 
-    monkeypatch.setattr(_capture, "holding", holding_then_the_capture_ends)
+    monkeypatch.setattr(_graph, "_capturing", holding_then_the_capture_ends)
     g.close()
     del a  # both gone: the release of the graph memory
     monkeypatch.undo()
     assert ended, "the interleaving did not happen"
-    assert not _capture.active()
+    assert not _driver.get_backend().capturing
     assert _graph._held == []  # before: held, with no capture left to release it
     assert not _alive(ptr)
 
@@ -102,7 +102,7 @@ def test_a_free_held_while_the_held_frees_are_released_is_not_lost(monkeypatch):
     first, second = _graph._held
     monkeypatch.setattr(_graph, "_held", _ListAppendedWhileTaken([first], second))
     other.end_capture()  # releases what is held
-    assert not _capture.active()
+    assert not _driver.get_backend().capturing
     assert list(_graph._held) == []
     assert not _alive(p1)
     assert not _alive(p2)  # before: dropped from the list unreleased
@@ -118,7 +118,7 @@ def test_a_pool_free_held_as_another_librarys_capture_ends_is_made_at_once(monke
 
     gpuarray.set_memory_manager("pool")  # the suite resets the manager after each test
     mgr = gpuarray.memory.get_memory_manager()
-    b = get_backend()
+    b = get_backend().backend  # the other library calls the driver, past gpuarray's checkpoint
     owned = gpuarray.stream(non_blocking=True)
     e = gpuarray.external_stream(owned.handle)
     with gpuarray.memory.allocation_stream(e):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from .._codes import INVALID_IMAGE
 from ._ast import Addr, Decl, FImm, Function, Imm, PtxModule, Reg, Sym, Vec
 from ._lex import PtxError
 
@@ -23,7 +24,6 @@ __all__ = ["TRANSLATOR_VERSION", "UnsupportedPtx", "cname", "FuncCtx", "ModuleLa
 
 #: Changes whenever the generated C++ changes meaning (part of the cache key).
 TRANSLATOR_VERSION = "2"
-INVALID_IMAGE = 200
 
 #: Storage C++ type of each register type.
 STORAGE = {"pred": "bool", "b8": "uint8_t", "u8": "uint8_t", "s8": "uint8_t",

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .._codes import INVALID_PTX
+
 __all__ = ["PtxError", "Token", "Statement", "tokens", "statements"]
 
-INVALID_PTX = 218
 
 
 class PtxError(ValueError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 
+from .._codes import INVALID_PTX, UNSUPPORTED_PTX_VERSION
 from ._ast import (
     TYPE_SIZES,
     Addr,
@@ -28,11 +29,10 @@ from ._ast import (
     Vec,
 )
 from ._info import entry_info
-from ._lex import INVALID_PTX, PtxError, Statement, statements, tokens
+from ._lex import PtxError, Statement, statements, tokens
 
 __all__ = ["parse", "SUPPORTED_VERSION"]
 
-UNSUPPORTED_PTX_VERSION = 222
 #: The newest ``.version`` the executor reads (CUDA 13.5's NVRTC writes 9.5).
 SUPPORTED_VERSION = (9, 5)
 

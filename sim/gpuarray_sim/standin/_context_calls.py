@@ -16,6 +16,7 @@ import ctypes
 
 from gpuarray.errors import CudaError
 
+from .._codes import UNSUPPORTED_LIMIT as _UNSUPPORTED_LIMIT
 from ._support import (
     _I32,
     _INVALID_VALUE,
@@ -30,7 +31,6 @@ from ._support import (
 )
 
 _API_VERSION = 3020  # cuCtxGetApiVersion: contexts of cuCtxCreate_v2 and later
-_UNSUPPORTED_LIMIT = 215
 
 
 def cuCtxSetCurrent(ctx: int) -> None:

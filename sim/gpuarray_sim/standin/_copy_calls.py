@@ -22,7 +22,8 @@ import ctypes
 from gpuarray._driver._base import STREAM_LEGACY
 from gpuarray.errors import CudaError
 
-from ._support import _INVALID_CONTEXT, _INVALID_VALUE, _stream, _with_ctx, backend
+from .._codes import INVALID_CONTEXT as _INVALID_CONTEXT
+from ._support import _INVALID_VALUE, _stream, _with_ctx, backend
 
 
 def cuMemcpyHtoDAsync_v2(dst: int, src: int, n: int, stream: int, ptsz: bool = False) -> None:

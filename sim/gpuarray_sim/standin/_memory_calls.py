@@ -23,11 +23,11 @@ from typing import Any
 
 from gpuarray.errors import CudaError
 
+from .._codes import NOT_FOUND as _NOT_FOUND
+from .._codes import NOT_SUPPORTED as _NOT_SUPPORTED
 from ._support import (
     _I32,
     _INVALID_VALUE,
-    _NOT_FOUND,
-    _NOT_SUPPORTED,
     _POOL_BASE,
     _SIZE,
     _U32,

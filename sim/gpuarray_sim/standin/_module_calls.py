@@ -36,9 +36,9 @@ from typing import Any
 from gpuarray.errors import CudaError
 
 from .. import _cubin, _images
+from .._codes import INVALID_HANDLE as _INVALID_HANDLE
 from ._support import (
     _I32,
-    _INVALID_HANDLE,
     _INVALID_VALUE,
     _SIZE,
     _U64,

@@ -46,6 +46,9 @@ from collections.abc import Callable
 from gpuarray.errors import CudaError, CudaUnavailableError
 
 from .. import _sticky
+from .._codes import INVALID_IMAGE as _INVALID_IMAGE
+from .._codes import NO_DEVICE as _NO_DEVICE
+from .._codes import UNKNOWN as _UNKNOWN
 from . import (
     _context_calls,
     _copy_calls,
@@ -61,8 +64,6 @@ from ._support import BEFORE_INIT, STANDIN_DEVICE_MARK, backend
 __all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
 
 _NOT_INITIALIZED = 3
-_NO_DEVICE = 100
-_UNKNOWN = 999
 #: What :func:`serve` returns for a call interrupted by Ctrl-C (not a CUresult;
 #: ``_libcuda.c`` returns ``CUDA_ERROR_UNKNOWN`` and re-delivers the SIGINT).
 INTERRUPTED = -2
@@ -95,7 +96,6 @@ def _keep(e: BaseException) -> None:
 
 
 _REPORTED: set[str] = set()
-_INVALID_IMAGE = 200
 
 
 def _report_fault(e: CudaError) -> None:

@@ -13,6 +13,7 @@ import ctypes
 
 from gpuarray.errors import CudaError
 
+from .._codes import NOT_READY as _NOT_READY
 from ._support import (
     _I32,
     _INVALID_VALUE,
@@ -25,7 +26,6 @@ from ._support import (
     backend,
 )
 
-_NOT_READY = 600
 #: flags and priority of each stream made here, by handle.
 _STREAMS: dict[int, tuple[int, int]] = {}
 

@@ -26,10 +26,6 @@ __all__ = ["backend", "STANDIN_DEVICE_MARK"]
 STANDIN_DEVICE_MARK = "gpuarray simulated device"
 
 _INVALID_VALUE = 1
-_INVALID_CONTEXT = 201
-_INVALID_HANDLE = 400
-_NOT_FOUND = 500
-_NOT_SUPPORTED = 801
 
 _lock = threading.Lock()
 _sim: SimBackend | None = None
