@@ -6,7 +6,7 @@ Run it over gpuarray's stand-in driver (the CPU simulator behind libcuda):
 
 numba-cuda compiles each kernel to PTX and links it through the driver; the
 simulator executes that PTX, thread by thread, checking every memory access.
-docs/guide/numba_kernels.rst walks through it.
+docs/sim/numba_kernels.rst walks through it.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and readers
         mapped_array_like,
         pinned_array_like,
     )
-    from ._support import (
+    from ._numba_compat import (
         is_supported_version,
         profile_start,
         profile_stop,
@@ -118,7 +118,7 @@ _LAZY = {
     **dict.fromkeys(("ManagedNDArray", "MappedNDArray", "managed_array", "mapped", "mapped_array",
                      "mapped_array_like", "pinned_array_like"), "._hostdev"),
     **dict.fromkeys(("is_supported_version", "profile_start", "profile_stop", "profiling",
-                     "require_context"), "._support"),
+                     "require_context"), "._numba_compat"),
 }
 
 

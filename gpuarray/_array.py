@@ -27,7 +27,7 @@ from . import _config, _graph, _layout, _transfer
 from ._array_protocols import ArrayProtocolsMixin
 from ._array_views import ArrayViewsMixin, _check_dtype
 from ._device import Device, get_device
-from ._driver import get_backend
+from ._driver import checkpoint
 from ._stream import Stream, _device_for, as_stream
 from .interop._cai_desc import make_cai
 from .interop._dlpack_export import export_capsule
@@ -243,7 +243,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
             raise ValueError(f"copy_to_host: destination shape {ary.shape} differs from {self.shape}")
         elif not ary.flags.writeable:
             raise ValueError("copy_to_host: the destination array is read-only")
-        if get_backend().capturing:
+        if checkpoint().capturing:
             _graph.keep(s, self)  # recorded (into page-locked memory): the graph reads self
         with _transfer.on_stream(s, self.stream):
             _transfer.dtoh(self.device, s, ary, self._ptr, self.strides, self.dtype,
@@ -286,7 +286,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
 
     def _assign(self, value: Any, s: Stream) -> None:
         self._check_writeable("assignment")
-        if get_backend().capturing:
+        if checkpoint().capturing:
             _graph.keep(s, self, value)  # captured: the graph writes self (and reads value)
         if type(value) in _SCALARS or isinstance(value, np.generic):
             # A scalar: the fill kernel casts it with NumPy's assignment rules.
@@ -383,7 +383,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if not copy and dt == self.dtype and (self.is_f_contiguous() if fortran else self.is_c_contiguous()):
             return self
         strides = (_layout.f_strides if fortran else _layout.c_strides)(self.shape, dt.itemsize)
-        if get_backend().capturing:
+        if checkpoint().capturing:
             _graph.keep(self._stream(stream), self)  # captured: the graph reads self
         mem = allocate(self.size * dt.itemsize, self.device, self._stream(stream))
         out = DeviceNDArray._make(self.shape, strides, dt, mem.device_pointer, mem, self.stream,

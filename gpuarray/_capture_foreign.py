@@ -38,7 +38,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._driver import get_backend
+from ._driver import checkpoint, get_backend
 from ._driver._checkpoint import on_capture_end
 from ._driver._finalize import run_finalizer
 from .errors import CudaError
@@ -105,7 +105,7 @@ class ForeignGraphMemory:
                 except CudaError:  # invalidated meanwhile: the other library's end reports it
                     pass
                 return
-            if get_backend().capturing:  # a free of gpuarray's capture time: made at its end
+            if checkpoint().capturing:  # a free of gpuarray's capture time: made at its end
                 _held.append(self)
                 return
             try:

@@ -17,7 +17,7 @@ from . import _driver, _layout, _transfer
 from ._array import DeviceNDArray, _check_dtype, _shape_tuple
 from ._coerce import as_device_source
 from ._device import _current_primary
-from ._driver import get_backend
+from ._driver import checkpoint, get_backend
 from ._driver._base import MEMORYTYPE_HOST
 from ._stream import Stream, _device_for, as_stream
 from .interop import _dlpack_capsule as _cap
@@ -339,7 +339,7 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
             # upload pays for this Python (issue 13: at most 3 us over the
             # raw allocation and copy).
             s = stream if type(stream) is Stream else as_stream(stream, dev)
-            if s.device is dev and not get_backend().capturing and s.kind != "external":  # else the general path
+            if s.device is dev and not checkpoint().capturing and s.kind != "external":  # else the general path
                 shape = host.shape
                 mem = _allocate_current(nbytes, dev)
                 itemsize = host.itemsize

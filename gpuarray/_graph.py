@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 from . import _capture_foreign
 from ._device import Device
-from ._driver import get_backend
+from ._driver import checkpoint, get_backend
 from ._driver._checkpoint import on_capture_end
 from ._driver._finalize import run_finalizer
 from .errors import CudaError, StreamCaptureError
@@ -134,7 +134,7 @@ def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
 
 def _capturing() -> bool:
     """Whether gpuarray captures now (the checkpoint's record; a test interleaves here)."""
-    return get_backend().capturing
+    return checkpoint().capturing
 
 
 def _release_held() -> None:
@@ -155,7 +155,7 @@ on_capture_end(_release_held)
 
 def watching() -> bool:
     """Whether array operations must be checked now: a capture runs, or graph memory awaits a launch."""
-    return bool(get_backend().capturing or _unlaunched)
+    return bool(checkpoint().capturing or _unlaunched)
 
 
 def _reset_for_tests() -> None:
@@ -169,7 +169,7 @@ def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
 
     if getattr(getattr(stream, "device", None), "id", None) != device.id:
         return None  # None or a stream of another device: not a capture of this allocation
-    cap = get_backend().capture_of(stream.handle)
+    cap = checkpoint().capture_of(stream.handle)
     if cap is None:
         return _capture_foreign.alloc(nbytes, device, stream) if stream.kind == "external" else None
     b = get_backend()
@@ -193,7 +193,7 @@ def keep(s: Stream, *objs: Any) -> None:
     touches memory Python freed.  The capture's own allocations are left out:
     graph memory has its own lifetime (:class:`_GraphMemory`).
     """
-    cap = get_backend().capture_of(s.handle)
+    cap = checkpoint().capture_of(s.handle)
     if cap is None:
         return
     for obj in objs:
@@ -208,7 +208,7 @@ def keep(s: Stream, *objs: Any) -> None:
 def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> None:
     """Work on ``stream`` using graph memory no launch has mapped yet: refused (the memory
     holds nothing and touching it faults); the capture's own stream may use it."""
-    if _unlaunched and get_backend().capture_of(stream.handle) is None:
+    if _unlaunched and checkpoint().capture_of(stream.handle) is None:
         for p in ptrs:
             for base, (size, rec) in list(_unlaunched.items()):
                 if base <= p < base + size and rec.backend is get_backend():

@@ -185,7 +185,7 @@ class Stream(CaptureMethods, HostCallbacks):
     def close(self) -> None:
         """Destroy an owned stream now (queued work still completes)."""
         with self.device.activate():  # the checkpoint refuses it before the finalizer is spent
-            get_backend().refuse_destroy(self.handle, "close()")
+            checkpoint().refuse_destroy(self.handle, "close()")
         if self._finalizer is not None:
             call_now(self._finalizer)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any, TypeAlias
 
 from ._device import Device
-from ._driver import get_backend
+from ._driver import checkpoint
 from ._driver._base import CAPTURE_MODES
 from ._driver._finalize import cleanup
 from ._graph import Capture, Graph, _unlaunched
@@ -112,7 +112,7 @@ class CaptureMethods:
             raise StreamCaptureError(
                 f"begin_capture on {s!r}: CUDA cannot capture the legacy default stream; "
                 "capture on a stream of gpuarray.stream(non_blocking=True)")
-        b = get_backend()
+        b = checkpoint()
         with s.device.activate():
             if b.capture_of(s.handle) is not None:
                 raise StreamCaptureError(f"begin_capture on {s!r}: it is capturing already")
@@ -181,7 +181,7 @@ class CaptureMethods:
         s: Any = self
         if s.kind == "legacy":
             return False
-        b = get_backend()
+        b = checkpoint()
         with s.device.activate():
             return b.capture_of(s.handle) is not None or b.stream_is_capturing(s.handle) != "none"
 
@@ -211,7 +211,7 @@ class CaptureMethods:
         array([0., 0., 0.])
         """
         s: Any = self
-        b = get_backend()
+        b = checkpoint()
         with cleanup(), s.device.activate():  # a pending finalizer error waits for the end
             cap = b.capture_of(s.handle)
         if cap is None:

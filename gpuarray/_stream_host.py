@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._device import Device
-from ._driver import get_backend
+from ._driver import checkpoint, get_backend
 from ._driver._finalize import hand_to_reaper, host_callback
 
 if TYPE_CHECKING:  # asyncio is imported on first use of async_done (import time)
@@ -70,7 +70,7 @@ class HostCallbacks:
         """
         if not callable(callback):
             raise TypeError(f"add_callback needs a callable, got {type(callback).__name__} {callback!r}")
-        cap = get_backend().capture_of(self.handle)
+        cap = checkpoint().capture_of(self.handle)
         if cap is not None:
             self._capture_callback(cap, callback, arg)
             return

@@ -100,7 +100,7 @@ def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: in
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
     addr = _cap.host_address(host)
-    if get_backend().capturing:
+    if checkpoint().capturing:
         _graph.keep(s, host)  # a capture's launches re-read it
     if _pageable_and_large(device, addr, nbytes) and not _capturing(device, s):
         _staging.htod(device, s, dst_ptr, host)
@@ -145,7 +145,7 @@ def dtoh(device: Device, s: Stream, out: np.ndarray, src_ptr: int, src_strides, 
     simple = out.dtype == src_dtype and ((c and out.flags.c_contiguous) or (f and out.flags.f_contiguous))
     if _graph._unlaunched:
         _graph.check_graph_memory(s, "a download", src_ptr)
-    if get_backend().capturing:
+    if checkpoint().capturing:
         _graph.keep(s, out)  # a capture's launches rewrite it
     if simple:
         addr = _cap.host_address(out)

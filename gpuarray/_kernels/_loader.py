@@ -32,7 +32,7 @@ import weakref
 from typing import NamedTuple
 
 from .._driver import get_backend
-from ..errors import CudaError
+from ..errors import CudaError, error_code
 from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, program_source
 
@@ -162,9 +162,9 @@ def get_kernel(spec: KernelSpec, backend=None) -> tuple[int, DeviceInfo]:
     return prior
 
 
-#: ``CUDA_ERROR_INVALID_IMAGE``, ``NO_BINARY_FOR_GPU``, ``INVALID_PTX``,
-#: ``UNSUPPORTED_PTX_VERSION``: the driver refuses the image itself.
-_IMAGE_REFUSED = frozenset({200, 209, 218, 222})
+#: The codes with which the driver refuses the image itself.
+_IMAGE_REFUSED = frozenset(error_code(n) for n in ("INVALID_IMAGE", "NO_BINARY_FOR_GPU", "INVALID_PTX",
+                                                   "UNSUPPORTED_PTX_VERSION"))
 
 
 def _image(b, spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:

@@ -123,7 +123,7 @@ class _PendingDeallocs:
             hand_to_reaper(self.clear)
             return
         with self._lock:
-            if self._disabled or not self._items or (_driver.get_backend().capturing and not during_capture):
+            if self._disabled or not self._items or (_driver.checkpoint().capturing and not during_capture):
                 return  # held: deferred, or a capture of gpuarray's runs (_driver/_checkpoint.py)
             # What is queued now (popped, not swapped: add_item takes no lock);
             # items added meanwhile wait for the next flush.
@@ -169,5 +169,5 @@ class _PendingDeallocs:
     @property
     def is_disabled(self) -> bool:
         """Whether releases are held back now: deferred, or a capture of gpuarray's runs."""
-        return self._disabled > 0 or bool(_driver.get_backend().capturing)
+        return self._disabled > 0 or bool(_driver.checkpoint().capturing)
 

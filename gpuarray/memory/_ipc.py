@@ -26,7 +26,7 @@ import threading
 from typing import Any
 
 from .._device import Device, device_count, get_device
-from .._driver import get_backend
+from .._driver import checkpoint, get_backend
 from .._driver._checkpoint import on_capture_end
 from .._driver._finalize import run_finalizer
 from ._pointer import MemoryPointer
@@ -47,7 +47,7 @@ def _close_mapping(backend, device: Device, base: int) -> None:
     # Work queued on the mapping must finish before it goes away: a device-wide
     # wait, which a capture forbids (it would invalidate it): while gpuarray
     # captures, the close is held until the last capture ends.
-    if get_backend().capturing:
+    if checkpoint().capturing:
         _held.append((backend, device, base))
         return
     if get_backend() is not backend:

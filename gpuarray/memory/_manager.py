@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import _capture_foreign, _config
 from .._device import Device, _current_primary, get_device
-from .._driver import get_backend
+from .._driver import checkpoint
 from .._driver._checkpoint import on_capture_end
 from .._driver._finalize import remember
 from ._deallocs import _PendingDeallocs  # noqa: F401  (tests reach it here)
@@ -214,7 +214,7 @@ def allocate(nbytes: int, device: Device | None = None, stream: Any = None) -> M
         When the active manager's ``memalloc`` returns something that is not
         a :class:`MemoryPointer` (the message names the manager class).
     """
-    if (get_backend().capturing or _capture_foreign.maybe_external(stream)) and nbytes > 0:
+    if (checkpoint().capturing or _capture_foreign.maybe_external(stream)) and nbytes > 0:
         mem = _capture_alloc(nbytes, device, stream)
         if mem is not None:
             return mem

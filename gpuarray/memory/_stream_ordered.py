@@ -68,7 +68,7 @@ from typing import Any
 
 from .. import _capture_foreign
 from .._device import Device
-from .._driver import get_backend
+from .._driver import checkpoint, get_backend
 from .._stream import Event, Stream, as_stream, legacy_default_stream, order_after
 from .._stream import event as new_event
 from ..errors import CudaError, CudaOutOfMemoryError, StreamCaptureError
@@ -388,11 +388,11 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
                         release: Callable[[Stream], None]) -> None:
         # An out-of-memory retry flushes during gpuarray's capture: a free whose
         # streams include a capturing one would join it, so it waits again.
-        if get_backend().capturing and any(get_backend().capture_of(t.handle) is not None
+        if checkpoint().capturing and any(checkpoint().capture_of(t.handle) is not None
                                       for t in (uses.home, *uses.others)):
             return self._finalize(backend, uses, ptr, size, release)
         self._release(backend, uses, ptr, release)
-        if get_backend().capturing:  # the retry may not wait for the device: wait for this free
+        if checkpoint().capturing:  # the retry may not wait for the device: wait for this free
             with contextlib.suppress(StreamCaptureError, CudaError):
                 uses.home.synchronize()
 

@@ -63,13 +63,8 @@
 #include <exception>
 #include <new>
 
-#define GA_HOST_BUILD 1
-#include "ga_host.cuh"
+#include "ga_hostrt.h"
 
-#undef threadIdx
-#undef blockIdx
-#undef blockDim
-#undef gridDim
 
 namespace {
 

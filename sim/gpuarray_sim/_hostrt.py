@@ -47,12 +47,14 @@ from typing import Any
 from ._host_toolchain import set_toolchain, toolchain
 from ._memory import DeviceFault
 
-__all__ = ["RUNTIME_SOURCE", "ABI", "HostRuntime", "Grant", "grants_for", "set_toolchain",
+__all__ = ["RUNTIME_SOURCE", "HEADERS", "ABI", "HostRuntime", "Grant", "grants_for", "set_toolchain",
            "toolchain"]
 
 #: The runtime's C++ source.
 RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
-#: The ``GA_HOST_ABI`` of ``sim/gpuarray_sim/kernels/ga_host.cuh`` this module speaks.
+#: The headers of the launch record the runtime and the code it runs share (``-I`` this folder).
+HEADERS = (Path(__file__).with_name("ga_hostrt.h"),)
+#: The ``GA_HOST_ABI`` of ``ga_hostrt.h`` (the launch record) this module speaks.
 ABI = 3
 
 _NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 710: "CUDA_ERROR_ASSERT", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",

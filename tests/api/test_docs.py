@@ -38,7 +38,8 @@ DOCS = ROOT / "docs"
 PAGES = sorted(p for p in [*DOCS.rglob("*.rst"), *DOCS.rglob("*.md")] if "_build" not in p.parts)
 # Pages that hold no runnable example by design.
 NO_EXAMPLES = {"index.rst", "api.rst", "validation.md", "guide/architecture.rst",  # no user code
-               "guide/numba_kernels.rst"}  # runs over the stand-in: tests/interop/test_numba_kernels_page.py
+               "sim/index.rst",  # a map of the part: its pages hold the examples
+               "sim/numba_kernels.rst"}  # runs over the stand-in: tests/interop/test_numba_kernels_page.py
 OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 

@@ -18,7 +18,7 @@ from gpuarray._driver._base import Backend
 from gpuarray._driver._call_kinds import KINDS, RULES
 from gpuarray._driver._checkpoint import Checkpoint
 
-GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "testing.rst"
+GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "sim" / "testing.rst"
 
 
 def _interface_methods(cls: type) -> set[str]:

@@ -3,7 +3,7 @@
 Three groups:
 
 - without a GPU (run everywhere): import and construction load no driver,
-  initialisation failures become ``CudaUnavailableError``, the checkpoint's
+  initialisation failures become ``CudaUnavailableError``, the result check's
   error translation, and argument marshalling through a recording fake of
   ``cuda.bindings.driver`` (real enums, structs and constructors; fake calls);
 - without a driver library only: every method's arguments pass the installed
@@ -183,7 +183,7 @@ def test_init_is_idempotent_and_thread_safe(monkeypatch, restore_module_state):
     assert calls == [0]
 
 
-# ------------------------------------------------------------- checkpoint
+# ------------------------------------------------------------- result check
 @pytest.mark.parametrize("code", [R.CUDA_ERROR_INVALID_VALUE, 1])
 def test_check_raises_cuda_error_with_code_name_call(code):
     with pytest.raises(CudaError) as info:
@@ -649,6 +649,7 @@ def test_arguments_pass_the_bindings_conversion(restore_module_state):
         "profiler_start": lambda: b.profiler_start(),
         "profiler_stop": lambda: b.profiler_stop(),
         "mem_alloc": lambda: b.mem_alloc(1 << 40),
+        "mem_alloc_relaxed": lambda: b.mem_alloc_relaxed(1 << 40),
         "mem_free": lambda: b.mem_free(0x7F0000000000),
         "mem_alloc_async": lambda: b.mem_alloc_async(1 << 20, 0),
         "mem_free_async": lambda: b.mem_free_async(0x7F0000000000, 2),

@@ -1,4 +1,4 @@
-"""The example of docs/guide/numba_kernels.rst runs over the stand-in (issue 36, item 9).
+"""The example of docs/sim/numba_kernels.rst runs over the stand-in (issue 36, item 9).
 
 ``examples/numba_kernels.py``: numba-cuda ``@cuda.jit`` kernels -- one on
 gpuarray arrays, a warp-shuffle block reduction with shared memory and an
@@ -40,6 +40,25 @@ def test_the_pages_example_runs_over_the_stand_in():
     # the simulator's account of the fault names the PTX store and the thread
     line = next(ln for ln in res.stderr.splitlines() if "CUDA_ERROR_ILLEGAL_ADDRESS" in ln)
     assert "off_by_one" in line and "st.global" in line and "thread (100, 0, 0)" in line
+
+
+def test_the_readmes_first_example_runs_over_the_stand_in(tmp_path):
+    """The README's first screen: a numba-cuda kernel on gpuarray arrays, run as it says
+    (``python -m gpuarray standin -- python axpy.py``), prints what it shows."""
+    import re
+
+    text = (EXAMPLE.parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"^```python\n(.*?)^```", text, re.M | re.S)
+    assert block and "@cuda.jit" in block.group(1), "the README's first Python block"
+    code = block.group(1)
+    shown = re.search(r"print\(out\.copy_to_host\(\)\)\s+# (.*)$", code, re.M)
+    assert shown, code
+    (tmp_path / "axpy.py").write_text(code, encoding="utf-8")
+    _standin_env()  # skips without numba-cuda or a C compiler
+    res = subprocess.run([sys.executable, "-m", "gpuarray", "standin", "--", sys.executable,
+                          "axpy.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().splitlines()[-1] == shown.group(1).strip(), res.stdout
 
 
 _KEEP = """

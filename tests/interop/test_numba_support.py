@@ -1,7 +1,7 @@
 """Numba's remaining host-side helpers on gpuarray.
 
 ``is_supported_version()``, ``require_context``, ``profile_start()``,
-``profile_stop()`` and ``profiling()`` (``gpuarray/_support.py``), and the
+``profile_stop()`` and ``profiling()`` (``gpuarray/_numba_compat.py``), and the
 driver calls beneath the profiler ones (``Backend.profiler_start`` /
 ``profiler_stop``) on the simulator.  The real backend's marshalling of
 ``cuProfilerStart``/``cuProfilerStop`` is tested in ``test_cuda_backend.py``.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpuarray
-from gpuarray import _support
+from gpuarray import _numba_compat as _support
 from gpuarray.errors import CudaError, CudaUnavailableError
 
 
@@ -276,8 +276,8 @@ def test_import_gpuarray_leaves_package_metadata_unloaded():
 
     code = ("import sys, gpuarray\n"
             "print('importlib.metadata' in sys.modules)\n"
-            "import gpuarray._support\n"  # loads on first use (gpuarray._LAZY)
-            "gpuarray._support._bindings_major()\n"
+            "import gpuarray._numba_compat\n"  # loads on first use (gpuarray._LAZY)
+            "gpuarray._numba_compat._bindings_major()\n"
             "print('importlib.metadata' in sys.modules)\n")
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, GPUARRAY_BACKEND="sim",

@@ -7,7 +7,7 @@ per concern, each a mixin of :class:`CudaBackend`: ``_device`` (devices,
 contexts, profiler), ``_memory`` (device/pinned/managed/IPC memory, copies and
 sets), ``_streams`` (streams, events, host callbacks), ``_modules`` (modules
 and launches), ``_graphs`` (stream capture and graphs); ``_state`` holds what :func:`_bind` caches from the driver
-module and the checkpoint :func:`_check`.
+module and the result check :func:`_check`.
 
 Conventions
 -----------
@@ -19,7 +19,7 @@ Conventions
   a method called before the device layer initialised CUDA raises
   :class:`~gpuarray.errors.CudaUnavailableError` rather than an obscure
   ``AttributeError``.
-- **One checkpoint.**  Every driver call's result tuple goes through
+- **One result check.**  Every driver call's result tuple goes through
   :func:`_check`, which returns the outputs or raises
   :class:`~gpuarray.errors.CudaError` (``CudaOutOfMemoryError`` for
   ``CUDA_ERROR_OUT_OF_MEMORY``) named after the enum member and the call.

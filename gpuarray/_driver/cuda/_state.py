@@ -1,9 +1,9 @@
-"""Binding state of the real backend: the driver module, what the hot paths cache from it, and the checkpoint.
+"""Binding state of the real backend: the driver module, what the hot paths cache from it, and the result check.
 
 Everything here is bound once by :func:`_bind` when a :class:`~gpuarray._driver.cuda.CudaBackend`
 initialises (``cuda.bindings.driver`` is never imported before); the call modules of this
 package read it as ``S._d``, ``S._DEV_ATTRS``, ... at call time, so a rebind (tests bind
-fake driver modules) is seen everywhere.  :func:`_check` is the one checkpoint every driver
+fake driver modules) is seen everywhere.  :func:`_check` is the one result check every driver
 call's result goes through.
 """
 
@@ -143,7 +143,7 @@ def _bind(drv: Any) -> None:
     _d = drv
 
 
-# ---------------------------------------------------------------- checkpoint
+# ---------------------------------------------------------------- result check
 def _result_name(code: int) -> str:
     """The ``CUresult`` member name of ``code`` (from cuda.bindings when importable)."""
     enum = _CUresult
@@ -172,7 +172,7 @@ def _error(code: Any, call: str, detail: str | Callable[[], str] = "") -> CudaEr
 
 
 def _check(result: tuple, call: str, detail: str | Callable[[], str] = "") -> Any:
-    """The checkpoint every driver call goes through.
+    """The result check every driver call goes through (the capture checkpoint is above it).
 
     Parameters
     ----------

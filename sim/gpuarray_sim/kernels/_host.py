@@ -180,7 +180,8 @@ HOST_HEADER = Path(__file__).with_name("ga_host.cuh")
 
 @functools.cache
 def _headers() -> dict[str, str]:
-    return {**_source.kernel_headers(), HOST_HEADER.name: HOST_HEADER.read_text(encoding="utf-8")}
+    own = (HOST_HEADER, *_hostrt.HEADERS)
+    return {**_source.kernel_headers(), **{h.name: h.read_text(encoding="utf-8") for h in own}}
 
 
 @functools.cache
@@ -216,7 +217,7 @@ def build_library(cc: Compiler, source: str, what: str) -> bytes:
         with open(src, "w", encoding="utf-8") as f:
             f.write(source)
         cmd = [cc.path, *FLAGS, "-I", str(_source.kernel_source_dir()), "-I", str(HOST_HEADER.parent),
-               src, "-o", out]
+               "-I", str(_hostrt.RUNTIME_SOURCE.parent), src, "-o", out]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as e:

@@ -50,45 +50,7 @@
 #define __launch_bounds__(...)
 #define __shared__ static thread_local
 
-struct ga_uint3 { unsigned int x, y, z; };
-
-// One extent of device memory the launch may touch.
-struct ga_host_grant {
-    unsigned long long base;  // simulated device address
-    unsigned long long size;  // bytes
-    char* host;               // where those bytes are on the host
-    int writable;
-};
-
-// The launch record: filled by the runtime, read by the built-ins.  The
-// layout is mirrored by the runtime (_hostrt.cpp) and changes with
-// GA_HOST_ABI.
-#define GA_HOST_ABI 3
-struct ga_host_rt {
-    ga_uint3 thread_idx, block_idx, block_dim, grid_dim;
-    const ga_host_grant* grants;
-    int ngrants;
-    void (*sync)(ga_host_rt*);
-    // Records a fault and ends the launch (never returns to the kernel).
-    void (*fault)(ga_host_rt*, int code, unsigned long long addr, unsigned long long size,
-                  int write);
-    // The same for a __shared__ array: byte offset `off` of an array of
-    // `extent` bytes.
-    void (*shared_fault)(ga_host_rt*, int code, long long off, unsigned long long size,
-                         int write, unsigned long long extent);
-    alignas(16) char scratch[64];
-    // For kernels translated from PTX (sim/gpuarray_sim/ptx/): the PTX
-    // line a fault or a wait names; `progress`, bumped whenever a thread
-    // passes a barrier or warp collective; yield() waits for other threads
-    // (the runtime resumes the caller in the next round; a round in which
-    // every waiting thread yields again and nothing progressed is a
-    // deadlock: the launch ends with CUDA_ERROR_LAUNCH_FAILED naming the
-    // line and thread).
-    unsigned int line;
-    unsigned int nthreads;  // threads per block
-    unsigned long long progress;
-    void (*yield)(ga_host_rt*);
-};
+#include "ga_hostrt.h"  // the fiber runtime's launch record (gpuarray_sim/)
 
 inline thread_local ga_host_rt* ga_rt = nullptr;
 
@@ -157,8 +119,5 @@ template <class A> inline void ga_host_call(void (*kernel)(A), ga_host_rt* rt, c
     ga_rt = rt;
     kernel(*static_cast<const A*>(p));
 }
-// Host builds use -fvisibility=hidden (each library's template instances and
-// __shared__ statics stay its own): only the entries are exported.
-#define GA_HOST_EXPORT extern "C" __attribute__((visibility("default")))
 #define GA_HOST_ENTRY(sym) \
     GA_HOST_EXPORT void ga_host__##sym(ga_host_rt* rt, const void* p) { ga_host_call(sym, rt, p); }

@@ -21,7 +21,7 @@ access checked.  Its own room beneath the simulator, in four layers:
     operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
     never more lenient (``sim/tests/ptx/test_ptx_check.py`` checks every form of
     the table against ptxas's verdict).
-``_emit.py`` / ``_translate.py`` / ``_ops*.py`` -- translation
+``_context.py`` / ``_emit.py`` / ``_ops*.py`` -- translation
     One C++ function per PTX function: registers become typed locals
     (uninitialised, as PTX leaves them: zeroing hundreds per thread cost
     half the run time),
@@ -45,8 +45,8 @@ access checked.  Its own room beneath the simulator, in four layers:
     (``sim/gpuarray_sim/kernels/_host.py``, reached through
     ``_hostrt.toolchain()``, which the kernels layer registers) into the
     kernel disk cache (same folder and trust rules), keyed by the hash of
-    the PTX, :data:`TRANSLATOR_VERSION`, the hash of the translator's and
-    headers' sources, the compiler's identity and the flags; writes are
+    the PTX, the hash of every source file of this package and of the
+    fiber runtime's header, the compiler's identity and the flags; writes are
     atomic and a corrupt entry is a miss.  :class:`PtxKernel` is the ``SimKernel`` the simulator's launch
     dispatch (``sim/_module_calls.py``) runs for a kernel of a PTX image.
 
@@ -151,10 +151,9 @@ from __future__ import annotations
 
 from ._ast import EntryInfo, Function, GlobalVar, PtxModule
 from ._build import PtxProgram, link, load
-from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
-from ._lex import PtxError
+from ._errors import PtxError, UnsupportedPtx
 from ._parse import SUPPORTED_VERSION, parse
 from ._run import PtxKernel
 
 __all__ = ["parse", "load", "link", "PtxError", "UnsupportedPtx", "PtxModule", "EntryInfo", "GlobalVar",
-           "Function", "PtxProgram", "PtxKernel", "SUPPORTED_VERSION", "TRANSLATOR_VERSION"]
+           "Function", "PtxProgram", "PtxKernel", "SUPPORTED_VERSION"]

@@ -1,7 +1,7 @@
 """The PTX executor's syntax tree: operands, instructions, declarations, functions, modules.
 
 One concern: the plain data the parser (``_parse.py``) produces and the
-translator (``_emit.py``) reads.  No behaviour beyond sizes.
+translator (``_context.py``) reads.  No behaviour beyond sizes.
 """
 
 from __future__ import annotations

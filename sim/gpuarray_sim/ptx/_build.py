@@ -25,9 +25,9 @@ from typing import Any
 from .. import _hostrt
 from ._ast import PtxModule
 from ._check import check
-from ._emit import TRANSLATOR_VERSION, UnsupportedPtx
+from ._emit import translate
+from ._errors import UnsupportedPtx
 from ._parse import parse
-from ._translate import translate
 
 __all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source"]
 
@@ -69,12 +69,6 @@ def load(image: bytes | str) -> PtxProgram:
     return prog
 
 
-#: The files whose text decides the generated C++ (their hash is part of the key,
-#: so an edited translator never meets a stale build).
-_SOURCES = ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h", "_ast.py", "_lex.py", "_parse.py", "_info.py", "_emit.py", "_translate.py", "_ops.py",
-            "_opbase.py", "_ops_mem.py", "_ops_alu.py", "_ops_ctl.py")
-
-
 def link(images: Sequence[bytes | str]) -> PtxProgram:
     """One program of several PTX modules, as ``cuLinkAddData`` + ``cuLinkComplete`` make.
 
@@ -94,17 +88,23 @@ def link(images: Sequence[bytes | str]) -> PtxProgram:
     return load("\n".join(texts))
 
 
-def _header_digest() -> str:
-    global _HEADER_DIGEST
-    if _HEADER_DIGEST is None:
+def _sources_digest() -> str:
+    """The hash of every file whose text decides the generated C++ or its build: each
+    source of this package (the translator, its tables, the runtime headers) and the
+    host runtime's headers it includes -- none listed by hand, so an edited translator
+    never meets a stale build."""
+    global _SOURCES_DIGEST
+    if _SOURCES_DIGEST is None:
         h = hashlib.sha256()
-        for name in _SOURCES:
-            h.update(HEADER.with_name(name).read_bytes())
-        _HEADER_DIGEST = h.hexdigest()
-    return _HEADER_DIGEST
+        here = Path(__file__).parent
+        files = sorted(p for p in here.iterdir() if p.suffix in (".py", ".h", ".txt"))
+        for path in [*files, *_hostrt.HEADERS]:
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+        _SOURCES_DIGEST = h.hexdigest()
+    return _SOURCES_DIGEST
 
 
-_HEADER_DIGEST: str | None = None
+_SOURCES_DIGEST: str | None = None
 
 
 def runtime_source() -> str:
@@ -119,8 +119,7 @@ def runtime_source() -> str:
 
 def cache_key(digest: str, toolchain_key: str) -> str:
     """The disk cache key of the build of the PTX whose text hashes to ``digest``."""
-    parts = ["gpuarray-ptx", TRANSLATOR_VERSION, str(_hostrt.ABI), _header_digest(),
-             toolchain_key, digest]
+    parts = ["gpuarray-ptx", str(_hostrt.ABI), _sources_digest(), toolchain_key, digest]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._ast import Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
-from ._emit import CTYPE
+from ._errors import PtxError
 from ._forms import LEGAL
-from ._lex import PtxError
+from ._types import CTYPE
 
 __all__ = ["check", "problems", "form_key"]
 

@@ -13,29 +13,11 @@ import re
 from dataclasses import dataclass
 
 from .._codes import INVALID_PTX
+from ._errors import PtxError
 
 __all__ = ["PtxError", "Token", "Statement", "tokens", "statements"]
 
 
-
-class PtxError(ValueError):
-    """PTX the simulator cannot load: ``code`` is the ``CUresult`` a driver answers.
-
-    ``code`` is ``CUDA_ERROR_INVALID_PTX`` (218) for text that is not PTX,
-    ``CUDA_ERROR_UNSUPPORTED_PTX_VERSION`` (222) for a ``.version`` newer
-    than the simulator reads; :class:`.UnsupportedPtx` (also a PtxError)
-    for an instruction or feature it does not execute.  ``message`` names
-    the PTX line.
-    """
-
-    def __init__(self, code: int, message: str, line: int = 0) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.line = line
-
-    def __reduce__(self):  # picklable with its fields
-        return (type(self), (self.code, self.message, self.line))
 
 
 @dataclass(frozen=True)

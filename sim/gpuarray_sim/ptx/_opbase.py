@@ -7,7 +7,8 @@ ones not understood.
 from __future__ import annotations
 
 from ._ast import Instr
-from ._emit import CTYPE, FuncCtx
+from ._context import FuncCtx
+from ._types import CTYPE
 
 __all__ = ["TYPES", "ROUND", "IROUND", "IGNORED", "types_of", "type_of", "check_mods", "signed",
            "nargs"]

@@ -3,14 +3,15 @@
 One concern: dispatch each PTX instruction to the module that writes its
 C++ (``_ops_mem.py`` data movement, ``_ops_alu.py`` values, ``_ops_ctl.py``
 control, synchronisation and calls).  An opcode, modifier or type the
-translator does not know raises :class:`._emit.UnsupportedPtx` naming the
+translator does not know raises :class:`._context.UnsupportedPtx` naming the
 instruction -- nothing unknown is ever dropped.
 """
 
 from __future__ import annotations
 
 from ._ast import Instr
-from ._emit import FuncCtx, UnsupportedPtx
+from ._context import FuncCtx
+from ._errors import UnsupportedPtx
 from ._ops_alu import (
     _arith,
     _bits,

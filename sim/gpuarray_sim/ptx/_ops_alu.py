@@ -9,8 +9,9 @@ on typed operands, using the numeric helpers of ``ptxrt.h``.
 from __future__ import annotations
 
 from ._ast import Imm, Instr, Vec
-from ._emit import CTYPE, FLOATS, SIZE, FuncCtx
+from ._context import FuncCtx
 from ._opbase import IROUND, ROUND, TYPES, check_mods, signed, type_of, types_of
+from ._types import CTYPE, FLOATS, SIZE
 
 
 # ------------------------------------------------------------- arithmetic

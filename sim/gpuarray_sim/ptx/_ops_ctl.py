@@ -9,7 +9,7 @@ simulator).
 from __future__ import annotations
 
 from ._ast import Instr, Sym, Vec
-from ._emit import FuncCtx, cname
+from ._context import FuncCtx, cname
 from ._opbase import type_of
 
 __all__ = ["BUILTIN_CALLS"]

@@ -7,8 +7,9 @@ address windows of ``ptxrt.h`` (every access through a checked helper).
 from __future__ import annotations
 
 from ._ast import Addr, Instr, Vec
-from ._emit import CTYPE, FLOATS, SIZE, FuncCtx, operand_vec
+from ._context import FuncCtx, operand_vec
 from ._opbase import check_mods, nargs, type_of
+from ._types import CTYPE, FLOATS, SIZE
 
 
 # ------------------------------------------------------------------ moves

@@ -5,7 +5,7 @@ One concern: read the statements of ``_lex.py`` into a :class:`PtxModule`
 their parameters, declarations and instructions (each with its PTX line).
 It checks syntax and declarations (218), the ISA version (222), and
 answers the module facts a driver reports (``EntryInfo``); which
-instructions can *execute* is the translator's question (``_emit.py``).
+instructions can *execute* is the translator's question (``_context.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from ._ast import (
     Sym,
     Vec,
 )
+from ._errors import PtxError
 from ._info import entry_info
-from ._lex import PtxError, Statement, statements, tokens
+from ._lex import Statement, statements, tokens
 
 __all__ = ["parse", "SUPPORTED_VERSION"]
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import _hostrt
 from ._ast import EntryInfo
-from ._emit import UnsupportedPtx
+from ._errors import UnsupportedPtx
 
 __all__ = ["PtxKernel", "PRINTF_BUFFER"]
 
@@ -153,7 +153,7 @@ class PtxKernel:
         cap = PRINTF_BUFFER if self.program.uses_printf else 0
         out = ctypes.create_string_buffer(max(cap, 1))
         state = np.empty(BLOCK_STATE, dtype=np.uint8)  # ptx::begin initialises what it reads
-        from ._translate import LOCAL_ON_STACK
+        from ._emit import LOCAL_ON_STACK
 
         local = int(meta["local"][self.name])
         threads = block[0] * block[1] * block[2]

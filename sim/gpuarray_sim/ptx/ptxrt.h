@@ -4,7 +4,7 @@
 // lifecycle; ptx_num.h atomics, integer and float helpers, conversions;
 // ptx_printf.h vprintf.
 //
-// The translator (_emit.py) turns each PTX function into a C++ function
+// The translator (_context.py) turns each PTX function into a C++ function
 // that includes this header; the simulator's fiber runtime (_hostrt.cpp)
 // runs one call of an entry's wrapper per CUDA thread, exactly as it runs
 // the host build of kernels/ (same ga_host_rt record, same fibers, same
@@ -55,12 +55,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "ga_host.cuh"
+#include "ga_hostrt.h"
 
-#undef threadIdx
-#undef blockIdx
-#undef blockDim
-#undef gridDim
 
 namespace ptx {
 

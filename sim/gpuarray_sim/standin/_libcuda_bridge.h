@@ -97,7 +97,7 @@ static PyObject *serve_fn; /* gpuarray_sim.standin._serve.serve, set under the G
  *
  * Every call takes the GIL: the simulator is Python.  A thread that holds
  * the GIL while it waits, in C, for another thread's driver call therefore
- * deadlocks, where a driver would not (docs/guide/testing.rst). */
+ * deadlocks, where a driver would not (docs/sim/testing.rst). */
 static CUresult call(const char *name, int n, const unsigned long long *a)
 {
     const PyApi *py = python();

@@ -1,4 +1,4 @@
-"""The error-code audit of docs/guide/testing.rst against cuda.h (issue 29).
+"""The error-code audit of docs/sim/testing.rst against cuda.h (issue 29).
 
 Each row of the audit table names driver calls and the code the simulator
 now returns; that code must be one cuda.h's documentation of each call
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "guide" / "testing.rst"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "sim" / "testing.rst"
 
 
 def _cuda_h() -> Path | None:
