@@ -15,11 +15,9 @@ simulator).  Importing gpuarray never initialises CUDA.
 
 from typing import TYPE_CHECKING
 
-from . import (
-    _wire,  # noqa: F401  (installs DeviceNDArray's pickling: _array._REDUCE)
-    errors,
-)
+from . import errors
 from ._array import DeviceNDArray, is_device_array
+from ._coerce import as_device_source as _as_device_source
 from ._creation import (
     asarray,
     device_array,
@@ -47,6 +45,7 @@ from ._stream import (
     stream,
     synchronize,
 )
+from ._wire import reduce_array as _reduce_array
 from .errors import (
     CudaError,
     CudaForkError,
@@ -110,6 +109,10 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and readers
         profiling,
         require_context,
     )
+
+# The array class's collaborators above it, joined where the layers meet.
+DeviceNDArray._as_source = staticmethod(_as_device_source)
+DeviceNDArray._reduce = staticmethod(_reduce_array)
 
 #: Public names whose module loads on first use: name -> module (relative to gpuarray).
 _LAZY = {

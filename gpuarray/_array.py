@@ -26,12 +26,14 @@ import numpy as np
 from . import _config, _graph, _layout, _transfer
 from ._array_protocols import ArrayProtocolsMixin
 from ._array_views import ArrayViewsMixin, _check_dtype
-from ._device import Device, get_device
-from ._driver import checkpoint
+from ._device import Device, current_primary, get_device
+from ._driver import checkpoint, get_backend
 from ._stream import Stream, _device_for, as_stream
+from .interop import _core
 from .interop._cai_desc import make_cai
 from .interop._dlpack_export import export_capsule
 from .memory import MemoryPointer, allocate, record_stream
+from .memory._manager import allocate_current
 
 __all__ = ["DeviceNDArray", "is_device_array"]
 
@@ -93,6 +95,13 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
                                    as_stream(stream, device), False, device)
         for name in _SLOTS:  # _make is the one place that fills an array
             setattr(self, name, getattr(made, name))
+
+    # The collaborators of the class that live above it (DESIGN.md, layers), set
+    # where the layers meet, by the package's __init__: the interop-aware
+    # coercion of assigned values (``_coerce.as_device_source``) and pickling
+    # through the host (``_wire.reduce_array``).
+    _as_source: Any = staticmethod(lambda value, device: value)
+    _reduce: Any = None
 
     @classmethod
     def _make(cls, shape, strides, dtype, ptr, mem, stream, readonly, device,
@@ -289,32 +298,20 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         if checkpoint().capturing:
             _graph.keep(s, self, value)  # captured: the graph writes self (and reads value)
         if type(value) in _SCALARS or isinstance(value, np.generic):
-            # A scalar: the fill kernel casts it with NumPy's assignment rules.
-            if s is self.stream:
-                _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
-                                      self.shape, value)
-            else:
-                with _transfer.on_stream(s, self.stream):
-                    _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
-                                          self.shape, value)
+            self._fill_from(value, s)  # the fill kernel casts it with NumPy's assignment rules
             return
         if type(value) is np.ndarray:
             src: Any = value
-        else:  # interop-aware coercion: _coerce (a layer above) installs it
-            src = _AS_SOURCE[0](value, self.device)
+        else:  # interop-aware coercion: set by the package (gpuarray/__init__.py)
+            src = DeviceNDArray._as_source(value, self.device)
         if isinstance(src, DeviceNDArray):
-            strides = _layout.broadcast_strides(src.shape, src.strides, self.shape)
-            with _transfer.on_stream(s, self.stream, src.stream):
-                _transfer.device_copy(self.device, s, self._ptr, self.strides, self.dtype,
-                                      src._ptr, strides, src.dtype, self.shape)
+            self._copy_from(src, s)
             return
         host = np.asarray(src)
         if host.ndim == 0 or host.size == 1 and host.ndim <= self.ndim:
             scalar = np.asarray(host.reshape(()), dtype=self.dtype) if host.dtype != self.dtype \
                 else host.reshape(())
-            with _transfer.on_stream(s, self.stream):
-                _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
-                                      self.shape, scalar[()])
+            self._fill_from(scalar[()], s)
             return
         _layout.broadcast_shapes(host.shape, self.shape)  # ValueError naming both shapes
         if host.shape != self.shape:
@@ -322,6 +319,28 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
                 raise ValueError(f"could not broadcast input array from shape {host.shape} "
                                  f"into shape {self.shape}")
             host = np.broadcast_to(host, self.shape)
+        self._upload_from(host, s)
+
+    # The three ways data arrives, on stream ``s`` (funnelled with the array's stream):
+    def _fill_from(self, value: Any, s: Stream) -> None:
+        """Every element set to the scalar ``value`` (a NumPy scalar or a Python number)."""
+        if s is self.stream:
+            _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
+                                  self.shape, value)
+            return
+        with _transfer.on_stream(s, self.stream):
+            _transfer.device_fill(self.device, s, self._ptr, self.strides, self.dtype,
+                                  self.shape, value)
+
+    def _copy_from(self, src: DeviceNDArray, s: Stream) -> None:
+        """A copy (and cast) of device array ``src``, broadcast to this array's shape."""
+        strides = _layout.broadcast_strides(src.shape, src.strides, self.shape)
+        with _transfer.on_stream(s, self.stream, src.stream):
+            _transfer.device_copy(self.device, s, self._ptr, self.strides, self.dtype,
+                                  src._ptr, strides, src.dtype, self.shape)
+
+    def _upload_from(self, host: np.ndarray, s: Stream) -> None:
+        """A copy (and cast) of host array ``host``, already of this array's shape."""
         with _transfer.on_stream(s, self.stream):
             _transfer.htod(self.device, s, self._ptr, self.shape, self.strides, self.dtype, host)
 
@@ -458,7 +477,7 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
     def __reduce_ex__(self, protocol):
         # Through the host, in gpuarray._wire's format: one device-to-host
         # copy whose memory pickle protocol 5 passes out of band.
-        return _REDUCE[0](self, protocol)
+        return DeviceNDArray._reduce(self, protocol)
 
     # -------------------------------------------------------------- IPC
     def get_ipc_handle(self):
@@ -516,6 +535,55 @@ _SCALARS = frozenset((int, float, complex, bool))
 _SLOTS = tuple(name for name in DeviceNDArray.__slots__ if name not in ("__weakref__", "_dlt"))
 
 
+#: Up to this many bytes, a C-contiguous host array goes to the device with one
+#: allocation and one driver copy (:func:`_upload_small`), none of the planner or
+#: staging machinery (far below the staging threshold, which is for large
+#: pageable copies).
+SMALL_UPLOAD = 64 * 1024
+
+
+def upload(host: np.ndarray, stream: Any, copy: bool = True) -> DeviceNDArray:
+    """A new device array of host array ``host`` (native byte order, no objects) on ``stream``.
+
+    Ordered like ``host`` when it is contiguous, else C-ordered; the data
+    copied when ``copy`` (one copy when the layouts match, no temporaries).
+    """
+    if copy and 0 < host.nbytes <= SMALL_UPLOAD and host.flags.c_contiguous:
+        out = _upload_small(host, stream)
+        if out is not None:
+            return out
+    f = host.flags.f_contiguous and not host.flags.c_contiguous
+    out = DeviceNDArray(host.shape, (_layout.f_strides if f else _layout.c_strides)(host.shape, host.itemsize),
+                        host.dtype, stream=stream)
+    if copy and host.size:
+        out._upload_from(host, out.stream)
+    return out
+
+
+def _upload_small(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
+    """A device copy of a small C-contiguous host array: one allocation and one driver copy.
+
+    The hot path of ``to_device`` (every small upload pays for this Python;
+    issue 13: at most 3 us over the raw allocation and copy), with no device
+    activation and no call it can avoid.  None where it does not apply --
+    no primary context current, a stream of another device or another
+    library's, a capture in progress -- and the general path runs.
+    """
+    dev = current_primary()
+    if dev is None:
+        return None
+    s = stream if type(stream) is Stream else as_stream(stream, dev)
+    if s.device is not dev or s.kind == "external" or checkpoint().capturing:
+        return None
+    shape, itemsize, nbytes = host.shape, host.itemsize, host.nbytes
+    mem = allocate_current(nbytes, dev)
+    ptr = mem.device_pointer
+    out = DeviceNDArray._make(shape, (itemsize,) if len(shape) == 1 else _layout.c_strides(shape, itemsize),
+                              host.dtype, ptr, mem, s, False, dev)
+    get_backend().memcpy_htod_async(ptr, _core.host_address(host), nbytes, s.handle)
+    return out
+
+
 def _shape_tuple(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
@@ -537,15 +605,6 @@ def _rebuild(host: np.ndarray, readonly: bool) -> DeviceNDArray:
         arr._assign(host, arr.stream)
     arr.readonly = readonly  # before anyone could have cached its interface
     return arr
-
-
-# The array class's one registry of what lives above it: each hook is set by
-# the module that defines it when the package's __init__ imports that module,
-# so no module here imports one above it (DESIGN.md, layers).
-#: gpuarray._coerce: turns foreign arrays into DeviceNDArrays or host data.
-_AS_SOURCE: list[Any] = [lambda value, device: value]
-#: gpuarray._wire: pickles an array through the host (``__reduce_ex__``).
-_REDUCE: list[Any] = [None]
 
 
 def is_device_array(obj: Any) -> bool:

@@ -12,9 +12,9 @@ becomes a zero-copy NumPy view through DLPack, preferred over its
 has no ``__array__`` dtype); anything else is host data for NumPy.
 
 Layering: this module sits above the array class and the interop glue and
-imports them; ``_array`` reaches it only through the hook installed at the
-bottom of this module (``DeviceNDArray.__setitem__`` and ``copy_to_device``),
-so no module imports one above it.
+imports them; the array class reaches it (``DeviceNDArray.__setitem__`` and
+``copy_to_device``) as its ``_as_source``, which the package's ``__init__``
+sets, so no module imports one above it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from . import _array
 from ._array import DeviceNDArray
 from ._device import Device
 from .interop._cai import as_cuda_array
@@ -81,5 +80,3 @@ def as_device_source(obj: Any, device: Device | None = None) -> Any:
             raise
     return obj
 
-
-_array._AS_SOURCE[0] = as_device_source

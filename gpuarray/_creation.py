@@ -13,16 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _driver, _layout, _transfer
-from ._array import DeviceNDArray, _check_dtype, _shape_tuple
+from . import _layout
+from ._array import DeviceNDArray, _check_dtype, _shape_tuple, upload
 from ._coerce import as_device_source
-from ._device import _current_primary
-from ._driver import checkpoint, get_backend
+from ._driver import get_backend
 from ._driver._base import MEMORYTYPE_HOST
-from ._stream import Stream, _device_for, as_stream
-from .interop import _dlpack_capsule as _cap
+from ._stream import _device_for, as_stream
+from .interop import _core as _cap
 from .memory import MemoryPointer, allocate
-from .memory._manager import _allocate_current
 
 __all__ = ["to_device", "device_array", "device_array_like", "empty", "zeros", "ones", "full",
            "empty_like", "zeros_like", "ones_like", "full_like", "asarray"]
@@ -289,13 +287,6 @@ def _mapped_view(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     return arr
 
 
-# Up to this many bytes, a C-contiguous NumPy array goes to the device with one
-# allocation and one driver copy, none of the planner or staging machinery
-# (far below the staging threshold, which is for large pageable copies).
-_SMALL = 64 * 1024
-_make_array = DeviceNDArray._make  # bound once: a classmethod makes a bound method at each lookup
-
-
 def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray | None = None) -> DeviceNDArray:
     """Copy host data (or another device array) to a new device array.
 
@@ -330,43 +321,21 @@ def to_device(obj: Any, stream: Any = None, copy: bool = True, to: DeviceNDArray
         to.copy_to_device(obj, stream=stream)
         return to
     if type(obj) is np.ndarray and (dt := obj.dtype).isnative and not dt.hasobject:
-        host = obj  # the common case: skip the coercion probes
-        if copy and 0 < (nbytes := host.nbytes) <= _SMALL and host.flags.c_contiguous and (
-                dev := _current_primary()) is not None:
-            # A small upload with a primary context current (else the general
-            # path activates one): one allocation and one driver copy, with
-            # no activation and no call this path can avoid; every small
-            # upload pays for this Python (issue 13: at most 3 us over the
-            # raw allocation and copy).
-            s = stream if type(stream) is Stream else as_stream(stream, dev)
-            if s.device is dev and not checkpoint().capturing and s.kind != "external":  # else the general path
-                shape = host.shape
-                mem = _allocate_current(nbytes, dev)
-                itemsize = host.itemsize
-                out = _make_array(shape, (itemsize,) if len(shape) == 1 else _layout.c_strides(shape, itemsize),
-                                  dt, mem.device_pointer, mem, s, False, dev)
-                (_driver._backend or get_backend()).memcpy_htod_async(out._ptr, _cap.host_address(host),
-                                                                      nbytes, s.handle)
-                return out
+        host = obj  # the common case: no coercion probes
     else:
         src = as_device_source(obj)
         if isinstance(src, DeviceNDArray):
-            out = _new(src.shape, src.dtype, None, _like_order(src, "K"),
-                       stream if stream is not None else src.stream)
-            if copy:
-                out.copy_to_device(src, stream=stream)
-            return out
+            return _device_copy(src, stream, copy)
         host = _host_array(src)
-    c = host.flags.c_contiguous
-    order = "F" if host.flags.f_contiguous and not c else "C"
-    out = _new(host.shape, host.dtype, None, order, stream)
-    if copy and host.size:
-        if c or order == "F":
-            # Same layout on both sides and a new array on its own stream: one
-            # copy, no temporaries, nothing to order with.
-            _transfer.upload(out.device, out.stream, out._ptr, host, host.nbytes)
-        else:
-            out._assign(host, out.stream)
+    return upload(host, stream, copy)
+
+
+def _device_copy(src: DeviceNDArray, stream: Any, copy: bool) -> DeviceNDArray:
+    """A new array like device array ``src`` (its order), with its data when ``copy``."""
+    order = _like_order(src, "K")
+    out = _new(src.shape, src.dtype, None, order, stream if stream is not None else src.stream)
+    if copy:
+        out._copy_from(src, out.stream)  # the copy's stream: stream= else src's, out's either way
     return out
 
 

@@ -225,7 +225,7 @@ def _device(ordinal: int) -> Device:
     return dev
 
 
-def _current_primary() -> Device | None:
+def current_primary() -> Device | None:
     """The device whose primary context is current on this thread, else None (one driver call).
 
     For hot paths that would otherwise call :func:`get_device` and then

@@ -28,7 +28,7 @@ from . import _config
 from ._device import Device
 from ._driver import get_backend
 from ._stream import Event, Stream
-from .interop import _dlpack_capsule as _cap
+from .interop import _core as _cap
 from .memory import host_alloc
 from .memory._host import host_array_over
 

@@ -521,6 +521,25 @@ def order_after(waiter: Stream, producer: Stream) -> None:
         b.stream_wait_event(waiter.handle, ev.handle)
 
 
+def device_default_stream(ordinal: int | None = None) -> tuple[Device, Stream]:
+    """Device ``ordinal`` (None: the current device) and its library default stream.
+
+    What an import needs of a producer's device, in one call (the interop layer).
+    """
+    dev = get_device(ordinal)
+    return dev, default_stream(dev)
+
+
+def order_after_producer(ordinal: int | None, handle: int | None) -> None:
+    """Make device ``ordinal``'s default stream (None: the current device's) wait for the work
+    queued so far on a producer's stream ``handle`` (0: the legacy stream; None: nothing to
+    order after), as ``__dlpack__(stream=ours)`` does for an import through a DLPack table.
+    """
+    dev, ours = device_default_stream(ordinal)
+    if handle is not None and (handle or 1) != ours.handle:
+        order_after(ours, external_stream(handle or 1, dev))
+
+
 _graph.use_stream_helpers(as_stream=lambda obj, device: as_stream(obj, device),
                           order_after=order_after)
 

@@ -28,7 +28,7 @@ from ._device import Device
 from ._driver import checkpoint, get_backend
 from ._kernels import _dtypes
 from ._stream import Stream, order_after
-from .interop import _dlpack_capsule as _cap
+from .interop import _core as _cap
 from .memory import allocate, allocation_stream
 
 #: dtypes the copy/cast kernels convert between (same-dtype copies and fills

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _array, _layout
+from . import _layout
 from ._array import DeviceNDArray
 from ._coerce import _DEVICE_KINDS, _dlpack_kind  # the one test of a DLPack device
 from ._creation import to_device
@@ -218,5 +218,3 @@ def decode_dtype(value: Any) -> np.dtype:
         raise ValueError(f"the frame header's dtype {value!r} is not a dtype: {e}") from None
     raise ValueError(f"the frame header's dtype {value!r} is not a dtype")
 
-
-_array._REDUCE[0] = reduce_array

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _layout
-from .._array import DeviceNDArray
+from .._array import DeviceNDArray, upload
 from .._device import Device, get_device
-from .._stream import Stream, default_stream, external_stream, order_after
+from .._stream import Stream, default_stream, device_default_stream, order_after_producer
 from ..memory import MemoryPointer
 from ._dlpack_capsule import (
     ImportedTensor,
@@ -40,16 +39,16 @@ _CapsuleType = type(datetime.datetime_CAPI)  # PyCapsule (types.CapsuleType from
 _DEVICE_KINDS = (kDLCUDA, kDLCUDAHost, kDLCUDAManaged)
 
 
-def _target_device(device: Any, dev_type: int, dev_id: int) -> Device:
+def _target(device: Any, dev_type: int, dev_id: int) -> tuple[Device, Stream]:
+    """The device of the result (``device=``, else the producer's CUDA device, else the
+    current one) and its default stream."""
     if device is not None:
         if isinstance(device, Device):
-            return device
-        if isinstance(device, tuple) and len(device) == 2 and device[0] == kDLCUDA:
-            return get_device(device[1])
-        raise ValueError(f"from_dlpack(device=...) must be a gpuarray.Device or (2, ordinal), got {device!r}")
-    if dev_type == kDLCUDA:
-        return get_device(dev_id)
-    return get_device()
+            return device, default_stream(device)
+        if not (isinstance(device, tuple) and len(device) == 2 and device[0] == kDLCUDA):
+            raise ValueError(f"from_dlpack(device=...) must be a gpuarray.Device or (2, ordinal), got {device!r}")
+        return device_default_stream(device[1])
+    return device_default_stream(dev_id if dev_type == kDLCUDA else None)
 
 
 def _request(x: Any, dev: Device, dev_type: int, copy: bool | None, device: Any,
@@ -97,12 +96,8 @@ def _through_table(x: Any, api: Any) -> ImportedTensor | None:
     kind = t.device_type
     if kind == kDLCUDA or kind == kDLCUDAManaged:
         try:
-            dev = get_device(t.device_id) if kind == kDLCUDA else get_device()
             handle = exchange_stream(api, kind, t.device_id)
-            if handle is not None:
-                ours = default_stream(dev)
-                if (handle or 1) != ours.handle:
-                    order_after(ours, external_stream(handle or 1, dev))
+            order_after_producer(t.device_id if kind == kDLCUDA else None, handle)
         except Exception:
             t.release()
             return None
@@ -159,16 +154,11 @@ def host_array_from_dlpack(x: Any) -> np.ndarray:
     return _host_view(t)
 
 
-def _host_to_device(t: ImportedTensor, dev: Device) -> DeviceNDArray:
-    host = _host_view(t)
-    f = host.flags.f_contiguous and not host.flags.c_contiguous
-    shape, itemsize = host.shape, host.dtype.itemsize
-    strides = (_layout.f_strides if f else _layout.c_strides)(shape, itemsize)
-    with dev.activate():
-        out = DeviceNDArray(shape, strides, host.dtype)
-        if host.size:
-            out._assign(host, out.stream)  # complete: pageable copies are staged at the call
-        out.stream.synchronize()
+def _host_to_device(t: ImportedTensor, stream: Stream) -> DeviceNDArray:
+    """A device copy of an imported host tensor, on ``stream`` (its device's default stream),
+    complete when it returns (the producer may free its memory then)."""
+    out = upload(_host_view(t), stream)
+    stream.synchronize()
     return out
 
 
@@ -214,19 +204,16 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
     via_table = None if api is None else _through_table(x, api)
     if type(x) is _CapsuleType:
         t = consume_capsule(x)
-        dev = _target_device(device, t.device_type, t.device_id)
-        stream = default_stream(dev)
+        dev, stream = _target(device, t.device_type, t.device_id)
     elif via_table is not None:
         t = via_table
-        dev = _target_device(None, t.device_type, t.device_id)
-        stream = default_stream(dev)
+        dev, stream = _target(None, t.device_type, t.device_id)
     else:
         if not hasattr(x, "__dlpack__"):
             raise TypeError(f"{type(x).__name__} object is not a DLPack producer (no __dlpack__)")
         get = getattr(x, "__dlpack_device__", None)
         dev_type, dev_id = (kDLCPU, 0) if get is None else parse_dlpack_device(get(), x)
-        dev = _target_device(device, dev_type, dev_id)
-        stream = default_stream(dev)
+        dev, stream = _target(device, dev_type, dev_id)
         t = consume_capsule(_request(x, dev, dev_type, copy, device, stream))
     return _imported_array(t, dev, stream, copy)
 
@@ -238,7 +225,7 @@ def _imported_array(t: ImportedTensor, dev: Device, stream: Stream, copy: bool |
             t.release()
             raise BufferError("the producer's data is in host memory; it cannot be used on the "
                               "device without a copy (copy=False)")
-        out = _host_to_device(t, dev)
+        out = _host_to_device(t, stream)
         t.release()
         return out
     if kind not in _DEVICE_KINDS:
@@ -269,5 +256,5 @@ def source_from_table(x: Any, api: Any) -> Any:
     if t.device_type not in _DEVICE_KINDS:
         t.release()
         return None
-    dev = _target_device(None, t.device_type, t.device_id)
-    return _imported_array(t, dev, default_stream(dev), None)
+    dev, stream = _target(None, t.device_type, t.device_id)
+    return _imported_array(t, dev, stream, None)

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import datetime
 import importlib
-import os
 from typing import Any
 
 import numpy as np
+
+from . import _core as _cores
 
 # The Python-level half (keywords, versions, dtype codes) is re-exported here,
 # where callers and tests import it from.
@@ -78,51 +79,12 @@ _STRUCTS = ("DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLPackVers
 # loaded from _dlpack_ctypes on first use (see __getattr__).
 
 
-#: What the C core must export; a build from older sources lacks some (an
-#: editable install whose extension was not rebuilt) and is not used.
-_CORE_FUNCTIONS = ("make", "consume", "host_address", "live_exports", "deleter_calls",
-                   "exchange_install", "exchange_prepare", "exchange_import", "exchange_stream",
-                   "cai_fields", "cai_register")
-
-
-def _import_c_core() -> Any:
-    from . import _dlpack_core
-
-    missing = [name for name in _CORE_FUNCTIONS if not hasattr(_dlpack_core, name)]
-    if missing:
-        raise ImportError(f"{_dlpack_core.__file__} is out of date (no {', '.join(missing)}): "
-                          "rebuild it with `pip install .`")
-    return _dlpack_core
-
-
-def _select_core() -> tuple[Any, str, str]:
-    want = os.environ.get("GPUARRAY_DLPACK_CORE", "").strip().lower()
-    if want not in ("", "c", "python"):
-        raise ValueError(f"GPUARRAY_DLPACK_CORE={want!r} is not 'c' or 'python'")
-    why = "GPUARRAY_DLPACK_CORE=python"
-    if want != "python":
-        try:
-            _dlpack_core = _import_c_core()
-        except ImportError as exc:
-            if want == "c":
-                raise ImportError("GPUARRAY_DLPACK_CORE=c, but the C extension "
-                                  f"gpuarray.interop._dlpack_core is not available: {exc}") from exc
-            why = f"the C extension is not usable: {exc}"
-        else:
-            return _dlpack_core, "c", "C extension (gpuarray.interop._dlpack_core)"
-    from . import _dlpack_ctypes
-
-    _dlpack_ctypes.install_sweeps()
-    return _dlpack_ctypes, "python", f"ctypes fallback ({why})"
-
-
-_core, CORE, CORE_DESCRIPTION = _select_core()
+# The core (the C extension, or its ctypes twin) is chosen by ``_core.py``, at the
+# bottom of the package: the transfer layers below this module take host_address
+# from there.  The names below follow it (``_set_core`` switches both).
+_core, CORE, CORE_DESCRIPTION = _cores.core, _cores.CORE, _cores.CORE_DESCRIPTION
 _make, _consume = _core.make, _core.consume
-#: ``host_address(obj) -> int``: the address of element ``[0, ..., 0]`` of a
-#: host array, read from its NumPy array interface (``obj.__array_struct__``;
-#: every ndarray has it).  ``TypeError`` for an object without one.  The
-#: core's function itself (no wrapper: every small host copy calls it); look
-#: it up on this module at each use, as tests switch cores.
+#: ``host_address(obj) -> int`` (see ``_core.py``), re-exported.
 host_address: Any = _core.host_address
 _C = CORE == "c"
 
@@ -546,17 +508,7 @@ def _set_core(name: str) -> str:
     valid under the other.
     """
     global _core, _make, _consume, _C, CORE, CORE_DESCRIPTION, host_address
-    previous = CORE
-    core: Any
-    if name == "c":
-        core, desc = _import_c_core(), "C extension (gpuarray.interop._dlpack_core)"
-    elif name == "python":
-        from . import _dlpack_ctypes
-
-        _dlpack_ctypes.install_sweeps()
-        core, desc = _dlpack_ctypes, "ctypes fallback (selected by a test)"
-    else:
-        raise ValueError(f"DLPack core must be 'c' or 'python', not {name!r}")
-    _core, _make, _consume, _C, CORE, CORE_DESCRIPTION, host_address = (
-        core, core.make, core.consume, name == "c", name, desc, core.host_address)
+    previous = _cores.select(name)
+    _core, CORE, CORE_DESCRIPTION = _cores.core, _cores.CORE, _cores.CORE_DESCRIPTION
+    _make, _consume, _C, host_address = _core.make, _core.consume, CORE == "c", _core.host_address
     return previous

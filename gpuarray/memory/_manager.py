@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import _capture_foreign, _config
-from .._device import Device, _current_primary, get_device
+from .._device import Device, current_primary, get_device
 from .._driver import checkpoint
 from .._driver._checkpoint import on_capture_end
 from .._driver._finalize import remember
@@ -219,9 +219,9 @@ def allocate(nbytes: int, device: Device | None = None, stream: Any = None) -> M
         if mem is not None:
             return mem
     if nbytes > 0:  # when that device's primary context is current already, no activation
-        current = _current_primary()
+        current = current_primary()
         if current is not None and (device is None or device is current):
-            return _allocate_current(nbytes, current)
+            return allocate_current(nbytes, current)
     dev = device if device is not None else get_device()
     if nbytes == 0:
         return MemoryPointer(dev, 0, 0)
@@ -253,12 +253,12 @@ def _capture_alloc(nbytes: int, device: Device | None, stream: Any) -> MemoryPoi
     return capture_alloc(nbytes, dev, stream if stream is not None else current_allocation_stream(dev))
 
 
-def _allocate_current(nbytes: int, device: Device) -> MemoryPointer:
+def allocate_current(nbytes: int, device: Device) -> MemoryPointer:
     """:func:`allocate` of ``nbytes > 0`` when ``device``'s primary context is already current.
 
     The same manager call and check, without entering ``device.activate()``
     (which would change nothing): for small hot paths that made sure of the
-    context themselves (see ``_device._current_primary``).
+    context themselves (see ``_device.current_primary``).
     """
     mgr = _managers.get(device.id)
     if mgr is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuarray.interop import _core as _cores
 from gpuarray.interop import _dlpack_capsule as dl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def _deleter_calls():
 
 def _c_core_available():
     try:
-        dl._import_c_core()
+        _cores._import_c_core()
     except ImportError as exc:
         return str(exc)
     return ""
@@ -747,7 +748,7 @@ def test_a_c_core_built_from_older_sources_is_not_used(core, monkeypatch):
     monkeypatch.setattr(interop, "_dlpack_core", stale, raising=False)
     with pytest.raises(ImportError, match=r"_dlpack_core.abi3.so is out of date \(no host_address\): "
                                           r"rebuild it with `pip install .`"):
-        dl._import_c_core()
+        _cores._import_c_core()
     with pytest.raises(ImportError, match="out of date"):
         dl._set_core("c")
     assert dl.CORE == core  # unchanged
