@@ -27,7 +27,7 @@ from . import _config, _graph, _layout, _transfer
 from ._array_protocols import ArrayProtocolsMixin
 from ._array_views import ArrayViewsMixin, _check_dtype
 from ._device import Device, current_primary, get_device
-from ._driver import checkpoint, get_backend
+from ._driver import checkpoint
 from ._stream import Stream, _device_for, as_stream
 from .interop import _core
 from .interop._cai_desc import make_cai
@@ -573,14 +573,15 @@ def _upload_small(host: np.ndarray, stream: Any) -> DeviceNDArray | None:
     if dev is None:
         return None
     s = stream if type(stream) is Stream else as_stream(stream, dev)
-    if s.device is not dev or s.kind == "external" or checkpoint().capturing:
+    cp = checkpoint()
+    if s.device is not dev or s.kind == "external" or cp.capturing:
         return None
     shape, itemsize, nbytes = host.shape, host.itemsize, host.nbytes
     mem = allocate_current(nbytes, dev)
     ptr = mem.device_pointer
     out = DeviceNDArray._make(shape, (itemsize,) if len(shape) == 1 else _layout.c_strides(shape, itemsize),
                               host.dtype, ptr, mem, s, False, dev)
-    get_backend().memcpy_htod_async(ptr, _core.host_address(host), nbytes, s.handle)
+    cp.memcpy_htod_async(ptr, _core.host_address(host), nbytes, s.handle)
     return out
 
 
