@@ -78,6 +78,13 @@ UNSAFE_CALLS = frozenset({
     "module_load_data", "module_unload",
 })
 
+#: The unsafe calls that act on the calling thread's current context: with none current
+#: a driver answers CUDA_ERROR_INVALID_CONTEXT before it looks at any capture, so the
+#: call neither fails with 900 nor invalidates another thread's global capture (an
+#: H200, 2026-11-28: cuMemAlloc from a fresh thread during a global capture gave 201).
+NEEDS_CONTEXT = frozenset({"mem_alloc", "mem_host_alloc", "mem_host_register",
+                           "mem_alloc_managed", "module_load_data"})
+
 _ids = itertools.count(1)
 
 
