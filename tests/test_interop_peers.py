@@ -832,7 +832,9 @@ def _keep_busy(handle):
             cp = importlib.import_module("cupy")
         if not _IDLE_TARGET:
             _IDLE_TARGET.append(cp.empty(1, cp.float32))
-        with cp.cuda.ExternalStream(handle):
+        from_external = getattr(cp.cuda.Stream, "from_external", None)  # CuPy 14
+        with (from_external(gpuarray.external_stream(handle)) if from_external
+              else cp.cuda.ExternalStream(handle)):
             _cupy_spin_fill(cp, _IDLE_TARGET[0], 0.0, n=0)
         return
     pytest.skip("needs PyTorch or CuPy to keep a stream busy")
