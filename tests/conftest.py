@@ -35,6 +35,20 @@ def backend_is_sim() -> bool:
     return os.environ.get("GPUARRAY_BACKEND", "cuda").strip().lower() == "sim"
 
 
+def allocated(ptr: int) -> bool:
+    """Whether the driver knows ``ptr`` as allocated memory (after ``cuMemFree`` it does not).
+
+    Tests ask this rather than count free bytes: a GPU's free memory moves in whole
+    pages and with every other process on the device (the GPU run's 8 pytest workers).
+    """
+    return _driver.get_backend().pointer_info(int(ptr)).memory_type != 0
+
+
+def exact_free_memory() -> bool:
+    """Whether ``cuMemGetInfo`` counts bytes exactly: the simulator's does, alone per test."""
+    return backend_is_sim()
+
+
 # The simulator honours CUDA_VISIBLE_DEVICES as CUDA does, so a value left in
 # the shell ("", "-1" to hide GPUs from other tools) would hide every
 # simulated device. The suite's simulated machine is GPUARRAY_SIM_* alone;
