@@ -27,7 +27,9 @@ from gpuarray.memory import _manager
 # NumPy 2.5 removed that alias of ``np.vstack`` (seen on the first GPU run, whose image
 # pairs them), so every ``@cuda.jit`` kernel failed with AttributeError there. Put the
 # alias back for the peer, only where NumPy lacks it.
-if not hasattr(np, "row_stack"):
+#: Whether NumPy lacked the alias (a child process that compiles numba kernels fails then).
+NUMPY_WITHOUT_ROW_STACK = not hasattr(np, "row_stack")
+if NUMPY_WITHOUT_ROW_STACK:
     np.row_stack = np.vstack  # type: ignore[attr-defined]
 
 

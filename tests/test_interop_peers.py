@@ -446,8 +446,16 @@ def ccore():
         utils = importlib.import_module("cuda.core.experimental.utils")
     dev = Device(0)
     dev.set_current()
+
+    def allocate(nbytes):  # cuda.core 1.2 wants the stream, keyword-only (a GPU run)
+        try:
+            return dev.allocate(nbytes, stream=dev.default_stream)
+        except TypeError:
+            return dev.allocate(nbytes)
+
     return types.SimpleNamespace(Device=Device, dev=dev, SMV=utils.StridedMemoryView,
-                                 viewable=utils.args_viewable_as_strided_memory)
+                                 viewable=utils.args_viewable_as_strided_memory,
+                                 allocate=allocate)
 
 
 @pytest.fixture
@@ -770,7 +778,7 @@ def test_cuda_core_readonly_and_decorator(ccore):
 
 
 def test_cuda_core_buffers_to_gpuarray(ccore):
-    buf = ccore.dev.allocate(4096)
+    buf = ccore.allocate(4096)
     if not hasattr(buf, "__dlpack__"):
         pytest.skip("this cuda.core's Buffer has no __dlpack__")
     ref = weakref.ref(buf)
@@ -786,7 +794,7 @@ def test_cuda_core_buffers_to_gpuarray(ccore):
     assert ref() is not None   # the import keeps the Buffer alive
     assert_values(f[::-1][:4].copy_to_host(), [1023.0, 1022.0, 1021.0, 1020.0])
     if hasattr(ccore.SMV, "from_buffer") and hasattr(ccore.SMV, "__dlpack__"):
-        buf2 = ccore.dev.allocate(12 * 8)
+        buf2 = ccore.allocate(12 * 8)
         v = ccore.SMV.from_buffer(buf2, (4, 3), (1, 4), dtype=np.float64)   # a transposed view
         t = gpuarray.from_dlpack(v)
         assert t.ptr == int(buf2.handle) and t.shape == (4, 3) and t.strides == (8, 32)
