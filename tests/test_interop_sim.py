@@ -1048,6 +1048,31 @@ def test_from_dlpack_pinned_producer_without_streams():
     np.testing.assert_array_equal(g.copy_to_host(), np.full(4, 2.0))
 
 
+def test_a_table_that_calls_pinned_memory_cpu_memory_does_not_make_it_a_copy(monkeypatch):
+    """PyTorch's exchange table gives a pinned tensor as kDLCPU while its
+    ``__dlpack_device__`` says kDLCUDAHost (an H200 run, 2026-11-28): gpuarray copied it.
+    Page-locked memory is imported zero-copy, so ``__dlpack__`` decides."""
+    from gpuarray.interop import _dlpack
+
+    pinned = gpuarray.pinned_array(4)
+    pinned[:] = 3.0
+    view = gpuarray.from_cuda_array_interface({"shape": (4,), "typestr": "<f8", "version": 3,
+                                               "data": (pinned.ctypes.data, False)}, owner=pinned)
+    producer = PinnedLikeTorch(view, device_type=dl.kDLCUDAHost)
+
+    def table_says_cpu(x, api):  # what PyTorch's table hands over: the same memory, as kDLCPU
+        # (released again: the autouse check fails a test whose export's deleter never ran)
+        return dl.consume_capsule(dl.make_capsule(
+            data_ptr=pinned.ctypes.data, shape=(4,), byte_strides=(8,), dtype=np.float64,
+            device_type=dl.kDLCPU, device_id=0, owner=pinned))
+
+    monkeypatch.setattr(_dlpack, "exchange_api_of", lambda tp: object())
+    monkeypatch.setattr(_dlpack, "_through_table", table_says_cpu)
+    g = gpuarray.from_dlpack(producer)
+    assert g.ptr == pinned.ctypes.data and g.__dlpack_device__() == (3, 0)
+    np.testing.assert_array_equal(g.copy_to_host(), np.full(4, 3.0))
+
+
 def test_from_dlpack_copy_keyword_on_device_data():
     """copy=True gives an independent device copy; copy=False and None are zero-copy."""
     d = gpuarray.to_device(np.arange(4.0))
