@@ -21,6 +21,10 @@ Steps, in order (``--only`` picks some, by name):
 ``serial``    the tests marked ``serial``, in one process (after ``suite``);
 ``readme``    the README's example, run as the README says for a GPU, its
               output compared with the one the README shows;
+``peer-exports`` ``tools/gpu_check/peer_exports.py``: what each peer exports
+              (CAI dicts with the bytes at their pointers, DLPack capsule
+              fields) for a few dtypes and layouts, into the log: an interop
+              failure is then gpuarray's or the peer's by the record;
 ``ptx-vs-gpu`` ``tools/gpu_check/ptx_compare.py``: each PTX program (the
               per-instruction programs of tests/test_ptx_ops.py, numba-cuda's
               fixtures, ``kernels/`` as NVRTC's PTX) on the GPU and on the
@@ -304,6 +308,9 @@ def plan(run: Run) -> list[Step]:
                                        "tests")))
     steps.append(Step("readme", "the README example on the GPU", 60 * s, 10 * s,
                       argv=[py, str(Path(__file__)), "readme"]))
+    steps.append(Step("peer-exports", "what CuPy, PyTorch and JAX export (CAI, DLPack)",
+                      60 * s, 10 * s,
+                      argv=[py, str(Path(__file__).with_name("peer_exports.py"))]))
     # ~10 s over the stand-in on 2 cores (the simulator's C++ builds, cold); after the
     # suite, whose PTX tests leave the same builds in the run's kernel cache
     steps.append(Step("ptx-vs-gpu", "PTX programs on the GPU and the simulator, bit for bit",
