@@ -11,6 +11,7 @@ global-mode one.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import weakref
@@ -424,6 +425,32 @@ def test_a_raw_allocation_on_another_thread_would_invalidate_it():
     assert codes == [900]
     assert state == "invalidated"
     assert e.value.code == 901
+
+
+def test_a_stream_ordered_allocation_outside_a_global_capture_is_unsafe():
+    """cuMemAllocAsync on a stream outside the capture: 900 in global mode, as an H200
+    answered (2026-11-28) where the simulator allowed it; relaxed mode allows it."""
+    b = get_backend().backend
+    s = nb_stream()
+    gpuarray.zeros(1).copy_to_host()
+    _foreign_capture(b, s.handle)
+    try:
+        prev = b.exchange_capture_mode("relaxed")
+        try:
+            p = b.mem_alloc_async(256, 1)  # relaxed: allowed, the capture stays valid
+        finally:
+            b.exchange_capture_mode(prev)
+        relaxed_state = b.stream_is_capturing(s.handle)
+        with pytest.raises(CudaError) as e:
+            b.mem_alloc_async(256, 1)
+        state = b.stream_is_capturing(s.handle)
+    finally:
+        with contextlib.suppress(CudaError):
+            b.graph_destroy(b.stream_end_capture(s.handle))
+    b.mem_free_async(p, 1)
+    b.stream_synchronize(1)
+    assert relaxed_state == "active"
+    assert e.value.code == 900 and state == "invalidated"
 
 
 def test_an_allocation_from_a_thread_without_a_context_fails_and_leaves_the_capture_valid():

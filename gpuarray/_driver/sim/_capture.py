@@ -13,7 +13,9 @@ every later use of its streams with ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``
 
 - "potentially unsafe" calls (:data:`UNSAFE_CALLS`: ``cuMemAlloc``,
   ``cuMemFree``, page-locked allocation and registration, managed
-  allocation, pool attributes, module loads) are refused with 900
+  allocation, pool attributes, module loads; and ``cuMemAllocAsync`` on a
+  stream outside the capture, as an H200 answered, with ``cuMemFreeAsync``
+  treated alike) are refused with 900
   (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``) according to the calling
   thread's mode (``cuThreadExchangeStreamCaptureMode``): ``global`` (the
   default) while this thread has a non-relaxed capture or *any* thread has a
