@@ -101,6 +101,34 @@ def fresh_sim(**kwargs):
     return b
 
 
+def _end_left_captures() -> list[int]:
+    """On the real backend: end every capture a test left open on a stream gpuarray knows
+    (its own, and other libraries' streams it was given); the handles of those it ended.
+
+    A capture left open by a failed test refuses every later unsafe call of the process
+    (900): on the first GPU run one such test failed about 20 others in its worker.
+    """
+    cp = _driver._backend
+    if cp is None or not hasattr(cp, "_foreign"):
+        return []
+    b = cp.backend
+    left = []
+    for handle in sorted({*cp._foreign, *(c.stream for c in cp._captures.values())}):
+        try:
+            if b.stream_is_capturing(handle) == "none":
+                continue
+        except Exception:
+            continue
+        left.append(handle)
+        try:
+            b.graph_destroy(b.stream_end_capture(handle))
+        except Exception:
+            pass
+    if left:
+        cp._captures.clear()
+    return left
+
+
 @pytest.fixture(autouse=True)
 def _fresh_state():
     process_backend = _driver._backend
@@ -109,6 +137,12 @@ def _fresh_state():
     else:
         _reset_library_state()
     yield
+    if not backend_is_sim():
+        left = _end_left_captures()
+        if left:
+            _finalize.take_pending()
+            pytest.fail(f"the test left a capture open on stream(s) {[hex(h) for h in left]} "
+                        "(ended now, so later tests do not inherit it)", pytrace=False)
     if not backend_is_sim() and _driver._backend is not process_backend:
         # A simulator test over the stand-in (fresh_sim, make_sim) replaced the
         # process's cuda backend: the next test in this process (pytest-xdist
