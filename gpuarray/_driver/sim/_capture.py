@@ -13,7 +13,8 @@ every later use of its streams with ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``
 
 - "potentially unsafe" calls (:data:`UNSAFE_CALLS`: ``cuMemAlloc``,
   ``cuMemFree``, page-locked allocation and registration, managed
-  allocation, pool attributes, module loads; and ``cuMemAllocAsync`` on a
+  allocation, pool attributes, module loads, graph instantiation and
+  destruction; and ``cuMemAllocAsync`` on a
   stream outside the capture, as an H200 answered, with ``cuMemFreeAsync``
   treated alike) are refused with 900
   (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``) according to the calling
@@ -78,6 +79,8 @@ UNSAFE_CALLS = frozenset({
     "mem_alloc", "mem_free", "mem_host_alloc", "mem_free_host", "mem_host_register",
     "mem_host_unregister", "mem_alloc_managed", "mempool_set_release_threshold",
     "module_load_data", "module_unload",
+    # an H200 refused these with 900 during a global capture (2026-11-28)
+    "graph_instantiate", "graph_exec_destroy", "graph_destroy",
 })
 
 #: The unsafe calls that act on the calling thread's current context: with none current
