@@ -1073,6 +1073,34 @@ def test_a_table_that_calls_pinned_memory_cpu_memory_does_not_make_it_a_copy(mon
     np.testing.assert_array_equal(g.copy_to_host(), np.full(4, 3.0))
 
 
+class JaxLike(CAIOnly):
+    """A producer that exports CAI version 2 without a stream and without waiting for its
+    data, as jaxlib does; its ``block_until_ready`` is counted."""
+
+    def __init__(self, arr, **edits):
+        super().__init__(arr, **{"version": 2, "stream": _DROP, **edits})
+        self.waits = 0
+
+    def block_until_ready(self):
+        self.waits += 1
+        return self
+
+
+def test_as_cuda_array_waits_for_a_jax_like_producer_that_exports_no_stream():
+    """JAX's CAI (version 2, no stream) comes before its data is written: an import on an
+    H200 read another array's bytes.  gpuarray asks such a producer to be ready first."""
+    d = gpuarray.to_device(np.arange(6.0))
+    j = JaxLike(d)
+    g = gpuarray.as_cuda_array(j)
+    assert j.waits == 1 and g.ptr == d.ptr
+    np.testing.assert_array_equal(g.copy_to_host(), np.arange(6.0))
+    gpuarray.as_cuda_array(j, sync=False)  # the caller took the ordering on itself
+    assert j.waits == 1
+    with_stream = JaxLike(d, stream=1, version=3)  # a stream to order after: no host wait
+    gpuarray.as_cuda_array(with_stream)
+    assert with_stream.waits == 0
+
+
 def test_from_dlpack_copy_keyword_on_device_data():
     """copy=True gives an independent device copy; copy=False and None are zero-copy."""
     d = gpuarray.to_device(np.arange(4.0))
