@@ -22,7 +22,6 @@ from gpuarray._driver import _finalize
 from gpuarray._driver.sim._sticky import STICKY_CODES
 from gpuarray.memory import _manager
 
-
 # numba-cuda 0.30.4 registers ``np.row_stack`` when it compiles its first kernel;
 # NumPy 2.5 removed that alias of ``np.vstack`` (seen on the first GPU run, whose image
 # pairs them), so every ``@cuda.jit`` kernel failed with AttributeError there. Put the
