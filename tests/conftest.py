@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import threading
 
-import numpy as np
 import pytest
 
 from gpuarray import _device, _driver
@@ -30,20 +29,40 @@ from tests.support import (
     skip_summary,
 )
 
-# numba-cuda 0.30.4 registers ``np.row_stack`` when it compiles its first kernel;
-# NumPy 2.5 removed that alias of ``np.vstack`` (seen on the first GPU run, whose image
-# pairs them), so every ``@cuda.jit`` kernel failed with AttributeError there. Put the
-# alias back for the peer, only where NumPy lacks it.
-if not hasattr(np, "row_stack"):
-    np.row_stack = np.vstack  # type: ignore[attr-defined]
-
-
 # The simulator honours CUDA_VISIBLE_DEVICES as CUDA does, so a value left in
 # the shell ("", "-1" to hide GPUs from other tools) would hide every
 # simulated device. The suite's simulated machine is GPUARRAY_SIM_* alone;
 # tests that pin devices (test_visible_devices, test_dask) set it themselves.
 if backend_is_sim():
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+
+def _end_left_captures() -> list[int]:
+    """On the real backend: end every capture a test left open on a stream gpuarray knows
+    (its own, and other libraries' streams it was given); the handles of those it ended.
+
+    A capture left open by a failed test refuses every later unsafe call of the process
+    (900): on the first GPU run one such test failed about 20 others in its worker.
+    """
+    cp = _driver._backend
+    if cp is None or not hasattr(cp, "_foreign"):
+        return []
+    b = cp.backend
+    left = []
+    for handle in sorted({*cp._foreign, *(c.handle for c in cp._captures.values())}):
+        try:
+            if b.stream_is_capturing(handle) == "none":
+                continue
+        except Exception:
+            continue
+        left.append(handle)
+        try:
+            b.graph_destroy(b.stream_end_capture(handle))
+        except Exception:
+            pass
+    for key in list(cp._captures):  # the checkpoint's record of them goes too
+        cp._forget(key)
+    return left
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +73,12 @@ def _fresh_state():
     else:
         reset_library_state()
     yield
+    if not backend_is_sim():
+        left = _end_left_captures()
+        if left:
+            _finalize.take_pending()
+            pytest.fail(f"the test left a capture open on stream(s) {[hex(h) for h in left]} "
+                        "(ended now, so later tests do not inherit it)", pytrace=False)
     if not backend_is_sim() and _driver._backend is not process_backend:
         # A simulator test over the stand-in (fresh_sim, make_sim) replaced the
         # process's cuda backend: the next test in this process (pytest-xdist

@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpuarray import _config, _device, _driver, _staging, _stream
@@ -38,9 +39,32 @@ from gpuarray.memory import _manager
 #: The repository's root.
 ROOT = Path(__file__).resolve().parents[1]
 
+# numba-cuda 0.30.4 registers ``np.row_stack`` when it compiles its first kernel;
+# NumPy 2.5 removed that alias of ``np.vstack`` (seen on the first GPU run, whose image
+# pairs them), so every ``@cuda.jit`` kernel failed with AttributeError there. Put the
+# alias back for the peer, only where NumPy lacks it (the conftests import this module).
+#: Whether NumPy lacked the alias (a child process that compiles numba kernels fails then).
+NUMPY_WITHOUT_ROW_STACK = not hasattr(np, "row_stack")
+if NUMPY_WITHOUT_ROW_STACK:
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
+
 
 def backend_is_sim() -> bool:
     return os.environ.get("GPUARRAY_BACKEND", "cuda").strip().lower() == "sim"
+
+
+def allocated(ptr: int) -> bool:
+    """Whether the driver knows ``ptr`` as allocated memory (after ``cuMemFree`` it does not).
+
+    Tests ask this rather than count free bytes: a GPU's free memory moves in whole
+    pages and with every other process on the device (the GPU run's 8 pytest workers).
+    """
+    return _driver.get_backend().pointer_info(int(ptr)).memory_type != 0
+
+
+def exact_free_memory() -> bool:
+    """Whether ``cuMemGetInfo`` counts bytes exactly: the simulator's does, alone per test."""
+    return backend_is_sim()
 
 
 def standin_active() -> bool:

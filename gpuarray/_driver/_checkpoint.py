@@ -78,6 +78,11 @@ _STREAM_ARG = {"launch_kernel": 4, "stream_add_callback": 0, "launch_host_func":
 _WATCHED = frozenset({STREAM, STREAM_FREE, HOST_COPY, RECORD, WAIT, STREAM_SYNC, DEVICE_SYNC,
                       EVENT_SYNC, GRAPH_LAUNCH, CALLBACK})
 _LEGACY = (0, 1)
+#: Stream-ordered allocation and free: on a stream outside a capture they are potentially
+#: unsafe (an H200 refused cuMemAllocAsync on the legacy stream with 900 during another
+#: library's global capture, 2026-11-28), so they are always made in relaxed mode, watched
+#: or not; on a capturing stream they are graph memory nodes either way.
+_POOL_CALLS = frozenset({"mem_alloc_async", "mem_free_async"})
 
 
 #: Called (no arguments) each time the last capture of gpuarray ends, after the
@@ -208,6 +213,9 @@ class Checkpoint:
             for name, (kind, call) in KINDS.items():
                 watched[name] = self._wrap(name, kind, call)
                 quiet[name] = getattr(b, name) if kind in _WATCHED else watched[name]
+                if name in _POOL_CALLS:
+                    watched[name] = self._relaxed(watched[name])
+                    quiet[name] = self._relaxed(quiet[name])
             maps = self._maps = (quiet, watched)
         self._watching = watch
         self.__dict__.update(maps[watch])
@@ -385,7 +393,8 @@ class Checkpoint:
                     keep.append((args, ctx))
                     continue
                 try:
-                    b.mem_free_async(*args)
+                    with self._blocks[1]:  # relaxed: see _POOL_CALLS
+                        b.mem_free_async(*args)
                 except CudaError as e:
                     _finalize.remember(e)
         finally:

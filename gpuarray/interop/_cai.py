@@ -187,4 +187,18 @@ def as_cuda_array(obj: Any, sync: bool = True) -> DeviceNDArray:
         desc = obj.__cuda_array_interface__
     except AttributeError:
         raise TypeError(f"{type(obj).__name__} object does not export __cuda_array_interface__") from None
+    if sync and _unready_v2(obj, desc) and _config.get().cai_import_sync:
+        obj.block_until_ready()
     return from_cuda_array_interface(desc, obj, sync)
+
+
+def _unready_v2(obj: Any, desc: Any) -> bool:
+    """Whether ``obj`` is a JAX-like producer whose export says nothing of readiness.
+
+    JAX exports CAI version 2 (no ``stream``) without waiting for the array's
+    data to be written (jaxlib's ``CudaArrayInterface``, unlike its buffer
+    protocol); an import read an earlier array's bytes on an H200 (2026-11-28).
+    Such a producer has ``block_until_ready()``, which ``as_cuda_array`` calls.
+    """
+    return (isinstance(desc, dict) and desc.get("stream") is None
+            and hasattr(obj, "block_until_ready"))

@@ -405,7 +405,11 @@ def _typestr_descr(dtype: np.dtype) -> tuple[str, Any]:
     cached = _TYPESTR_CACHE.get(dtype)
     if cached is None:
         dt = np.dtype(dtype)
-        cached = (dt.str, dt.descr if dt.kind == "V" else None)
+        # descr only where it says more than typestr: the CAI default is [("", typestr)],
+        # and CuPy 14 reads that padding-named field as no field at all (dtype([]),
+        # itemsize 0: bfloat16's '<V2' failed that way on a GPU run)
+        descr = dt.descr if dt.kind == "V" else None
+        cached = (dt.str, None if descr == [("", dt.str)] else descr)
         if len(_TYPESTR_CACHE) < 1024:
             _TYPESTR_CACHE[dt] = cached
     return cached

@@ -154,6 +154,15 @@ def host_array_from_dlpack(x: Any) -> np.ndarray:
     return _host_view(t)
 
 
+def _pinned_producer(x: Any) -> bool:
+    """Whether ``x.__dlpack_device__()`` says page-locked host memory (kDLCUDAHost)."""
+    get = getattr(x, "__dlpack_device__", None)
+    try:
+        return get is not None and get()[0] == kDLCUDAHost
+    except Exception:
+        return False
+
+
 def _host_to_device(t: ImportedTensor, stream: Stream) -> DeviceNDArray:
     """A device copy of an imported host tensor, on ``stream`` (its device's default stream),
     complete when it returns (the producer may free its memory then)."""
@@ -202,6 +211,12 @@ def from_dlpack(x: Any, *, device: Any = None, copy: bool | None = None) -> Devi
     # and our arrays' __dlpack__ orders after each array's own stream.
     api = exchange_api_of(type(x)) if device is None and not isinstance(x, DeviceNDArray) else None
     via_table = None if api is None else _through_table(x, api)
+    if via_table is not None and via_table.device_type == kDLCPU and _pinned_producer(x):
+        # PyTorch's table says kDLCPU for a pinned tensor, its __dlpack_device__ says
+        # kDLCUDAHost: page-locked memory is imported zero-copy, so ask __dlpack__ (seen on
+        # an H200 run, 2026-11-28: the table's answer made it a copy)
+        via_table.release()
+        via_table = None
     if type(x) is _CapsuleType:
         t = consume_capsule(x)
         dev, stream = _target(device, t.device_type, t.device_id)

@@ -487,7 +487,9 @@ def _fields(rel: Releaser, versioned: bool, managed: Any) -> tuple:
             step = acc
             acc *= max(n, 1)
         if abs(step) > _INT64_MAX:
-            raise BufferError(f"DLPack tensor of shape {shape} has a stride that does not fit "
+            which = ("a stride" if strides is None else
+                     f"a stride of {strides[i]} elements of {itemsize} bytes (axis {i})")
+            raise BufferError(f"DLPack tensor of shape {shape} has {which} that does not fit "
                               "64 bits in bytes")
         out[i] = step
         if n > 1:

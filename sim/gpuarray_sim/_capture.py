@@ -13,7 +13,10 @@ every later use of its streams with ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``
 
 - "potentially unsafe" calls (:data:`UNSAFE_CALLS`: ``cuMemAlloc``,
   ``cuMemFree``, page-locked allocation and registration, managed
-  allocation, pool attributes, module loads) are refused with 900
+  allocation, pool attributes, module loads, graph instantiation and
+  destruction; and ``cuMemAllocAsync`` on a
+  stream outside the capture, as an H200 answered, with ``cuMemFreeAsync``
+  treated alike) are refused with 900
   (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``) according to the calling
   thread's mode (``cuThreadExchangeStreamCaptureMode``): ``global`` (the
   default) while this thread has a non-relaxed capture or *any* thread has a
@@ -72,7 +75,16 @@ UNSAFE_CALLS = frozenset({
     "mem_alloc", "mem_free", "mem_host_alloc", "mem_free_host", "mem_host_register",
     "mem_host_unregister", "mem_alloc_managed", "mempool_set_release_threshold",
     "module_load_data", "module_unload",
+    # an H200 refused these with 900 during a global capture (2026-11-28)
+    "graph_instantiate", "graph_exec_destroy", "graph_destroy",
 })
+
+#: The unsafe calls that act on the calling thread's current context: with none current
+#: a driver answers CUDA_ERROR_INVALID_CONTEXT before it looks at any capture, so the
+#: call neither fails with 900 nor invalidates another thread's global capture (an
+#: H200, 2026-11-28: cuMemAlloc from a fresh thread during a global capture gave 201).
+NEEDS_CONTEXT = frozenset({"mem_alloc", "mem_host_alloc", "mem_host_register",
+                           "mem_alloc_managed", "module_load_data"})
 
 _ids = itertools.count(1)
 

@@ -50,12 +50,16 @@ def _driver_call(method, locked: bool):
     # CUDA_ERROR_NOT_INITIALIZED, as a driver's do: checked before the lock,
     # which another thread of the parent may have held at the fork.
     if method.__name__ in _capture.UNSAFE_CALLS:  # see _capture.py
+        needs_ctx = method.__name__ in _capture.NEEDS_CONTEXT
+
         def wrapper(self, *args, **kwargs):
             if self._forked_from is not None:
                 raise _fork.error(call)
             if state.active:
                 _hostfn.refuse(call)
             with self._lock:
+                if needs_ctx and getattr(self._tls, "ctx", None) is None:
+                    self._current(call)  # INVALID_CONTEXT, before any capture rule
                 if self.sched.capturing:
                     _capture.check_unsafe(self, call)
                 return method(self, *args, **kwargs)

@@ -63,6 +63,8 @@ class SimMemoryCalls(SimCore):
         self._fault("alloc", "cuMemAllocAsync")
         if s.capture is not None:  # an allocation node (_graph.py)
             return self._capture_alloc(s, nbytes, "cuMemAllocAsync")
+        if self.sched.capturing:  # outside the capture: potentially unsafe (see _capture.py)
+            _capture.check_unsafe(self, "cuMemAllocAsync")
         a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="pool", call="cuMemAllocAsync",
                                      owner=s.ctx)
         self.sched.enqueue(s, None, f"cuMemAllocAsync of 0x{a.base:x}", [(a.base, a.size, True)])
@@ -75,6 +77,8 @@ class SimMemoryCalls(SimCore):
         if s.capture is not None:  # a free node (_graph.py)
             self._capture_free(s, a, int(ptr), "cuMemFreeAsync")
             return
+        if self.sched.capturing:  # outside the capture: potentially unsafe (see _capture.py)
+            _capture.check_unsafe(self, "cuMemFreeAsync")
         if a is not None and a.kind == "graph" and a.base == ptr and a.alive:
             claim_graph_free(a, "cuMemFreeAsync")
             self.sched.enqueue(s, lambda: unmap_graph_memory(self, a, "freed by cuMemFreeAsync"),

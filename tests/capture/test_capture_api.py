@@ -11,6 +11,7 @@ global-mode one.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import weakref
@@ -385,28 +386,86 @@ def test_gpuarray_frees_and_allocations_on_another_thread_leave_a_global_capture
     b.graph_destroy(b.stream_end_capture(s.handle))
 
 
+def _alloc_on_a_thread(b, ctx) -> list:
+    """``cuMemAlloc`` on a new thread (``ctx`` made current there first unless None): codes."""
+    codes = []
+
+    def worker():
+        try:
+            if ctx is not None:
+                b.ctx_set_current(ctx)
+            b.mem_free(b.mem_alloc(256))
+            codes.append(0)
+        except CudaError as e:
+            codes.append(e.code)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(30)
+    return codes
+
+
 def test_a_raw_allocation_on_another_thread_would_invalidate_it():
     """The hazard the test above guards against is real: the same call without relaxed mode."""
     b = get_backend().backend  # past the checkpoint
     s = nb_stream()
     gpuarray.zeros(1).copy_to_host()
-    codes = []
-
-    def worker():
-        try:
-            b.mem_alloc(256)
-        except CudaError as e:
-            codes.append(e.code)
-
+    ctx = b.ctx_get_current()
     _foreign_capture(b, s.handle)
-    t = threading.Thread(target=worker)
-    t.start()
-    t.join(30)
+    try:
+        # the thread makes the context current first: a new thread has none (next test)
+        codes = _alloc_on_a_thread(b, ctx)
+        state = b.stream_is_capturing(s.handle)
+    finally:
+        with pytest.raises(CudaError) as e:  # never leave the capture open (a GPU run did)
+            b.stream_end_capture(s.handle)
     assert codes == [900]
-    assert b.stream_is_capturing(s.handle) == "invalidated"
-    with pytest.raises(CudaError) as e:
-        b.stream_end_capture(s.handle)
+    assert state == "invalidated"
     assert e.value.code == 901
+
+
+def test_a_stream_ordered_allocation_outside_a_global_capture_is_unsafe():
+    """cuMemAllocAsync on a stream outside the capture: 900 in global mode, as an H200
+    answered (2026-11-28) where the simulator allowed it; relaxed mode allows it."""
+    b = get_backend().backend
+    s = nb_stream()
+    gpuarray.zeros(1).copy_to_host()
+    _foreign_capture(b, s.handle)
+    try:
+        prev = b.exchange_capture_mode("relaxed")
+        try:
+            p = b.mem_alloc_async(256, 1)  # relaxed: allowed, the capture stays valid
+        finally:
+            b.exchange_capture_mode(prev)
+        relaxed_state = b.stream_is_capturing(s.handle)
+        with pytest.raises(CudaError) as e:
+            b.mem_alloc_async(256, 1)
+        state = b.stream_is_capturing(s.handle)
+    finally:
+        with contextlib.suppress(CudaError):
+            b.graph_destroy(b.stream_end_capture(s.handle))
+    b.mem_free_async(p, 1)
+    b.stream_synchronize(1)
+    assert relaxed_state == "active"
+    assert e.value.code == 900 and state == "invalidated"
+
+
+def test_an_allocation_from_a_thread_without_a_context_fails_and_leaves_the_capture_valid():
+    """A fresh thread has no current context: cuMemAlloc answers 201 before any capture rule.
+
+    Seen on an H200 (2026-11-28): the simulator answered 900 and invalidated the capture.
+    """
+    b = get_backend().backend
+    s = nb_stream()
+    gpuarray.zeros(1).copy_to_host()
+    _foreign_capture(b, s.handle)
+    try:
+        codes = _alloc_on_a_thread(b, None)
+        state = b.stream_is_capturing(s.handle)
+    finally:
+        b.graph_destroy(b.stream_end_capture(s.handle))
+    assert codes == [201]
+    assert state == "active"
 
 
 @pytest.mark.parametrize("mode", ["global", "thread_local"])

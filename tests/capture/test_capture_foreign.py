@@ -227,7 +227,10 @@ _EXIT_CHILD = """
         b.stream_begin_capture(e.handle, "global")
         del x
         gc.collect()  # held: the capture is another library's
-    b.graph_destroy(b.stream_end_capture(owned[0].handle))
+    graph = b.stream_end_capture(owned[0].handle)
+    prev = b.exchange_capture_mode("relaxed")  # the second, global, capture is still open
+    b.graph_destroy(graph)
+    b.exchange_capture_mode(prev)
     # exit: no pool operation since; the second capture never ends
 """
 

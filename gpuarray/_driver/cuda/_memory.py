@@ -129,15 +129,18 @@ class MemoryCalls(CallsBase):
     def pointer_info(self, ptr: int) -> PointerInfo:
         if not self._ready:
             self.init()
-        res = S._d.cuPointerGetAttributes(6, S._PTR_ATTRS, ptr)
+        res = S._d.cuPointerGetAttributes(len(S._PTR_ATTRS), S._PTR_ATTRS, ptr)
         if int(res[0]) == _ERR_INVALID_VALUE:
             # Older drivers report unknown (pageable) host memory this way.
             return PointerInfo(0, -1, 0, 0)
-        mtype, ordinal, base, size, managed, mapped = _check(res, "cuPointerGetAttributes")
+        mtype, ordinal, base, size, managed, mapped = _check(res, "cuPointerGetAttributes")[:6]
         mtype = int(mtype)
         if mtype == 0:
             # Not a CUDA address: the driver fills defaults (ordinal -2).
             return PointerInfo(0, -1, 0, 0)
+        if S._ORDINAL_VIA_CONTEXT and mtype == int(S._MT_DEVICE):  # see _state
+            ctx = res[1][6]
+            ordinal = _check(S._d.cuCtxGetDevice_v2(ctx), "cuCtxGetDevice_v2") if int(ctx) else ordinal
         return PointerInfo(mtype, int(ordinal), int(base), int(size), bool(managed), bool(mapped))
 
     # ----------------------------------------------------- copies and sets

@@ -50,6 +50,20 @@ _MT_HOST: Any = None
 _MT_DEVICE: Any = None
 _RELEASE_THRESHOLD: Any = None
 _PTR_ATTRS: list[Any] = []
+#: cuda-bindings 13.2.0-13.4.2 write CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL into one field of
+#: their helper and read it back from another (its value is always 0: seen with 13.3.1 on
+#: an H200 run and over the stand-in); then the ordinal comes from the pointer's context
+#: (CU_POINTER_ATTRIBUTE_CONTEXT, cuCtxGetDevice_v2).
+_ORDINAL_VIA_CONTEXT = False
+
+
+def misreads_device_ordinal(version: str) -> bool:
+    """Whether a cuda-bindings ``version`` misreads CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL."""
+    try:
+        key = tuple(int(x) for x in version.split("+")[0].split(".")[:3])
+    except ValueError:
+        return False
+    return (13, 2, 0) <= key <= (13, 4, 2)
 _DEV_ATTRS: dict[str, Any] = {}
 _STREAM_NON_BLOCKING = 1
 _EVENT_DISABLE_TIMING = 2
@@ -103,6 +117,7 @@ def _bind(drv: Any) -> None:
     global _HOSTALLOC_PORTABLE, _HOSTALLOC_DEVICEMAP, _HOSTALLOC_WRITECOMBINED
     global _HOSTREGISTER_PORTABLE, _HOSTREGISTER_DEVICEMAP, _IPC_LAZY_PEER
     global _CAPTURE_MODES, _GRAPH_AUTO_FREE_ON_LAUNCH, _EVENT_WAIT_EXTERNAL, _cuGraphInstantiate
+    global _ORDINAL_VIA_CONTEXT
 
     pa = drv.CUpointer_attribute
     _PTR_ATTRS = [
@@ -113,6 +128,15 @@ def _bind(drv: Any) -> None:
         pa.CU_POINTER_ATTRIBUTE_IS_MANAGED,
         pa.CU_POINTER_ATTRIBUTE_MAPPED,
     ]
+    try:
+        from importlib.metadata import version as _version
+
+        _ORDINAL_VIA_CONTEXT = (misreads_device_ordinal(_version("cuda-bindings"))
+                                and hasattr(drv, "cuCtxGetDevice_v2"))
+    except Exception:  # metadata missing (a source tree on PYTHONPATH): assume a good binding
+        _ORDINAL_VIA_CONTEXT = False
+    if _ORDINAL_VIA_CONTEXT:
+        _PTR_ATTRS.append(pa.CU_POINTER_ATTRIBUTE_CONTEXT)
     da = drv.CUdevice_attribute
     _DEV_ATTRS = {a: getattr(da, "CU_DEVICE_ATTRIBUTE_" + a.upper()) for a in DEVICE_ATTRIBUTES}
     _CUresult = drv.CUresult

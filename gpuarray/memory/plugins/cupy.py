@@ -15,7 +15,8 @@ through ``cudaFree`` / ``cudaMalloc`` when memory runs out, which synchronise
 the device.  So a block's next user is always ordered after the work queued
 on its allocation stream before the free.  This plugin therefore (1) makes
 the allocation with the stream the memory will be used on as CuPy's current
-stream (``cupy.cuda.ExternalStream(home)``, home from
+stream (``cupy.cuda.Stream.from_external(home)``; CuPy 13 and older:
+``cupy.cuda.ExternalStream``, deprecated since CuPy 14; home from
 :func:`gpuarray.memory.allocation_stream`, else the legacy default stream),
 and (2) when gpuarray drops the memory, first makes that stream wait on
 events of every other stream recorded on it
@@ -38,6 +39,15 @@ from .._stream_ordered import StreamOrderedMemoryManager
 from . import _require
 
 cupy = _require("cupy", "cupy", "pip install cupy-cuda13x, or the wheel matching your CUDA")
+
+
+def _cupy_stream(stream: Any, device_id: int) -> Any:
+    """``stream`` as a CuPy stream: ``Stream.from_external`` (the CUDA stream protocol)
+    where CuPy has it, else ``ExternalStream`` (deprecated in CuPy 14, which warns)."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(stream)
+    return cupy.cuda.ExternalStream(stream.handle, device_id)
 
 __all__ = ["CuPyMemoryManager"]
 
@@ -93,7 +103,7 @@ class CuPyMemoryManager(GetIpcHandleMixin, StreamOrderedMemoryManager):
         pool = self.get_pool()
 
         def attempt() -> Any:
-            with cupy.cuda.Device(dev.id), cupy.cuda.ExternalStream(home.handle, dev.id):
+            with cupy.cuda.Device(dev.id), _cupy_stream(home, dev.id):
                 return pool.malloc(size)
 
         block = self.allocate_with_retry(dev, size, attempt, (cupy.cuda.memory.OutOfMemoryError,),

@@ -126,13 +126,21 @@ work, is judged when it has run on its enqueue-time clock.
 
 Numerics
 --------
-Integers exact (division by zero gives all ones, as a GPU does; no trap).
+Integers exact (division and remainder by zero give all ones, as an H200
+does; no trap).
 Float ``add/sub/mul/div/fma/sqrt/rcp`` with ``.rn`` are IEEE, correctly
 rounded (C++ without contraction, see ``ptxrt.h``; ``fma`` is libm's
 ``fmaf``/``fma``); ``.rz/.rm/.rp`` run under ``fesetround`` with volatile
 operands.  ``.ftz`` flushes subnormal inputs and results of ``.f32`` to
-sign-preserving zero; ``.sat`` clamps to [0, 1] (NaN -> 0).  Float-to-int
-``cvt`` saturates (NaN -> 0) as PTX specifies.  f16/bf16 conversions are
+sign-preserving zero; ``.sat`` clamps to [+0, 1] (NaN and -0 -> +0).
+Float-to-int ``cvt`` saturates; NaN gives the destination's top bit alone
+(``0x80000000``, ``0x8000000000000000``) from an f64 source or into a 64-bit
+destination, else 0.  NaN results of f32 operations and conversions are the
+canonical ``0x7fffffff`` (``copysign`` and ``cvt.f32.bf16``, bit operations
+on a GPU, keep the payload); of f16/bf16 ones ``0x7fff``.  ``testp.normal``
+holds for zero.  These rules are what an H200 answered (the ``ptx-vs-gpu``
+step of the GPU runs of 2026-11-28, docs/validation.md), where the ISA says
+less or otherwise.  f16/bf16 conversions are
 exact software roundings (all four modes); f16/bf16 arithmetic (scalar and
 ``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) widens exactly,
 computes in double and rounds once -- correctly rounded for f16
@@ -142,9 +150,12 @@ C library (glibc: ``exp2f``, ``log2f``, ``sinf``, ``cosf``, ``tanhf`` within
 1-2 ulp; ``rsqrt`` as ``1/sqrt`` in double; ``rcp/sqrt/div.approx``
 correctly rounded), all inside the PTX ISA's stated bounds.  Unknown
 until a GPU run: bit-equality of ``.approx`` results (a GPU's are
-coarser), of ``add``/``mul`` without a rounding modifier (ptxas may fuse
-them into an ``fma``; here they are never fused), and NaN payloads
-(here the C++ operation's; a GPU gives the canonical NaN).
+coarser: ``ex2``, ``lg2``, ``rsqrt`` within 1-2 ulp of these, ``tanh`` about
+100 ulp, ``rcp.approx.ftz.f64`` a 20-bit result in the high word), of
+``add``/``mul`` without a rounding modifier (ptxas may fuse them into an
+``fma``; here they are never fused), and f64 NaN payloads (an H200 returned
+the second operand's NaN, quieted, when both were NaN; here the C++
+operation's, the first).
 """
 
 from __future__ import annotations

@@ -482,7 +482,8 @@ def _cvt(ctx: FuncCtx, it: Instr) -> str:
     # integer destination
     if src in FLOATS:
         m = IROUND.get(imode or "rzi")
-        return ctx.assign(d, f"ptx::f2i<{dct}>((double){sval}, {m})", dct)
+        from_f64 = "true" if st == "f64" else "false"
+        return ctx.assign(d, f"ptx::f2i<{dct}>((double){sval}, {m}, {from_f64})", dct)
     if "sat" in it.mods:
         lo = f"(({src})std::numeric_limits<{dct}>::min())"
         hi = f"(({src})std::numeric_limits<{dct}>::max())"

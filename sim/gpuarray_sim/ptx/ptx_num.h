@@ -194,11 +194,16 @@ template <class V> inline V fmax_(V a, V b) {
 // (add, abs/neg, cvt from f16 and cvt.rzi on an H200, 2026-11-28).
 inline float canon(float v) { return v != v ? bits<float>(0x7fffffffu) : v; }
 
-// Float to integer: PTX saturates; NaN gives 0 for 32-bit and narrower destinations
-// and 0x8000000000000000 for 64-bit ones (an H200's cvt.rmi.s64.f64, 2026-11-28;
-// cuda_fp16.h documents the same for __half2ll/__half2ull).  `m` rounds first.
-template <class V> inline V f2i(double v, int m) {
-    if (v != v) return sizeof(V) == 8 ? (V)((uint64_t)1 << 63) : (V)0;
+// Float to integer: PTX saturates.  NaN (an H200, 2026-11-28): the destination's top bit
+// alone (0x80000000, 0x8000000000000000) from an f64 source or into a 64-bit destination
+// (cuda_fp16.h documents the same for __half2ll/__half2ull), else 0 (f32/f16/bf16 into
+// 32 bits or fewer).  `m` rounds first.
+template <class V> inline V f2i(double v, int m, bool from_f64 = false) {
+    if (v != v) {
+        if (sizeof(V) == 8 || from_f64)
+            return (V)((typename std::make_unsigned<V>::type)1 << (8 * sizeof(V) - 1));
+        return (V)0;
+    }
     switch (m) {
         case 1: v = nearbyint(v); break;  // rni (nearest even: the default mode)
         case 2: v = trunc(v); break;      // rzi
@@ -276,6 +281,9 @@ inline float widen(uint16_t h, int ebits, int pbits) {
     const int fb = pbits - 1, bias = (1 << (ebits - 1)) - 1;
     const uint32_t sign = (uint32_t)(h >> 15) << 31;
     const uint32_t e = (h >> fb) & ((1u << ebits) - 1), f = h & ((1u << fb) - 1);
+    // NaN (an H200, 2026-11-28): from f16 the canonical 0x7fffffff; bf16 is the top half
+    // of an f32, and its NaN keeps sign and payload (a shift)
+    if (e == (1u << ebits) - 1 && f && ebits == 8) return bits<float>((uint32_t)h << 16);
     if (e == (1u << ebits) - 1) return f ? bits<float>(0x7fffffffu) : bits<float>(sign | 0x7f800000u);
     if (e == 0) {  // zero or subnormal: f * 2^(1 - bias - fb), exact in float
         const float v = ldexpf((float)f, 1 - bias - fb);

@@ -493,13 +493,13 @@ CASES = [
          lambda a, b, c: (a.astype(np.uint32) << 16).view(np.float32)),
     Case("cvt_rni_s32_f32", ("f32", "f32", "f32", "s32"), "cvt.rni.s32.f32 %d, %a;",
          lambda: (np.concatenate([edge_f32()[:16], finite_f32(1e9)[:48]]),) * 3,
-         lambda a, b, c: _f2i(np.rint(a.astype(np.float64)), "s32")),
+         lambda a, b, c: _f2i(np.rint(a.astype(np.float64)), "s32", False)),
     Case("cvt_rzi_u32_f32", ("f32", "f32", "f32", "u32"), "cvt.rzi.u32.f32 %d, %a;",
          lambda: (np.concatenate([edge_f32()[:16], finite_f32(1e9)[:48]]),) * 3,
-         lambda a, b, c: _f2i(np.trunc(a.astype(np.float64)), "u32")),
+         lambda a, b, c: _f2i(np.trunc(a.astype(np.float64)), "u32", False)),
     Case("cvt_rmi_s64_f64", ("f64", "f64", "f64", "s64"), "cvt.rmi.s64.f64 %d, %a;",
          lambda: (edge_f32().astype(np.float64) * 1e10,) * 3,
-         lambda a, b, c: _f2i(np.floor(a), "s64")),
+         lambda a, b, c: _f2i(np.floor(a), "s64", True)),
     Case("cvt_rn_f32_s32", ("s32", "s32", "s32", "f32"), "cvt.rn.f32.s32 %d, %a;", _i("s32"),
          lambda a, b, c: a.astype(np.float32)),
     Case("cvt_rz_f32_s64", ("s64", "s64", "s64", "f32"), "cvt.rz.f32.s64 %d, %a;", _i("s64"),
@@ -543,12 +543,12 @@ CASES = [
          _ints("u32", lambda a, b, c: -1)),
     Case("cvt_rzi_u64_f64", ("f64", "f64", "f64", "u64"), "cvt.rzi.u64.f64 %d, %a;",
          lambda: (edge_f32().astype(np.float64) * 1e10,) * 3,
-         lambda a, b, c: _f2i(np.trunc(a), "u64")),
+         lambda a, b, c: _f2i(np.trunc(a), "u64", True)),
     Case("cvt_rzi_s64_f32", ("f32", "f32", "f32", "s64"), "cvt.rzi.s64.f32 %d, %a;",
-         lambda: (edge_f32(),) * 3, lambda a, b, c: _f2i(np.trunc(a.astype(np.float64)), "s64")),
+         lambda: (edge_f32(),) * 3, lambda a, b, c: _f2i(np.trunc(a.astype(np.float64)), "s64", False)),
     Case("cvt_rzi_s32_f64", ("f64", "f64", "f64", "s32"), "cvt.rzi.s32.f64 %d, %a;",
          lambda: (edge_f32().astype(np.float64) * 1e3,) * 3,
-         lambda a, b, c: _f2i(np.trunc(a), "s32")),
+         lambda a, b, c: _f2i(np.trunc(a), "s32", True)),
     Case("add_sat_zero_f32", F32, "add.sat.f32 %d, %a, %b;",
          lambda: (edge_f32(), np.roll(edge_f32(), 1), edge_f32()),
          lambda a, b, c: (np.where(np.isnan(a + b), 0, np.clip(a + b, 0, 1)) + 0.0)
@@ -611,12 +611,15 @@ def _half_nan(bits: np.ndarray, fmt: str) -> np.ndarray:
     return ((bits & exp) == exp) & ((bits & man) != 0)
 
 
-def _f2i(v, t):
+def _f2i(v, t, from_f64):
+    """Float to integer as a GPU converts: saturated; NaN (an H200, 2026-11-28) gives the
+    destination's top bit alone from an f64 source or into 64 bits, else 0."""
     info = np.iinfo(NP[t])
     out = []
+    top = int(np.array(1 << (info.bits - 1), f"u{info.bits // 8}").view(NP[t]))
     for x in v:
-        if np.isnan(x):  # 64-bit destinations: 0x8000000000000000 (an H200, 2026-11-28)
-            out.append(0 if info.bits < 64 else int(np.array(1 << 63, np.uint64).view(NP[t])))
+        if np.isnan(x):
+            out.append(top if info.bits == 64 or from_f64 else 0)
         else:
             out.append(int(max(info.min, min(info.max, x))))
     return np.array(out, NP[t])
@@ -678,8 +681,9 @@ def test_instruction(loaded, case):
             nan = np.isnan(want)
             assert (np.isnan(got) == nan).all(), (ins, got, want)
             # ... and f32 NaNs the canonical 0x7fffffff (an H200, 2026-11-28), except
-            # copysign's: a bit operation there too (its NaN kept the payload)
-            if td == "f32" and not case.name.startswith("copysign"):
+            # where the GPU's is a bit operation that keeps the payload: copysign, and
+            # cvt.f32.bf16 (a bf16 is an f32's top half)
+            if td == "f32" and not case.name.startswith(("copysign", "cvt_f32_bf16")):
                 assert (got.view(np.uint32)[nan] == 0x7FFFFFFF).all(), (case.name, got[nan])
             bad = ~nan & (got.view(f"u{got.itemsize}") != want.view(f"u{want.itemsize}"))
         else:

@@ -63,7 +63,9 @@ def test_captured_pipeline_replays_and_rules_hold_through_cuda_py(folder):  # no
         # The same allocation made raw: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, then 901.
         b.stream_begin_capture(s.handle, "global")
         codes = []
-        def raw():
+        ctx = b.ctx_get_current()
+        def raw():  # a new thread has no current context (201 before any capture rule)
+            b.ctx_set_current(ctx)
             try:
                 b.mem_alloc(64)
             except CudaError as e:

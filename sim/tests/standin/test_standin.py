@@ -202,13 +202,41 @@ def test_several_devices_and_visible_devices(folder):
         s1 = b.stream_create()
         assert b.stream_get_ctx(s1) == c1
         p1 = b.mem_alloc(64)
-        assert b.pointer_info(p1).device_ordinal == 1
+        assert b.pointer_info(p1).device_ordinal == 1  # on every binding: see the next test
         b.ctx_set_current(c0)
         b.ctx_enable_peer_access(c1)
         b.ctx_enable_peer_access(c1)         # ALREADY_ENABLED is not an error for the backend
         b.mem_free(p1)
         print('OK')
     """, GPUARRAY_SIM_DEVICES="3", CUDA_VISIBLE_DEVICES="2,0"))
+
+
+def test_the_device_of_a_pointer_comes_from_its_context_where_the_binding_misreads_it(folder):
+    """cuda-bindings 13.2.0-13.4.2 read CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL as 0 (13.3.1 on
+    the H200 run): then gpuarray asks the pointer's context (forced here on any binding)."""
+    from gpuarray._driver.cuda._state import misreads_device_ordinal
+    assert [v for v in ("12.9.10", "13.1.1", "13.2.0", "13.3.1", "13.4.2", "13.4.3", "13.5.0")
+            if misreads_device_ordinal(v)] == ["13.2.0", "13.3.1", "13.4.2"]
+    out = ok(run(folder, """
+        from gpuarray._driver.cuda import _state as S
+        c0, c1 = b.primary_ctx_retain(0), b.primary_ctx_retain(1)  # the binding is loaded
+        if not hasattr(S._d, "cuCtxGetDevice_v2"):
+            print("no cuCtxGetDevice_v2"); print("OK"); raise SystemExit
+        if not S._ORDINAL_VIA_CONTEXT:
+            S._ORDINAL_VIA_CONTEXT = True
+            S._PTR_ATTRS.append(S._d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT)
+        b.ctx_set_current(c1)
+        p1 = b.mem_alloc(64)
+        b.ctx_set_current(c0)
+        p0 = b.mem_alloc(64)
+        assert b.pointer_info(p1).device_ordinal == 1, b.pointer_info(p1)
+        assert b.pointer_info(p0).device_ordinal == 0
+        b.mem_free(p0); b.mem_free(p1)
+        print('OK')
+    """, GPUARRAY_SIM_DEVICES="2"))
+    if "no cuCtxGetDevice_v2" in out:
+        pytest.skip("cuda-bindings 12 has no cuCtxGetDevice_v2 (the bindings that misread the "
+                    "ordinal are 13.x, which have it)")
 
 
 def test_no_visible_device_is_cuda_unavailable(folder):
