@@ -7,7 +7,8 @@
 # CUDA_EXTRA=cu13 (default; CUDA 13 drivers, R580+) or CUDA_EXTRA=cu12 (CUDA
 # 12.x drivers), e.g. `make demo CUDA_EXTRA=cu12`. gpu-check is different: it
 # runs on the GPU machine, which has no package registry, so it uses the
-# system python3 on the source tree (PYTHONPATH=.) and never creates a venv or
+# system python3 on the source tree (PYTHONPATH=.:sim, gpuarray-sim's entry points
+# declared in a scratch folder) and never creates a venv or
 # installs anything; it builds the C DLPack core in place first
 # (setup.py build_ext --inplace; the ctypes core runs if that fails) so the
 # run measures what users get, and records which core ran.
