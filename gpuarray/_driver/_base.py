@@ -56,7 +56,7 @@ MEMORYTYPE_ARRAY = 3
 MEMORYTYPE_UNIFIED = 4
 
 #: The answers of :attr:`Backend.kernel_images`.
-KERNEL_IMAGES = ("cubin", "ptx", "checked")
+KERNEL_IMAGES = ("cubin", "ptx", "checked", "none")
 
 #: Stream capture modes (``CUstreamCaptureMode``: 0, 1, 2).
 CAPTURE_MODES = ("global", "thread_local", "relaxed")
@@ -131,7 +131,8 @@ class Backend(abc.ABC):
         ``"cubin"`` (a GPU: the image built for the device), ``"ptx"`` (the
         PTX a GPU build makes), ``"checked"`` (its own implementation of each
         gpuarray kernel symbol: the image is compiled only so that a kernel
-        that does not compile fails, and may be a placeholder).
+        that does not compile fails), ``"none"`` (its own implementation, and
+        no image at all: a placeholder is loaded).
         """
         return "cubin"
 

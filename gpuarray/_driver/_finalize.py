@@ -29,8 +29,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import _signals
-
 __all__ = ["run_finalizer", "remember", "raise_pending", "cleanup", "take_pending", "call_now",
            "host_callback", "in_host_callback", "hand_to_reaper"]
 
@@ -174,13 +172,27 @@ def in_host_callback() -> bool:
     return _tls.callback
 
 
+_thread_setup: list[Callable[[], None]] = []
+
+
+def add_thread_setup(setup: Callable[[], None]) -> None:
+    """Run ``setup()`` first in each helper thread gpuarray starts (the reaper), once each.
+
+    For a backend whose work needs it: the simulator blocks asynchronous signals
+    there, so that they reach the main thread, which holds them back while it
+    runs device work (gpuarray_sim).
+    """
+    if setup not in _thread_setup:
+        _thread_setup.append(setup)
+
 _reaper_queue: queue.SimpleQueue = queue.SimpleQueue()
 _reaper_lock = threading.Lock()
 _reaper: threading.Thread | None = None
 
 
 def _reap() -> None:
-    _signals.block_in_this_thread()  # signals go to the main thread (see _signals.py)
+    for setup in _thread_setup:
+        setup()
     while True:
         item = _reaper_queue.get()
         if isinstance(item, list):

@@ -17,11 +17,8 @@ its NumPy reference kernels belong to ``gpuarray-sim``
 (``gpuarray_sim.kernels``).
 
 Environment: ``GPUARRAY_KERNEL_CACHE_DIR`` (disk cache folder),
-``GPUARRAY_KERNEL_CACHE=0`` (no disk cache), ``GPUARRAY_SIM_COMPILE=0``
-(simulator: skip the NVRTC compilation of the real sources),
-``GPUARRAY_SIM_KERNELS=host|reference`` (simulator: the host build of the
-kernels, default where a C++ compiler exists, or the reference),
-``GPUARRAY_SIM_KERNELS_LOG`` (a file listing the specialisations run).
+``GPUARRAY_KERNEL_CACHE=0`` (no disk cache); the simulator's own settings
+(``GPUARRAY_SIM_COMPILE``, ``GPUARRAY_SIM_KERNELS``, ...) are gpuarray-sim's.
 
 Import cost: this layer is imported with gpuarray (a few milliseconds, kept
 small: no ``hashlib``/``logging``/``tempfile``, no dataclasses on the import

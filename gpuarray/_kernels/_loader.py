@@ -12,9 +12,8 @@ the cubin for the device (a GPU), the PTX a GPU build makes (a backend that
 runs PTX), or, for a backend that runs its own implementation of each kernel
 symbol (the simulator), an image compiled only so that a kernel that does
 not compile fails there too: with ``--Ofast-compile=max`` (the image is
-never run), about 0.04 s per kernel instead of 0.1-0.2 s.
-``GPUARRAY_SIM_COMPILE=0`` skips that compilation (a placeholder image is
-loaded); so does a missing NVRTC.
+never run), about 0.04 s per kernel instead of 0.1-0.2 s.  A missing NVRTC,
+or a backend that wants no image (``"none"``), gets a placeholder.
 
 NVRTC is loaded only to compile: what the target choice and the cache key
 need to know of it comes from :mod:`._toolchain`, so a warm disk cache loads
@@ -26,7 +25,6 @@ simulated driver version) whenever it compiles the real sources.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from typing import NamedTuple
@@ -36,7 +34,7 @@ from ..errors import CudaError, error_code
 from . import _cache, _nvrtc, _source, _toolchain
 from ._specs import KernelSpec, program_source
 
-__all__ = ["DeviceInfo", "device_info", "get_kernel", "get_function", "build_image", "sim_compile_enabled",
+__all__ = ["DeviceInfo", "device_info", "get_kernel", "get_function", "build_image",
            "forget_loaded"]
 
 
@@ -53,12 +51,6 @@ _lock = threading.Lock()
 _devices: weakref.WeakKeyDictionary[object, dict[int, DeviceInfo]] = weakref.WeakKeyDictionary()
 _functions: weakref.WeakKeyDictionary[object, dict[tuple[int, str], tuple[int, DeviceInfo]]] = (
     weakref.WeakKeyDictionary())
-
-
-def sim_compile_enabled() -> bool:
-    """False when ``GPUARRAY_SIM_COMPILE`` is ``0``/``false``/``no``/``off``."""
-    v = os.environ.get("GPUARRAY_SIM_COMPILE", "1").strip().lower()
-    return v not in ("0", "false", "no", "off")
 
 
 def device_info(backend, ordinal: int) -> DeviceInfo:
@@ -170,8 +162,8 @@ _IMAGE_REFUSED = frozenset(error_code(n) for n in ("INVALID_IMAGE", "NO_BINARY_F
 def _image(b, spec: KernelSpec, info: DeviceInfo, rebuild: bool = False) -> bytes:
     """What ``b`` executes of ``spec``, built for ``info``'s device (``Backend.kernel_images``)."""
     images = b.kernel_images
-    if images == "checked":  # the backend runs its own implementation: the image is checked only
-        if sim_compile_enabled() and _toolchain.current() is not None:
+    if images in ("checked", "none"):  # the backend runs its own implementation of the symbol
+        if images == "checked" and _toolchain.current() is not None:  # built only to be checked
             return build_image(spec, info.cc, fast=True, driver_version=info.driver_version,
                                rebuild=rebuild)
         return b"gpuarray-sim-placeholder\0" + spec.symbol.encode() + b"\0"

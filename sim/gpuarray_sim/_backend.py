@@ -140,8 +140,13 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
     @property
     def kernel_images(self) -> str:
         """``"ptx"`` with ``GPUARRAY_SIM_KERNELS=ptx`` (the PTX executor runs the image), else
-        ``"checked"``: the simulator runs its own build of each gpuarray kernel (``kernels``)."""
-        return "ptx" if kernels.mode() == "ptx" else "checked"
+        the simulator runs its own build of each gpuarray kernel (``kernels``) and the real
+        source is compiled only to be checked (``"checked"``), or not at all with
+        ``GPUARRAY_SIM_COMPILE=0`` (``"none"``)."""
+        if kernels.mode() == "ptx":
+            return "ptx"
+        compile_ = os.environ.get("GPUARRAY_SIM_COMPILE", "1").strip().lower()
+        return "none" if compile_ in ("0", "false", "no", "off") else "checked"
 
     @classmethod
     def from_environment(cls) -> SimBackend:

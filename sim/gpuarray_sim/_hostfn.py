@@ -24,9 +24,9 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from gpuarray._driver import _signals
 from gpuarray.errors import CudaError
 
+from . import _signals
 from ._codes import NOT_PERMITTED
 
 #: The CUDA driver function of each call of the driver interface (``_base.Backend``).

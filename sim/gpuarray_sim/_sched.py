@@ -35,8 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuarray._driver import _signals
-
+from . import _signals
 from ._lock import SimLock
 from ._memory import AddressSpace
 from ._race import RaceDetector, Reports

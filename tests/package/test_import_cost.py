@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GPUARRAY_MODULES = frozenset("""
     _array _array_protocols _array_views _capture_foreign _coerce _config _creation
     _device _driver _driver._base _driver._call_kinds _driver._checkpoint _driver._finalize
-    _driver._fork _driver._signals _driver._userdir
+    _driver._fork _driver._userdir
     _footprint _graph _kernels _kernels._cache _kernels._dtypes
     _kernels._hash _kernels._launch _kernels._loader _kernels._nvrtc _kernels._nvrtc_id
     _kernels._plan _kernels._source _kernels._specs _kernels._toolchain _layout _staging _stream

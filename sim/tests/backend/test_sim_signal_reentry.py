@@ -218,7 +218,7 @@ def test_a_child_forked_by_a_helper_thread_of_gpuarray_gets_signals():
     import signal
     import threading
 
-    from gpuarray._driver import _signals
+    from gpuarray_sim import _signals
 
     result: dict[str, object] = {}
 

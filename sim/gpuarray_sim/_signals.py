@@ -1,4 +1,4 @@
-"""Asynchronous signals held back while the simulator runs device work (``sim/_sched.py``).
+"""Asynchronous signals held back while the simulator runs device work (``_sched.py``).
 
 One concern: where a Python signal handler may run relative to simulated
 device work.  CPython runs a handler on the main thread, between two
@@ -20,7 +20,8 @@ program), and ``SIGINT``/``SIGTERM`` must still reach it then.  The simulator's 
 for good (:func:`block_in_this_thread`): the kernel would otherwise deliver a
 process-directed signal the main thread holds back to one of them, and the
 main thread would run its handler inside the work all the same (gpuarray's
-reaper thread, ``_finalize.py``, blocks them too).  A program's
+reaper thread blocks them too: this module registers :func:`block_in_this_thread`
+with ``gpuarray._driver._finalize.add_thread_setup``).  A program's
 own thread can still take such a signal; a call its handler makes that needs
 the work in progress fails then (``ReentryError``), and leaves nothing queued
 behind (``Scheduler.complete``'s ``own``).
@@ -38,6 +39,8 @@ import os
 import signal
 import threading
 from threading import get_ident
+
+from gpuarray._driver import _finalize
 
 __all__ = ["hold", "release", "block_in_this_thread"]
 
@@ -149,3 +152,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_finalize.add_thread_setup(block_in_this_thread)
