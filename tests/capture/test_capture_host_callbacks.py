@@ -19,7 +19,6 @@ import threading
 
 import numpy as np
 import pytest
-from gpuarray_sim import SimBackend
 
 import gpuarray
 from gpuarray._driver import get_backend
@@ -28,14 +27,6 @@ from gpuarray.errors import CudaError, StreamCaptureError
 from tests.support import backend_is_sim, simulated
 
 sim_only = pytest.mark.skipif(not backend_is_sim(), reason="checks the simulator's model of CUDA")
-
-
-@pytest.fixture
-def b():
-    sim = SimBackend(racecheck="error")
-    sim.init()
-    sim.ctx_set_current(sim.primary_ctx_retain(0))
-    return sim
 
 
 @sim_only

@@ -11,17 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpuarray_sim import SimBackend
 
 from gpuarray.errors import StreamOrderError
-
-
-@pytest.fixture
-def b():
-    sim = SimBackend(racecheck="error")
-    sim.init()
-    sim.ctx_set_current(sim.primary_ctx_retain(0))
-    return sim
 
 
 def _fork_join(b, s, t, branch0, branch1, edge=False):

@@ -15,17 +15,8 @@ import threading
 
 import numpy as np
 import pytest
-from gpuarray_sim import SimBackend
 
 from gpuarray.errors import CudaError, StreamOrderError
-
-
-@pytest.fixture
-def b():
-    sim = SimBackend(racecheck="error")
-    sim.init()
-    sim.ctx_set_current(sim.primary_ctx_retain(0))
-    return sim
 
 
 def code_of(fn, *args):

@@ -23,15 +23,10 @@ from gpuarray_sim import ptx
 
 import gpuarray  # noqa: F401  (registers the host build's toolchain)
 from gpuarray.errors import StreamOrderError
-from sim.tests.ptx.support import backend, download, fixture, u64, upload
+from sim.tests.ptx.support import download, fixture, u64, upload
 from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
 
 N = 256  # saxpy's elements per launch (one block of 256 threads)
-
-
-@pytest.fixture
-def b():
-    return backend()
 
 
 @pytest.fixture

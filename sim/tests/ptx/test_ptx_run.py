@@ -21,13 +21,8 @@ from gpuarray_sim._images import PLACEHOLDER
 import gpuarray  # noqa: F401  (registers the host build's toolchain)
 from gpuarray.errors import CudaError
 from sim.tests.ptx.fixtures.kernel_cases import CASES
-from sim.tests.ptx.support import HEAD, backend, download, fixture, launch, u64, upload
+from sim.tests.ptx.support import HEAD, download, fixture, launch, u64, upload
 from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
-
-
-@pytest.fixture
-def b():
-    return backend()
 
 
 def _entry(text: str) -> str:
