@@ -73,6 +73,19 @@ def test_cli_info_says_the_cuda_backend_runs_over_the_standin(folder):
     assert _standin_serve.STANDIN_DEVICE_MARK in res.stdout
 
 
+def test_the_simulators_own_cli_runs_a_command_over_the_standin(folder):
+    # python -m gpuarray_sim standin is the stand-in's own command line; python -m
+    # gpuarray standin (above) hands over to it through an entry point.
+    code = "import os, gpuarray; print(os.environ['GPUARRAY_BACKEND'], gpuarray.device_count())"
+    res = subprocess.run([sys.executable, "-m", "gpuarray_sim", "standin", "--", sys.executable, "-c",
+                          code], capture_output=True, text=True, timeout=180,
+                         env={k: v for k, v in os.environ.items()
+                              if k not in ("GPUARRAY_BACKEND", "GPUARRAY_STANDIN", "CUDA_VISIBLE_DEVICES",
+                                           "GPUARRAY_SIM_DEVICES")})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["cuda", "1"], res.stdout
+
+
 def test_cli_without_a_command_is_a_usage_error():
     res = subprocess.run([sys.executable, "-m", "gpuarray", "standin"], capture_output=True,
                          text=True, timeout=60)
