@@ -87,7 +87,7 @@ test-standin: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 # cudapy/test_multiprocessing, 0.30.4, unmodified) over the stand-in driver, and
 # the tests with driver-API peers (cuda.core, numba-cuda) on simulated memory.
 # A venv of its own (.venv-peers, tests/requirements-peers.txt): the peers never
-# enter .venv. tools/numba_driver/run.py fails on any failure that is not a
+# enter .venv. sim/tools/numba_driver/run.py fails on any failure that is not a
 # listed "needs a user kernel executed" one.
 PEERS_VENV ?= .venv-peers
 $(PEERS_VENV)/.stamp: $(DEPS) tests/requirements-peers.txt
@@ -96,7 +96,7 @@ $(PEERS_VENV)/.stamp: $(DEPS) tests/requirements-peers.txt
 	@touch $@
 
 test-numba-driver: $(PEERS_VENV)/.stamp
-	$(PEERS_VENV)/bin/python tools/numba_driver/run.py
+	$(PEERS_VENV)/bin/python sim/tools/numba_driver/run.py
 	$(PEERS_VENV)/bin/python -m gpuarray standin -- $(PEERS_VENV)/bin/python -m pytest -q \
 	    -p no:cacheprovider tests/interop/test_peers_driver_api.py tests/interop/test_peers_capture.py \
 	    tests/interop/test_numba_kernels_page.py sim/tests/standin/test_standin_ptx_supply.py $(PYTEST_ARGS)
@@ -112,9 +112,9 @@ test-ptx-kernels: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 
 # A CI-sized selection of numba-cuda's kernel tests (numba.cuda.tests.cudapy,
 # 0.30.4, unmodified) over the stand-in; every failure listed with its reason
-# (tools/numba_cudapy/run.py; --whole runs the whole suite and counts).
+# (sim/tools/numba_cudapy/run.py; --whole runs the whole suite and counts).
 test-numba-cudapy: $(PEERS_VENV)/.stamp
-	$(PEERS_VENV)/bin/python tools/numba_cudapy/run.py $(NUMBA_CUDAPY_ARGS)
+	$(PEERS_VENV)/bin/python sim/tools/numba_cudapy/run.py $(NUMBA_CUDAPY_ARGS)
 
 # Simulator runs are smoke tests of the benchmark code, not measurements:
 # their JSON is named tmp-* (git-ignored). CUDA runs are committable.

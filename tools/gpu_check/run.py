@@ -25,7 +25,7 @@ Steps, in order (``--only`` picks some, by name):
               (CAI dicts with the bytes at their pointers, DLPack capsule
               fields) for a few dtypes and layouts, into the log: an interop
               failure is then gpuarray's or the peer's by the record;
-``ptx-vs-gpu`` ``tools/gpu_check/ptx_compare.py``: each PTX program (the
+``ptx-vs-gpu`` ``sim/tools/ptx_compare/ptx_compare.py`` (gpuarray-sim's referee): each PTX program (the
               per-instruction programs of sim/tests/ptx/test_ptx_ops.py, numba-cuda's
               fixtures, ``kernels/`` as NVRTC's PTX) on the GPU and on the
               simulator's PTX executor, same inputs, outputs bit for bit;
@@ -359,7 +359,7 @@ def plan(run: Run) -> list[Step]:
     # suite, whose PTX tests leave the same builds in the run's kernel cache
     steps.append(Step("ptx-vs-gpu", "PTX programs on the GPU and the simulator, bit for bit",
                       60 * s, 20 * s,
-                      argv=[py, str(Path(__file__).with_name("ptx_compare.py")),
+                      argv=[py, str(ROOT / "sim" / "tools" / "ptx_compare" / "ptx_compare.py"),
                             "--json", str(run.path(".ptx.json"))]))
     bench_json = run.path(".bench.json")
     steps.append(Step("bench", "bench/ in quick mode", 120 * s, 30 * s,

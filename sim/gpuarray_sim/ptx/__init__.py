@@ -16,7 +16,7 @@ access checked.  Its own room beneath the simulator, in four layers:
     a GPU driver's PTX JIT (``ptxas``) refuses is refused with 218 naming
     its line: a modifier, rounding mode or type its opcode does not take
     (``_forms.LEGAL``, generated from ptxas's verdicts by
-    ``tools/ptx_forms/gen.py``), a register operand of a type the ISA's
+    ``sim/tools/ptx_forms/gen.py``), a register operand of a type the ISA's
     type-checking rules do not allow, an integer literal as a float
     operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
     never more lenient (``sim/tests/ptx/test_ptx_check.py`` checks every form of

@@ -12,7 +12,7 @@ may be stricter than a driver, never more lenient.  Two checks:
   (``.rz`` on ``f16`` arithmetic, ``.ftz`` on ``f64``, ``mul.u32`` without
   ``.lo``/``.hi``/``.wide``, ``cvt.f32.s32`` without a rounding modifier...
   are refused).  The table is generated from ptxas by
-  ``tools/ptx_forms/gen.py``; a spelling it does not list is refused
+  ``sim/tools/ptx_forms/gen.py``; a spelling it does not list is refused
   (stricter than ptxas where ptxas would accept it);
 * operand types (the ISA's "Type checking" rules): a register operand
   must be of a type compatible with the type the instruction gives that

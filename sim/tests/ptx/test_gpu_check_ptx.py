@@ -1,6 +1,6 @@
 """The ``ptx-vs-gpu`` step of ``make gpu-check`` (issue 34), rehearsed without a GPU.
 
-tools/gpu_check/ptx_compare.py launches PTX programs on a device and on the
+sim/tools/ptx_compare/ptx_compare.py launches PTX programs on a device and on the
 simulator's PTX executor and compares the outputs bit for bit.  Here the
 device side is a second simulator (``--rehearse``): a small subset must come
 out equal, and a difference planted on the device side must be reported as
@@ -21,17 +21,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "tools" / "gpu_check"
+COMPARE = ROOT / "sim" / "tools" / "ptx_compare"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"gpu_check_{name}", TOOL / f"{name}.py")
+def _load(name: str, folder: Path = TOOL):
+    spec = importlib.util.spec_from_file_location(f"gpu_check_{name}", folder / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look the module up by name
     spec.loader.exec_module(mod)
     return mod
 
 
-cmp = _load("ptx_compare")
+cmp = _load("ptx_compare", COMPARE)
 run_py = sys.modules.get("gpu_check_run") or _load("run")
 
 # one program of each source, and the classes the planted differences need

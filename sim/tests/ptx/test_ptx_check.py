@@ -3,7 +3,7 @@
 ``sim/tests/ptx/data/ptx_forms.tsv.gz`` holds instruction forms (opcodes x types x
 rounding/ftz/sat modifiers x operand register types x immediates) and the
 verdict of CUDA 13.0's ``ptxas -arch=sm_90`` on each, written by
-``tools/ptx_forms/gen.py``.  The executor must refuse every form ptxas
+``sim/tools/ptx_forms/gen.py``.  The executor must refuse every form ptxas
 refuses (218 at load, naming the line) and accept every form it accepts;
 where ``ptxas`` is installed a sample is re-asked of it.
 """

@@ -4,7 +4,7 @@
 Usage (in an environment with numba-cuda 0.30.4 and gpuarray installed:
 ``make test-numba-driver`` makes one, ``.venv-peers``)::
 
-    python tools/numba_driver/run.py [--workers N] [--junit FILE] [-- PYTEST_ARGS...]
+    python sim/tools/numba_driver/run.py [--workers N] [--junit FILE] [-- PYTEST_ARGS...]
 
 What runs: ``numba.cuda.tests.cudadrv`` and
 ``numba.cuda.tests.cudapy.test_multiprocessing`` from the installed wheel,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """``ptx-vs-gpu`` (issue 34): the simulator's PTX executor against a GPU, bit for bit.
 
-Each program of tools/gpu_check/ptx_programs.py (the per-instruction
+Each program of sim/tools/ptx_compare/ptx_programs.py (the per-instruction
 programs of sim/tests/ptx/test_ptx_ops.py, numba-cuda's PTX fixtures, ``kernels/`` as
 NVRTC's PTX, saxpy) is launched with the same seeded inputs on two sides:
 

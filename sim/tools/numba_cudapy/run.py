@@ -4,18 +4,18 @@
 Usage (in ``.venv-peers``: numba-cuda 0.30.4 and gpuarray installed;
 ``make test-numba-cudapy``)::
 
-    python tools/numba_cudapy/run.py [--whole] [--workers N] [--junit FILE] [-- PYTEST_ARGS...]
+    python sim/tools/numba_cudapy/run.py [--whole] [--workers N] [--junit FILE] [-- PYTEST_ARGS...]
 
 What runs: the modules of :data:`SELECTION` -- a CI-sized choice of the
 suite, kernels that use warp shuffles, votes and matches, shared (static and
 dynamic), local and constant memory, barriers, reductions, recursion, a whole
 program (Black-Scholes) -- under ``python -m gpuarray standin --``, with numba-cuda's
-pytest settings and conftest plugin (``tools/numba_driver``) and a per-test
+pytest settings and conftest plugin (``sim/tools/numba_driver``) and a per-test
 time limit (``timeout_plugin.py``: ``--per-test-timeout``, 120 s here).  The
 simulator executes the PTX numba-cuda compiles (nvJitLink is hidden under the
 stand-in, so numba-cuda links PTX through the driver).
 
-As ``tools/numba_driver/run.py``: every failure must be listed with its
+As ``sim/tools/numba_driver/run.py``: every failure must be listed with its
 reason (:data:`NEEDS_KERNEL`: a kernel the simulator cannot execute;
 :data:`OTHER_EXPECTED`: any other reason), and a listed test that passes
 makes the list stale.  Exit status 0 when all is as listed, 1 otherwise, 2

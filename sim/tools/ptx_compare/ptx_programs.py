@@ -1,4 +1,4 @@
-"""The PTX programs of the ``ptx-vs-gpu`` step (tools/gpu_check/ptx_compare.py), with their inputs.
+"""The PTX programs of the ``ptx-vs-gpu`` step (sim/tools/ptx_compare/ptx_compare.py), with their inputs.
 
 Four sources, each with fixed, seeded inputs (made once per run and given
 to both sides, so both launch exactly the same bytes):
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "sim" / "tests" / "ptx" / "fixtures"
 
 Launch = tuple[str, tuple[int, int, int], tuple[int, int, int], int, list[Any]]
