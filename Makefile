@@ -60,10 +60,6 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
 # One stamp per set of extras; rebuilt when the packaging metadata changes.
-$(VENV)/.stamp-base: $(DEPS) | $(VPY)
-	$(VPY) -m pip install -e . $(SIM)
-	@touch $@
-
 # Installing one CUDA extra replaces the other's cuda-bindings: the stamps
 # that name the other extra are no longer true.
 $(VENV)/.stamp-%: $(DEPS) | $(VPY)
@@ -134,7 +130,8 @@ docs: $(VENV)/.stamp-docs
 
 # Both tools run even when the first finds something; the exit status is
 # non-zero if either did. mypy's targets and options are in pyproject.toml.
-lint: $(VENV)/.stamp-base
+# The environment is make test's (one install for both: CI runs lint, then test).
+lint: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 	@$(VPY) -m ruff --version >/dev/null 2>&1 || $(VPY) -m pip install ruff
 	@$(VPY) -m mypy --version >/dev/null 2>&1 || $(VPY) -m pip install mypy
 	@status=0; \
