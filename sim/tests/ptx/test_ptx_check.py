@@ -29,7 +29,7 @@ TABLE = ROOT / "sim" / "tests" / "ptx" / "data" / "ptx_forms.tsv.gz"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("ptx_forms_gen", ROOT / "tools" / "ptx_forms" / "gen.py")
+    spec = importlib.util.spec_from_file_location("ptx_forms_gen", ROOT / "sim" / "tools" / "ptx_forms" / "gen.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
