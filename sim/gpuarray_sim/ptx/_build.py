@@ -118,7 +118,7 @@ def runtime_source() -> str:
 
 
 def cache_key(digest: str, toolchain_key: str) -> str:
-    """The disk cache key of the build of the PTX whose text hashes to ``digest``."""
+    """The disk cache key of the build of the translated C++ whose text hashes to ``digest``."""
     parts = ["gpuarray-ptx", str(_hostrt.ABI), _sources_digest(), toolchain_key, digest]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -165,6 +165,8 @@ class PtxProgram:
             for f in module.functions.values() for it in f.body or []
             if getattr(it, "base", None) == "call")
         self.built_now = False  # whether this process compiled it (a cache miss)
+        #: The disk cache key of its build (set by :meth:`build`).
+        self.build_key: str | None = None
 
     def kernel(self, name: str) -> Any:
         """The ``SimKernel`` (:class:`~._run.PtxKernel`) of entry ``name`` (KeyError: none)."""
@@ -196,26 +198,29 @@ class PtxProgram:
             if tc is None:
                 raise UnsupportedPtx("the simulator executes PTX with the host build's C++ "
                                      "toolchain, which is not available (import gpuarray)")
-            key = cache_key(self.digest, tc.key())
+            tr = translate(self.module)
+            source = tr.source.replace('#include "ptxrt.h"\n', runtime_source() + "\n", 1)
+            meta = {"exports": tr.exports, "globals": tr.globals,
+                    "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,
+                    "local": tr.local_bytes, "unsupported": tr.unsupported}
+            # keyed by the C++ (which names no PTX symbol), not by the PTX text: the same
+            # kernel compiled by another process differs in its names only, and hits
+            key = cache_key(hashlib.sha256(source.encode()).hexdigest(), tc.key())
+            self.build_key = key
             payload = tc.read(key)
             got = _unpack(payload) if payload is not None else None
-            if got is not None:
-                meta, lib_bytes = got
+            lib = None
+            if got is not None and got[0].get("exports") == sorted(tr.exports.values()):
                 try:
-                    lib = tc.load(lib_bytes)
-                    entries = {n: _address(lib, s) for n, s in meta["exports"].items()}
+                    lib = tc.load(got[1])
+                    entries = {n: _address(lib, s) for n, s in tr.exports.items()}
                 except (OSError, AttributeError, KeyError, TypeError):
-                    got = None  # not a library of this module: rebuild
-            if got is None:
-                tr = translate(self.module)
-                source = tr.source.replace('#include "ptxrt.h"\n', runtime_source() + "\n", 1)
+                    lib = None  # not a library of this module: rebuild
+            if lib is None:
                 lib_bytes = tc.build(source, f"the PTX module {self.digest[:12]} (translated)")
-                meta = {"exports": tr.exports, "globals": tr.globals,
-                        "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,
-                        "local": tr.local_bytes, "unsupported": tr.unsupported}
-                tc.write(key, _pack(meta, lib_bytes))
+                tc.write(key, _pack({"exports": sorted(tr.exports.values())}, lib_bytes))
                 lib = tc.load(lib_bytes)
-                entries = {n: _address(lib, s) for n, s in meta["exports"].items()}
+                entries = {n: _address(lib, s) for n, s in tr.exports.items()}
                 self.built_now = True
             self._lib = lib
             self._entries = entries

@@ -218,6 +218,10 @@ class ModuleLayout:
         self.global_index: dict[str, int] = {}
         self.shared_offsets: dict[str, int] = {}
         self.dynamic_shared: set[str] = set()
+        #: C++ name of each function: by its place in the module, never by its PTX name
+        #: (numba-cuda's names hold object addresses and counters of the process that
+        #: compiled them: the C++, and so its build, must not change with them).
+        self.fn_cname = {name: f"F{i}" for i, name in enumerate(m.functions)}
         off = 0
         dyn_align = 16
         for g in m.globals.values():

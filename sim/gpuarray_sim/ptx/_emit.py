@@ -163,7 +163,7 @@ def _function(tr: ModuleLayout, fn: Function, ops) -> tuple[str, str | None]:
         fn = Function(fn.name, fn.kind, fn.line, fn.params, fn.rets, fn.linkage, fn.perf,
                       _rescope(fn.body))
     ctx = FuncCtx(tr, fn)
-    name = cname("F", fn.name) if fn.kind == "func" else cname("K", fn.name)
+    name = tr.fn_cname[fn.name]
     head = f"static void {name}(ptx::Thread* T, char* const* A)"
     try:
         lines = ["    " + x for x in _declare(ctx)]
@@ -199,7 +199,7 @@ def translate(m: PtxModule) -> Translation:
     broken: dict[str, str] = {}
     defined = {n: f for n, f in m.functions.items() if f.body is not None}
     for fn in defined.values():
-        nm = cname("F", fn.name) if fn.kind == "func" else cname("K", fn.name)
+        nm = tr.fn_cname[fn.name]
         decls.append(f"static void {nm}(ptx::Thread* T, char* const* A);")
         code, why = _function(tr, fn, _ops)
         bodies.append(code)
@@ -241,7 +241,7 @@ def translate(m: PtxModule) -> Translation:
         wrappers.append(
             f"GA_HOST_EXPORT void {sym}(ga_host_rt* rt, const void* p) {{\n"
             f"    ptx::Thread t;\n    ptx::Launch* L = (ptx::Launch*)p;\n{arena}"
-            f"    try {{ {cname('K', name)}(&t, nullptr); }} catch (const ptx::Exit&) {{}}\n"
+            f"    try {{ {tr.fn_cname[name]}(&t, nullptr); }} catch (const ptx::Exit&) {{}}\n"
             f"    ptx::end(&t);\n}}\n")
     src = ("// Translated from PTX by gpuarray_sim.ptx.\n#include \"ptxrt.h\"\n\n"
            + "\n".join(decls) + "\n\n" + "\n".join(bodies) + "\n" + "\n".join(wrappers))

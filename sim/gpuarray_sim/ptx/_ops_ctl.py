@@ -178,4 +178,4 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
         raise ctx.error(f"call of {callee} with {len(rets)} results and {len(params)} "
                         f"arguments; it has {len(g.rets)} and {len(g.params)}")
     return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "
-            f"{cname('F', callee)}(T, av_); }}")
+            f"{ctx.tr.fn_cname[callee]}(T, av_); }}")
