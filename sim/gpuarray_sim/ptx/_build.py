@@ -14,6 +14,7 @@ warm load neither translates nor compiles; a corrupt entry is a miss
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import struct
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import _hostrt
+from .. import _hostrt, _phases
 from ._ast import PtxModule
 from ._check import check
 from ._emit import translate
@@ -61,8 +62,9 @@ def load(image: bytes | str) -> PtxProgram:
     with _lock:
         prog = _programs.get(digest)
     if prog is None:
-        module = parse(text)
-        check(module)  # what a driver's JIT refuses is refused here, at load
+        with _phases.phase("parse"):
+            module = parse(text)
+            check(module)  # what a driver's JIT refuses is refused here, at load
         prog = PtxProgram(module, digest)
         with _lock:
             prog = _programs.setdefault(digest, prog)
@@ -107,6 +109,7 @@ def _sources_digest() -> str:
 _SOURCES_DIGEST: str | None = None
 
 
+@functools.cache
 def runtime_source() -> str:
     """The runtime support headers as one text (their includes of each other dropped)."""
     parts = []
@@ -198,8 +201,9 @@ class PtxProgram:
             if tc is None:
                 raise UnsupportedPtx("the simulator executes PTX with the host build's C++ "
                                      "toolchain, which is not available (import gpuarray)")
-            tr = translate(self.module)
-            source = tr.source.replace('#include "ptxrt.h"\n', runtime_source() + "\n", 1)
+            with _phases.phase("translate"):
+                tr = translate(self.module)
+                source = tr.source.replace('#include "ptxrt.h"\n', runtime_source() + "\n", 1)
             meta = {"exports": tr.exports, "globals": tr.globals,
                     "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,
                     "local": tr.local_bytes, "unsupported": tr.unsupported}
@@ -207,19 +211,23 @@ class PtxProgram:
             # kernel compiled by another process differs in its names only, and hits
             key = cache_key(hashlib.sha256(source.encode()).hexdigest(), tc.key())
             self.build_key = key
-            payload = tc.read(key)
-            got = _unpack(payload) if payload is not None else None
             lib = None
-            if got is not None and got[0].get("exports") == sorted(tr.exports.values()):
-                try:
-                    lib = tc.load(got[1])
-                    entries = {n: _address(lib, s) for n, s in tr.exports.items()}
-                except (OSError, AttributeError, KeyError, TypeError):
-                    lib = None  # not a library of this module: rebuild
+            with _phases.phase("load"):
+                payload = tc.read(key)
+                got = _unpack(payload) if payload is not None else None
+                if got is not None and got[0].get("exports") == sorted(tr.exports.values()):
+                    try:
+                        lib = tc.load(got[1])
+                        entries = {n: _address(lib, s) for n, s in tr.exports.items()}
+                    except (OSError, AttributeError, KeyError, TypeError):
+                        lib = None  # not a library of this module: rebuild
             if lib is None:
-                lib_bytes = tc.build(source, f"the PTX module {self.digest[:12]} (translated)")
-                tc.write(key, _pack({"exports": sorted(tr.exports.values())}, lib_bytes))
-                lib = tc.load(lib_bytes)
+                with _phases.phase("build"):
+                    lib_bytes = tc.build(tr.source.replace('#include "ptxrt.h"\n', "", 1),
+                                         f"the PTX module {self.digest[:12]} (translated)",
+                                         prefix=runtime_source())
+                    tc.write(key, _pack({"exports": sorted(tr.exports.values())}, lib_bytes))
+                    lib = tc.load(lib_bytes)
                 entries = {n: _address(lib, s) for n, s in tr.exports.items()}
                 self.built_now = True
             self._lib = lib

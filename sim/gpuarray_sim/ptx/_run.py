@@ -21,12 +21,13 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .. import _hostrt
+from .. import _hostrt, _phases
 from ._ast import EntryInfo
 from ._errors import UnsupportedPtx
 
@@ -139,6 +140,15 @@ class PtxKernel:
         hull of the bytes it read and the hull of the bytes it wrote (atomics
         write), as ``(address, nbytes, is_write)``.
         """
+        t_run = time.perf_counter()
+        try:
+            return self._run(mem, grid, block, shared_mem, params, globals)
+        finally:
+            _phases.add("launch", time.perf_counter() - t_run)
+
+    def _run(self, mem: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+             shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None
+             ) -> list[tuple[int, int, bool]]:
         meta = self.program.build()
         why = meta["unsupported"].get(self.name)
         if why:
@@ -166,10 +176,12 @@ class PtxKernel:
                          dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
                          ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data,
                          touched.ctypes.data, ctypes.addressof(_NO_TOUCH))
+        t0 = time.perf_counter()
         try:
             self.program.runtime().launch(self.name, entry, launch, grid, block, grants,
                                           source=self.program.source_line)
         finally:
+            _phases.add("execute", time.perf_counter() - t0)
             del keep
             if launch.printf_len:
                 sys.stdout.flush()
