@@ -17,8 +17,10 @@ import ctypes
 import functools
 import hashlib
 import json
+import os
 import struct
 import threading
+import time as _time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ from ._emit import translate
 from ._errors import UnsupportedPtx
 from ._parse import parse
 
-__all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source"]
+__all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source", "settle",
+           "TIER_UP_SECONDS"]
 
 #: The runtime support headers, inlined in this order at the top of every unit.
 HEADERS = tuple(Path(__file__).with_name(n)
@@ -99,7 +102,7 @@ def _sources_digest() -> str:
     if _SOURCES_DIGEST is None:
         h = hashlib.sha256()
         here = Path(__file__).parent
-        files = sorted(p for p in here.iterdir() if p.suffix in (".py", ".h", ".txt"))
+        files = sorted(p for p in here.iterdir() if p.suffix in (".py", ".h", ".txt", ".cpp"))
         for path in [*files, *_hostrt.HEADERS]:
             h.update(path.name.encode() + b"\0" + path.read_bytes())
         _SOURCES_DIGEST = h.hexdigest()
@@ -144,11 +147,22 @@ def _unpack(payload: bytes) -> tuple[dict, bytes] | None:
 
 
 class PtxProgram:
-    """One PTX module: its syntax tree, and (once built) its entries' addresses.
+    """One PTX module: its syntax tree, and (once prepared) how each entry runs.
 
     ``module`` is the :class:`~._ast.PtxModule`; ``globals_needed`` the
     module variables (``.global`` and ``.const``) in the order of the
     launch's address table.
+
+    Tiers (``GPUARRAY_SIM_PTX_TIER``, read when a program is prepared):
+    ``auto`` (the default) runs the translated build when the disk cache
+    holds it, else the interpreter (``_interp.py``: nothing compiled per
+    module) until the interpreted launches of the module have taken
+    :data:`TIER_UP_SECONDS`, the price of a build, and then builds the
+    translation in the background and switches to it once built;
+    ``interp`` always interprets (a module the interpreter cannot run is
+    built); ``compiled`` always builds.  Both tiers run the same C++ per
+    instruction (the interpreter's handlers are the translator's code for
+    each instruction), so results and fault reports are the same.
     """
 
     def __init__(self, module: PtxModule, digest: str) -> None:
@@ -157,9 +171,11 @@ class PtxProgram:
         self.globals_needed = [g.name for g in module.globals.values()
                                if g.space in ("global", "const")]
         self._lock = threading.Lock()
+        self._build_lock = threading.Lock()
         self._meta: dict | None = None
-        self._lib: ctypes.CDLL | None = None
-        self._entries: dict[str, int] = {}
+        self._decoded: Any = None  # the interpreter's decoded form (or False: none)
+        self._interp: Any = None  # _interp.Interpreted
+        self._compiled: tuple[ctypes.CDLL, dict[str, int]] | None = None
         self._kernels: dict[str, Any] = {}
         self._lines = module.text.split("\n")
         #: whether any function calls vprintf (a launch then gets a printf buffer)
@@ -170,6 +186,9 @@ class PtxProgram:
         self.built_now = False  # whether this process compiled it (a cache miss)
         #: The disk cache key of its build (set by :meth:`build`).
         self.build_key: str | None = None
+        #: Seconds its interpreted launches ran (the ``auto`` tier builds past TIER_UP_SECONDS).
+        self.interpreted_seconds = 0.0
+        self._upgrading = False
 
     def kernel(self, name: str) -> Any:
         """The ``SimKernel`` (:class:`~._run.PtxKernel`) of entry ``name`` (KeyError: none)."""
@@ -186,8 +205,52 @@ class PtxProgram:
         text = self._lines[line - 1].strip() if 0 < line <= len(self._lines) else ""
         return f"PTX line {line}: {text}" if text else f"PTX line {line}"
 
-    def build(self) -> dict:
-        """Translate and build (or load from the cache) once; the translation's facts.
+    @property
+    def tier(self) -> str:
+        """``"compiled"`` or ``"interp"``: what its next launch runs (after :meth:`prepare`)."""
+        return "compiled" if self._compiled is not None else "interp"
+
+    def _toolchain(self) -> Any:
+        tc = _hostrt.toolchain()
+        if tc is None:
+            raise UnsupportedPtx("the simulator executes PTX with the host build's C++ "
+                                 "toolchain, which is not available (import gpuarray)")
+        return tc
+
+    def _decode(self) -> Any:
+        """The decoded module (``_decode.Decoded``), or None when the interpreter cannot run it."""
+        if self._decoded is None:
+            from ._decode import NotInterpretable, decode
+
+            with _phases.phase("translate"):
+                try:
+                    self._decoded = decode(self.module)
+                except NotInterpretable:
+                    self._decoded = False
+        return self._decoded or None
+
+    def _layout_meta(self, local: dict, unsupported: dict) -> dict:
+        from ._context import ModuleLayout
+
+        lay = ModuleLayout(self.module)
+        return {"globals": list(lay.global_index), "shared": dict(lay.shared_offsets),
+                "dyn_offset": lay.dyn_offset, "local": local, "unsupported": unsupported}
+
+    def _compiled_key(self, tc: Any, source: str | None = None) -> str:
+        """The disk cache key of the translated build: from the decoded form (which names
+        no PTX symbol) when there is one, else from the translated C++ (which names none)."""
+        dec = self._decode()
+        if dec is not None:
+            return cache_key("decoded:" + dec.digest(), tc.key())
+        assert source is not None
+        return cache_key(hashlib.sha256(source.encode()).hexdigest(), tc.key())
+
+    def prepare(self) -> dict:
+        """Make every entry launchable in the tier ``GPUARRAY_SIM_PTX_TIER`` says; the facts.
+
+        Facts: ``globals`` (names in the address table's order), ``shared``,
+        ``dyn_offset``, ``local`` (bytes of an entry's arena), ``unsupported``
+        (entry -> why it cannot run).
 
         Raises
         ------
@@ -197,54 +260,136 @@ class PtxProgram:
         with self._lock:
             if self._meta is not None:
                 return self._meta
-            tc = _hostrt.toolchain()
-            if tc is None:
-                raise UnsupportedPtx("the simulator executes PTX with the host build's C++ "
-                                     "toolchain, which is not available (import gpuarray)")
+            tc = self._toolchain()
+            mode = os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() or "auto"
+            if mode not in ("auto", "interp", "compiled"):
+                raise ValueError(f"GPUARRAY_SIM_PTX_TIER={mode!r}: expected 'auto', 'interp' "
+                                 "or 'compiled'")
+            dec = self._decode() if mode != "compiled" else None
+            if dec is not None and mode == "auto":
+                with _phases.phase("load"):
+                    self._compiled = self._load_compiled(tc, self._compiled_key(tc))
+            if dec is None:
+                self._meta = self.build()
+                return self._meta
+            if self._compiled is not None:
+                self._meta = self._layout_meta(dec.local_bytes, dec.unsupported)
+                return self._meta
+            from . import _interp
+
+            with _phases.phase("load"):
+                core = _interp.core_entry(tc)
+            t = _time.perf_counter()
+            addresses, compiled = _interp.handlers(tc, dec.forms())
+            _phases.add("build" if compiled else "load", _time.perf_counter() - t)
+            self._interp = (core, _interp.Interpreted(dec, addresses))
+            self._meta = self._layout_meta(dec.local_bytes, dec.unsupported)
+            return self._meta
+
+    def _load_compiled(self, tc: Any, key: str) -> tuple[ctypes.CDLL, dict[str, int]] | None:
+        payload = tc.read(key)
+        got = _unpack(payload) if payload is not None else None
+        exports = {name: f"ga_ptx__k{i}" for i, name in enumerate(self.module.entries)}
+        if got is None or got[0].get("exports") != sorted(exports.values()):
+            return None
+        try:
+            lib = tc.load(got[1])
+            return lib, {n: _address(lib, s) for n, s in exports.items()}
+        except (OSError, AttributeError, KeyError, TypeError):
+            return None  # not a library of this module: rebuild
+
+    def build(self) -> dict:
+        """Translate and build (or load from the cache) the translated tier; the facts.
+
+        Raises
+        ------
+        UnsupportedPtx
+            No C++ toolchain is registered (the kernels layer is not imported).
+        """
+        with self._build_lock:
+            tc = self._toolchain()
             with _phases.phase("translate"):
                 tr = translate(self.module)
                 source = tr.source.replace('#include "ptxrt.h"\n', runtime_source() + "\n", 1)
             meta = {"exports": tr.exports, "globals": tr.globals,
                     "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,
                     "local": tr.local_bytes, "unsupported": tr.unsupported}
-            # keyed by the C++ (which names no PTX symbol), not by the PTX text: the same
-            # kernel compiled by another process differs in its names only, and hits
-            key = cache_key(hashlib.sha256(source.encode()).hexdigest(), tc.key())
+            if self._compiled is not None:
+                return meta
+            # keyed by what names no PTX symbol: the same kernel compiled by another
+            # process differs in its names only, and hits
+            key = self._compiled_key(tc, source)
             self.build_key = key
-            lib = None
             with _phases.phase("load"):
-                payload = tc.read(key)
-                got = _unpack(payload) if payload is not None else None
-                if got is not None and got[0].get("exports") == sorted(tr.exports.values()):
-                    try:
-                        lib = tc.load(got[1])
-                        entries = {n: _address(lib, s) for n, s in tr.exports.items()}
-                    except (OSError, AttributeError, KeyError, TypeError):
-                        lib = None  # not a library of this module: rebuild
-            if lib is None:
+                got = self._load_compiled(tc, key)
+            if got is None:
                 with _phases.phase("build"):
                     lib_bytes = tc.build(tr.source.replace('#include "ptxrt.h"\n', "", 1),
                                          f"the PTX module {self.digest[:12]} (translated)",
                                          prefix=runtime_source())
                     tc.write(key, _pack({"exports": sorted(tr.exports.values())}, lib_bytes))
                     lib = tc.load(lib_bytes)
-                entries = {n: _address(lib, s) for n, s in tr.exports.items()}
+                got = (lib, {n: _address(lib, s) for n, s in tr.exports.items()})
                 self.built_now = True
-            self._lib = lib
-            self._entries = entries
-            self._meta = meta
+            self._compiled = got
             return meta
 
+    def launch_target(self, name: str) -> tuple[int, int]:
+        """``(entry address, decoded entry or 0)`` of entry ``name``'s next launch (prepared)."""
+        self.prepare()
+        compiled = self._compiled
+        if compiled is not None:
+            return compiled[1][name], 0
+        core, interp = self._interp
+        return core, interp.entry(name)
+
     def entry(self, name: str) -> int:
-        """The address of entry ``name``'s wrapper (building first)."""
-        self.build()
-        return self._entries[name]
+        """The address of entry ``name``'s translated wrapper (building first)."""
+        self.prepare()
+        if self._compiled is None:
+            self.build()
+        assert self._compiled is not None
+        return self._compiled[1][name]
+
+    def interpreted(self, seconds: float) -> None:
+        """An interpreted launch ran ``seconds``: past :data:`TIER_UP_SECONDS` in all (tier
+        ``auto``), the translation is built in the background for the launches after."""
+        self.interpreted_seconds += seconds
+        if (self.interpreted_seconds < TIER_UP_SECONDS or self._upgrading
+                or os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower()
+                not in ("", "auto")):
+            return
+        self._upgrading = True
+
+        def run() -> None:
+            try:
+                self.build()
+            except Exception:  # noqa: BLE001 - it stays interpreted; a launch reports nothing
+                pass
+
+        t = threading.Thread(target=run, name="gpuarray-ptx-tier-up", daemon=True)
+        with _lock:
+            _tier_ups[:] = [x for x in _tier_ups if x.is_alive()] + [t]
+        t.start()
 
     def runtime(self) -> _hostrt.HostRuntime:
         tc = _hostrt.toolchain()
         if tc is None:
             raise UnsupportedPtx("the host build's toolchain is not available")
         return tc.runtime()
+
+
+#: Seconds of interpreted launches of one module after which the ``auto`` tier builds it.
+TIER_UP_SECONDS = 0.25
+_tier_ups: list[threading.Thread] = []
+
+
+def settle(timeout: float | None = None) -> None:
+    """Wait for the background builds of the ``auto`` tier started so far."""
+    with _lock:
+        running = list(_tier_ups)
+    for t in running:
+        t.join(timeout)
 
 
 def _address(lib: ctypes.CDLL, symbol: str) -> int:

@@ -49,7 +49,8 @@ class _Launch(ctypes.Structure):
                 ("printf_cap", ctypes.c_uint64), ("printf_len", ctypes.c_uint64),
                 ("last", ctypes.c_void_p), ("clock", ctypes.c_uint64),
                 ("block", ctypes.c_void_p), ("local_pool", ctypes.c_void_p),
-                ("touched", ctypes.c_void_p), ("last_touched", ctypes.c_void_p)]
+                ("touched", ctypes.c_void_p), ("last_touched", ctypes.c_void_p),
+                ("code", ctypes.c_void_p)]
 
 
 _NO_GRANT = _hostrt.Grant(0, 0, None, 0)
@@ -96,7 +97,7 @@ class PtxKernel:
 
     def check(self) -> None:
         """Build the module if needed; raise :class:`UnsupportedPtx` if the entry cannot run."""
-        why = self.program.build()["unsupported"].get(self.name)
+        why = self.program.prepare()["unsupported"].get(self.name)
         if why:
             raise UnsupportedPtx(f"kernel {self.name}: {why}")
 
@@ -149,11 +150,11 @@ class PtxKernel:
     def _run(self, mem: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
              shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None
              ) -> list[tuple[int, int, bool]]:
-        meta = self.program.build()
+        meta = self.program.prepare()
         why = meta["unsupported"].get(self.name)
         if why:
             raise UnsupportedPtx(f"kernel {self.name}: {why}")
-        entry = self.program.entry(self.name)
+        entry, code = self.program.launch_target(self.name)
         pblock = self.pack(params)
         names = meta["globals"]
         table = (ctypes.c_uint64 * max(1, len(names)))(
@@ -175,13 +176,18 @@ class PtxKernel:
                          ctypes.addressof(table), shared.ctypes.data, dyn_offset + int(shared_mem),
                          dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
                          ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data,
-                         touched.ctypes.data, ctypes.addressof(_NO_TOUCH))
+                         touched.ctypes.data, ctypes.addressof(_NO_TOUCH), code)
+        runtime = self.program.runtime()  # built on first use: not the kernel's time
         t0 = time.perf_counter()
         try:
-            self.program.runtime().launch(self.name, entry, launch, grid, block, grants,
-                                          source=self.program.source_line)
+            runtime.launch(self.name, entry, launch, grid, block, grants,
+                           source=self.program.source_line)
         finally:
-            _phases.add("execute", time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            _phases.add("execute", took)
+            if code:
+                _phases.add("execute-interpreted", took)
+                self.program.interpreted(took)
             del keep
             if launch.printf_len:
                 sys.stdout.flush()

@@ -82,6 +82,7 @@ struct Launch {
     char* local_pool;           // threads per block x local bytes, for large local arenas
     uint64_t* touched;          // rlo, rhi, wlo, whi of each grant (see above)
     uint64_t* last_touched;     // touched's entry of `last`
+    const void* code;           // the interpreter's decoded entry (ptx_interp.cpp), else null
 };
 
 // A trap (or an error of the kernel the runtime reports as 719).

@@ -1,4 +1,8 @@
-"""The PTX executor's build cache: a warm load compiles nothing; a corrupt entry is a miss."""
+"""The PTX executor's build cache: a warm load compiles nothing; a corrupt entry is a miss.
+
+The translated tier's cache (``GPUARRAY_SIM_PTX_TIER=compiled``); the
+interpreter's handlers are ``test_ptx_tiers.py``'s.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from sim.tests.ptx.support import backend, download, fixture, launch, u64, uploa
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("GPUARRAY_KERNEL_CACHE", raising=False)
+    monkeypatch.setenv("GPUARRAY_SIM_PTX_TIER", "compiled")  # the translated build's cache
     _build._programs.clear()
     yield tmp_path
     _build._programs.clear()

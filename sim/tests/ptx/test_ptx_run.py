@@ -24,6 +24,9 @@ from sim.tests.ptx.fixtures.kernel_cases import CASES
 from sim.tests.ptx.support import HEAD, download, fixture, launch, u64, upload
 from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
 
+# every test once per tier: translated and built, and interpreted (conftest.py)
+pytestmark = pytest.mark.usefixtures("ptx_tier")
+
 
 def _entry(text: str) -> str:
     return next(iter(ptx.parse(text).entries))
