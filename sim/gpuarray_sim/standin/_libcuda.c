@@ -17,9 +17,16 @@
  * (cuCtxSynchronize, cuCtxGetDevice at 13000): each form has its own wrapper.
  * With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the stream-ordered calls
  * resolve to their _ptsz forms (a NULL stream means the per-thread stream).
- * A name not in the table is not resolved (CUDA_ERROR_NOT_FOUND): the
- * bindings raise FunctionNotFoundError naming it when it is called; nothing
- * ever calls a NULL pointer.
+ * A name cuda.h declares that the table does not serve resolves to a
+ * function answering CUDA_ERROR_NOT_SUPPORTED (the generated _cuda_h.c, the
+ * library's second translation unit, lists every form of cuda.h 13.x); a
+ * name cuda.h does not have is not resolved (CUDA_ERROR_NOT_FOUND).
+ *
+ * Exports: every wrapper here is defined under its ABI name (cuMemAlloc_v2,
+ * cuMemcpyAsync_ptsz...) with default visibility, as the real library
+ * exports them, for loaders that dlsym() them (CuPy, PyCUDA, ctypes users);
+ * _cuda_h.c defines every other symbol of cuda.h as a weak alias of the
+ * NOT_SUPPORTED function, which these strong definitions replace.
  *
  * No Python headers and no libpython link: the few C-API functions used (all
  * in the stable ABI) are looked up at run time in the running interpreter.
@@ -60,30 +67,30 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
 #define U(x) ((unsigned long long)(x))
 #define P(x) ((unsigned long long)(uintptr_t)(x))
 
-#define F0(fn) static CUresult w_##fn(void) { return call(#fn, 0, NULL); }
-#define F1(fn, T1, C1) static CUresult w_##fn(T1 a1) \
+#define F0(fn) EXPORT CUresult fn(void) { return call(#fn, 0, NULL); }
+#define F1(fn, T1, C1) EXPORT CUresult fn(T1 a1) \
     { unsigned long long a[] = {C1(a1)}; return call(#fn, 1, a); }
-#define F2(fn, T1, C1, T2, C2) static CUresult w_##fn(T1 a1, T2 a2) \
+#define F2(fn, T1, C1, T2, C2) EXPORT CUresult fn(T1 a1, T2 a2) \
     { unsigned long long a[] = {C1(a1), C2(a2)}; return call(#fn, 2, a); }
-#define F3(fn, T1, C1, T2, C2, T3, C3) static CUresult w_##fn(T1 a1, T2 a2, T3 a3) \
+#define F3(fn, T1, C1, T2, C2, T3, C3) EXPORT CUresult fn(T1 a1, T2 a2, T3 a3) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3)}; return call(#fn, 3, a); }
 #define F4(fn, T1, C1, T2, C2, T3, C3, T4, C4) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4)}; return call(#fn, 4, a); }
 
 #define F5(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5)}; return call(#fn, 5, a); }
 #define F6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6)}; \
       return call(#fn, 6, a); }
 #define F7(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6), C7(a7)}; \
       return call(#fn, 7, a); }
 #define F8(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7, T8 a8) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7, T8 a8) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6), C7(a7), \
                                 C8(a8)}; return call(#fn, 8, a); }
 
@@ -268,7 +275,7 @@ F2(cuUserObjectRelease, H, P, unsigned int, U)
 F4(cuGraphRetainUserObject, H, P, H, P, unsigned int, U, unsigned int, U)
 F3(cuGraphReleaseUserObject, H, P, H, P, unsigned int, U)
 #define CAPTURE_INFO(fn, n, ...) \
-    static CUresult w_##fn(H s, int *st, cuuint64_t *id, H *g, H *deps, __VA_ARGS__) \
+    EXPORT CUresult fn(H s, int *st, cuuint64_t *id, H *g, H *deps, __VA_ARGS__) \
     { unsigned long long a[] = {P(s), P(st), P(id), P(g), P(deps), CAPTURE_INFO_TAIL_##n}; \
       return call(#fn, n, a); }
 #define CAPTURE_INFO_TAIL_6 P(count)
@@ -280,14 +287,14 @@ CAPTURE_INFO(cuStreamGetCaptureInfo_v3_ptsz, 7, H *edges, size_t *count)
 
 /* The handle is passed by value (64 bytes): its address is this frame's copy,
  * read by the serving function during the call. */
-static CUresult w_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
 {
     unsigned long long a[] = {P(pdptr), P(&handle), U(flags)};
     return call("cuIpcOpenMemHandle_v2", 3, a);
 }
 
 #define LAUNCH(fn) \
-    static CUresult w_##fn(H f, unsigned int gx, unsigned int gy, unsigned int gz, \
+    EXPORT CUresult fn(H f, unsigned int gx, unsigned int gy, unsigned int gz, \
                            unsigned int bx, unsigned int by, unsigned int bz, \
                            unsigned int shared, H stream, void **params, void **extra) \
     { \
@@ -306,6 +313,13 @@ EXPORT CUresult cuGetExportTable(const void **table, const void *id)
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, int *);
+
+/* _cuda_h.c (generated from cuda.h): the forms of every entry point, and the
+ * function that answers those not modelled. */
+typedef struct { const char *name; int version; } GaForm;
+extern const GaForm ga_cuda_h_forms[];
+extern const size_t ga_cuda_h_nforms;
+int ga_not_supported(void);
 EXPORT CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
 
 /* ---------------------------------------------------------------- table */
@@ -316,8 +330,8 @@ typedef struct {
     void *ptsz;        /* its per-thread-default-stream form, or NULL */
 } Entry;
 
-#define E(name, ver, w) {name, ver, (void *)w_##w, NULL}
-#define ES(name, ver, w) {name, ver, (void *)w_##w, (void *)w_##w##_ptsz}
+#define E(name, ver, w) {name, ver, (void *)w, NULL}
+#define ES(name, ver, w) {name, ver, (void *)w, (void *)w##_ptsz}
 
 static const Entry table[] = {
     E("cuInit", 2000, cuInit),
@@ -505,15 +519,29 @@ static void *lookup(const char *symbol, int version, cuuint64_t flags)
             best = e;
     }
     void *fn = NULL;
-    if (best != NULL)
+    const char *what = "not found";
+    if (best != NULL) {
         fn = ((flags & PER_THREAD_FLAG) && best->ptsz) ? best->ptsz : best->fn;
+        what = "served";
+    } else {
+        /* A form cuda.h has that the simulator does not model: it is there, and
+         * every call answers CUDA_ERROR_NOT_SUPPORTED (_cuda_h.c). */
+        for (size_t i = 0; i < ga_cuda_h_nforms; i++) {
+            if (ga_cuda_h_forms[i].version <= version
+                && strcmp(ga_cuda_h_forms[i].name, symbol) == 0) {
+                fn = (void *)ga_not_supported;
+                what = "not modelled: CUDA_ERROR_NOT_SUPPORTED";
+                break;
+            }
+        }
+    }
     if (tracing < 0) {
         const char *t = getenv("GPUARRAY_STANDIN_TRACE");
         tracing = t != NULL && t[0] != '\0' && strcmp(t, "0") != 0;
     }
     if (tracing)
         fprintf(stderr, "gpuarray stand-in: cuGetProcAddress(%s, %d, flags=%llu) -> %s\n",
-                symbol, version, flags, fn ? "served" : "not found");
+                symbol, version, flags, what);
     return fn;
 }
 
@@ -533,6 +561,9 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cu
     return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }
 
-/* Also exported under their own names, for loaders that dlsym() them. */
-EXPORT CUresult cuInit(unsigned int flags) { return w_cuInit(flags); }
-EXPORT CUresult cuDriverGetVersion(int *v) { return w_cuDriverGetVersion(v); }
+EXPORT CUresult cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int version,
+                                         cuuint64_t flags, int *status)
+{
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+}
+
