@@ -285,6 +285,74 @@ CAPTURE_INFO(cuStreamGetCaptureInfo_v2_ptsz, 6, size_t *count)
 CAPTURE_INFO(cuStreamGetCaptureInfo_v3, 7, H *edges, size_t *count)
 CAPTURE_INFO(cuStreamGetCaptureInfo_v3_ptsz, 7, H *edges, size_t *count)
 
+
+/* Explicit graphs (issue 45): served by _graph_node_calls.py. */
+F2(cuGraphCreate, H *, P, unsigned int, U)
+F2(cuGraphClone, H *, P, H, P)
+F3(cuGraphNodeFindInClone, H *, P, H, P, H, P)
+F3(cuGraphGetNodes, H, P, H *, P, size_t *, P)
+F3(cuGraphGetRootNodes, H, P, H *, P, size_t *, P)
+F4(cuGraphGetEdges, H, P, H *, P, H *, P, size_t *, P)
+F5(cuGraphGetEdges_v2, H, P, H *, P, H *, P, H, P, size_t *, P)
+F3(cuGraphNodeGetDependencies, H, P, H *, P, size_t *, P)
+F4(cuGraphNodeGetDependencies_v2, H, P, H *, P, H, P, size_t *, P)
+F3(cuGraphNodeGetDependentNodes, H, P, H *, P, size_t *, P)
+F4(cuGraphNodeGetDependentNodes_v2, H, P, H *, P, H, P, size_t *, P)
+F4(cuGraphAddDependencies, H, P, const H *, P, const H *, P, size_t, U)
+F5(cuGraphAddDependencies_v2, H, P, const H *, P, const H *, P, const void *, P, size_t, U)
+F4(cuGraphRemoveDependencies, H, P, const H *, P, const H *, P, size_t, U)
+F5(cuGraphRemoveDependencies_v2, H, P, const H *, P, const H *, P, const void *, P, size_t, U)
+F1(cuGraphDestroyNode, H, P)
+F2(cuGraphNodeGetType, H, P, int *, P)
+F3(cuGraphDebugDotPrint, H, P, const char *, P, unsigned int, U)
+F5(cuGraphAddKernelNode, H *, P, H, P, const H *, P, size_t, U, const void *, P)
+F5(cuGraphAddKernelNode_v2, H *, P, H, P, const H *, P, size_t, U, const void *, P)
+F6(cuGraphAddMemsetNode, H *, P, H, P, const H *, P, size_t, U, const void *, P, H, P)
+F6(cuGraphAddMemcpyNode, H *, P, H, P, const H *, P, size_t, U, const void *, P, H, P)
+F5(cuGraphAddHostNode, H *, P, H, P, const H *, P, size_t, U, const void *, P)
+F4(cuGraphAddEmptyNode, H *, P, H, P, const H *, P, size_t, U)
+F5(cuGraphAddChildGraphNode, H *, P, H, P, const H *, P, size_t, U, H, P)
+F5(cuGraphAddEventRecordNode, H *, P, H, P, const H *, P, size_t, U, H, P)
+F5(cuGraphAddEventWaitNode, H *, P, H, P, const H *, P, size_t, U, H, P)
+F5(cuGraphAddMemAllocNode, H *, P, H, P, const H *, P, size_t, U, void *, P)
+F5(cuGraphAddMemFreeNode, H *, P, H, P, const H *, P, size_t, U, CUdeviceptr, U)
+F5(cuGraphConditionalHandleCreate, cuuint64_t *, P, H, P, H, P, unsigned int, U, unsigned int, U)
+F5(cuGraphAddNode, H *, P, H, P, const H *, P, size_t, U, void *, P)
+F6(cuGraphAddNode_v2, H *, P, H, P, const H *, P, const void *, P, size_t, U, void *, P)
+F2(cuGraphKernelNodeGetParams, H, P, void *, P)
+F2(cuGraphKernelNodeGetParams_v2, H, P, void *, P)
+F2(cuGraphKernelNodeSetParams, H, P, const void *, P)
+F2(cuGraphKernelNodeSetParams_v2, H, P, const void *, P)
+F2(cuGraphMemsetNodeGetParams, H, P, void *, P)
+F2(cuGraphMemsetNodeSetParams, H, P, const void *, P)
+F2(cuGraphMemcpyNodeGetParams, H, P, void *, P)
+F2(cuGraphMemcpyNodeSetParams, H, P, const void *, P)
+F2(cuGraphHostNodeGetParams, H, P, void *, P)
+F2(cuGraphHostNodeSetParams, H, P, const void *, P)
+F2(cuGraphMemAllocNodeGetParams, H, P, void *, P)
+F2(cuGraphMemFreeNodeGetParams, H, P, CUdeviceptr *, P)
+F2(cuGraphChildGraphNodeGetGraph, H, P, H *, P)
+F2(cuGraphEventRecordNodeGetEvent, H, P, H *, P)
+F2(cuGraphEventWaitNodeGetEvent, H, P, H *, P)
+F2(cuGraphEventRecordNodeSetEvent, H, P, H, P)
+F2(cuGraphEventWaitNodeSetEvent, H, P, H, P)
+F2(cuGraphNodeGetParams, H, P, void *, P)
+F2(cuGraphNodeSetParams, H, P, void *, P)
+F3(cuGraphExecNodeSetParams, H, P, H, P, void *, P)
+F3(cuGraphExecKernelNodeSetParams_v2, H, P, H, P, const void *, P)
+F4(cuGraphExecMemsetNodeSetParams, H, P, H, P, const void *, P, H, P)
+F4(cuGraphExecMemcpyNodeSetParams, H, P, H, P, const void *, P, H, P)
+F3(cuGraphExecEventRecordNodeSetEvent, H, P, H, P, H, P)
+F3(cuGraphExecEventWaitNodeSetEvent, H, P, H, P, H, P)
+F3(cuGraphExecUpdate_v2, H, P, H, P, void *, P)
+S6(cuStreamBeginCaptureToGraph, H, P, H, P, const H *, P, const void *, P, size_t, U, int, U)
+S4(cuStreamUpdateCaptureDependencies, H, P, H *, P, size_t, U, unsigned int, U)
+F5(cuStreamUpdateCaptureDependencies_v2, H, P, H *, P, const void *, P, size_t, U, unsigned int, U)
+F5(cuStreamUpdateCaptureDependencies_v2_ptsz, H, P, H *, P, const void *, P, size_t, U, unsigned int, U)
+F3(cuDeviceGetGraphMemAttribute, CUdevice, U, int, U, void *, P)
+F3(cuDeviceSetGraphMemAttribute, CUdevice, U, int, U, void *, P)
+F1(cuDeviceGraphMemTrim, CUdevice, U)
+
 /* The handle is passed by value (64 bytes): its address is this frame's copy,
  * read by the serving function during the call. */
 EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
@@ -505,6 +573,71 @@ static const Entry table[] = {
     E("cuUserObjectRelease", 11030, cuUserObjectRelease),
     E("cuGraphRetainUserObject", 11030, cuGraphRetainUserObject),
     E("cuGraphReleaseUserObject", 11030, cuGraphReleaseUserObject),
+    /* Explicit graphs (issue 45). */
+    E("cuGraphCreate", 10000, cuGraphCreate),
+    E("cuGraphClone", 10000, cuGraphClone),
+    E("cuGraphNodeFindInClone", 10000, cuGraphNodeFindInClone),
+    E("cuGraphGetNodes", 10000, cuGraphGetNodes),
+    E("cuGraphGetRootNodes", 10000, cuGraphGetRootNodes),
+    E("cuGraphGetEdges", 10000, cuGraphGetEdges),
+    E("cuGraphGetEdges", 12030, cuGraphGetEdges_v2),
+    E("cuGraphNodeGetDependencies", 10000, cuGraphNodeGetDependencies),
+    E("cuGraphNodeGetDependencies", 12030, cuGraphNodeGetDependencies_v2),
+    E("cuGraphNodeGetDependentNodes", 10000, cuGraphNodeGetDependentNodes),
+    E("cuGraphNodeGetDependentNodes", 12030, cuGraphNodeGetDependentNodes_v2),
+    E("cuGraphAddDependencies", 10000, cuGraphAddDependencies),
+    E("cuGraphAddDependencies", 12030, cuGraphAddDependencies_v2),
+    E("cuGraphRemoveDependencies", 10000, cuGraphRemoveDependencies),
+    E("cuGraphRemoveDependencies", 12030, cuGraphRemoveDependencies_v2),
+    E("cuGraphDestroyNode", 10000, cuGraphDestroyNode),
+    E("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
+    E("cuGraphDebugDotPrint", 11030, cuGraphDebugDotPrint),
+    E("cuGraphAddKernelNode", 10000, cuGraphAddKernelNode),
+    E("cuGraphAddKernelNode", 12000, cuGraphAddKernelNode_v2),
+    E("cuGraphAddMemsetNode", 10000, cuGraphAddMemsetNode),
+    E("cuGraphAddMemcpyNode", 10000, cuGraphAddMemcpyNode),
+    E("cuGraphAddHostNode", 10000, cuGraphAddHostNode),
+    E("cuGraphAddEmptyNode", 10000, cuGraphAddEmptyNode),
+    E("cuGraphAddChildGraphNode", 10000, cuGraphAddChildGraphNode),
+    E("cuGraphAddEventRecordNode", 11010, cuGraphAddEventRecordNode),
+    E("cuGraphAddEventWaitNode", 11010, cuGraphAddEventWaitNode),
+    E("cuGraphAddMemAllocNode", 11040, cuGraphAddMemAllocNode),
+    E("cuGraphAddMemFreeNode", 11040, cuGraphAddMemFreeNode),
+    E("cuGraphConditionalHandleCreate", 12030, cuGraphConditionalHandleCreate),
+    E("cuGraphAddNode", 12020, cuGraphAddNode),
+    E("cuGraphAddNode", 12030, cuGraphAddNode_v2),
+    E("cuGraphKernelNodeGetParams", 10000, cuGraphKernelNodeGetParams),
+    E("cuGraphKernelNodeGetParams", 12000, cuGraphKernelNodeGetParams_v2),
+    E("cuGraphKernelNodeSetParams", 10000, cuGraphKernelNodeSetParams),
+    E("cuGraphKernelNodeSetParams", 12000, cuGraphKernelNodeSetParams_v2),
+    E("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
+    E("cuGraphMemsetNodeSetParams", 10000, cuGraphMemsetNodeSetParams),
+    E("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
+    E("cuGraphMemcpyNodeSetParams", 10000, cuGraphMemcpyNodeSetParams),
+    E("cuGraphHostNodeGetParams", 10000, cuGraphHostNodeGetParams),
+    E("cuGraphHostNodeSetParams", 10000, cuGraphHostNodeSetParams),
+    E("cuGraphMemAllocNodeGetParams", 11040, cuGraphMemAllocNodeGetParams),
+    E("cuGraphMemFreeNodeGetParams", 11040, cuGraphMemFreeNodeGetParams),
+    E("cuGraphChildGraphNodeGetGraph", 10000, cuGraphChildGraphNodeGetGraph),
+    E("cuGraphEventRecordNodeGetEvent", 11010, cuGraphEventRecordNodeGetEvent),
+    E("cuGraphEventWaitNodeGetEvent", 11010, cuGraphEventWaitNodeGetEvent),
+    E("cuGraphEventRecordNodeSetEvent", 11010, cuGraphEventRecordNodeSetEvent),
+    E("cuGraphEventWaitNodeSetEvent", 11010, cuGraphEventWaitNodeSetEvent),
+    E("cuGraphNodeGetParams", 13020, cuGraphNodeGetParams),
+    E("cuGraphNodeSetParams", 12020, cuGraphNodeSetParams),
+    E("cuGraphExecNodeSetParams", 12020, cuGraphExecNodeSetParams),
+    E("cuGraphExecKernelNodeSetParams", 12000, cuGraphExecKernelNodeSetParams_v2),
+    E("cuGraphExecMemsetNodeSetParams", 10020, cuGraphExecMemsetNodeSetParams),
+    E("cuGraphExecMemcpyNodeSetParams", 10020, cuGraphExecMemcpyNodeSetParams),
+    E("cuGraphExecEventRecordNodeSetEvent", 11010, cuGraphExecEventRecordNodeSetEvent),
+    E("cuGraphExecEventWaitNodeSetEvent", 11010, cuGraphExecEventWaitNodeSetEvent),
+    E("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),
+    ES("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph),
+    ES("cuStreamUpdateCaptureDependencies", 11030, cuStreamUpdateCaptureDependencies),
+    ES("cuStreamUpdateCaptureDependencies", 12030, cuStreamUpdateCaptureDependencies_v2),
+    E("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute),
+    E("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute),
+    E("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim),
 };
 
 static int tracing = -1; /* GPUARRAY_STANDIN_TRACE=1: log every request to stderr */
@@ -537,7 +670,7 @@ static void *lookup(const char *symbol, int version, cuuint64_t flags)
     }
     if (tracing < 0) {
         const char *t = getenv("GPUARRAY_STANDIN_TRACE");
-        tracing = t != NULL && t[0] != '\0' && strcmp(t, "0") != 0;
+        tracing = t != NULL && t[0] != '\0' && strcmp(t, "0") != 0 && strcmp(t, "errors") != 0;
     }
     if (tracing)
         fprintf(stderr, "gpuarray stand-in: cuGetProcAddress(%s, %d, flags=%llu) -> %s\n",
