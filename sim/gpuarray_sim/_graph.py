@@ -31,7 +31,7 @@ import numpy as np
 from gpuarray.errors import CudaError
 
 from . import _capture, _codes, _graph_build
-from ._capture import NODES, Node, SimCapture
+from ._capture import Node, SimCapture
 from ._core import INVALID_VALUE, SimContext, SimCore, _api, _locked
 from ._memory import POISON_LIMIT, Allocation
 from ._replay import replay
@@ -442,7 +442,7 @@ class SimGraphCalls(SimCore):
             return "error_topology_changed", 0
         pos = {id(n): i for i, n in enumerate(old)}
         new_pos = {id(n): i for i, n in enumerate(nodes)}
-        for a, b in zip(old, nodes):
+        for a, b in zip(old, nodes, strict=False):
             if sorted(pos[id(d)] for d in a.deps) != sorted(new_pos[id(d)] for d in b.deps):
                 return "error_topology_changed", b.handle
             if a.ntype != b.ntype or a.kind != b.kind:
@@ -450,7 +450,7 @@ class SimGraphCalls(SimCore):
             if a.kind in ("alloc", "free") and a.alloc is not b.alloc:
                 return "error_not_supported", b.handle
         remap: dict[int, Node] = {}
-        for a, b in zip(old, nodes):
+        for a, b in zip(old, nodes, strict=False):
             a.fn, a.desc, a.accesses, a.on_ready = b.fn, b.desc, b.accesses, b.on_ready
             a.event, a.params, a.body = b.event, b.params, b.body
             remap[b.handle] = a

@@ -31,7 +31,6 @@ from typing import Any
 
 from gpuarray.errors import CudaError
 
-from . import _capture
 from ._capture import NODES, Node, SimCapture
 from ._core import INVALID_VALUE, SimCore, _locked
 

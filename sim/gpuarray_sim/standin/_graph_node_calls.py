@@ -205,7 +205,7 @@ def cuGraphNodeGetDependentNodes_v2(node: int, deps: int, pedges: int, pcount: i
 
 
 def _edge_pairs(call: str, pfrom: int, pto: int, n: int) -> list[tuple[int, int]]:
-    return list(zip(_handles(pfrom, n, call, "from"), _handles(pto, n, call, "to")))
+    return list(zip(_handles(pfrom, n, call, "from"), _handles(pto, n, call, "to"), strict=False))
 
 
 def cuGraphAddDependencies(graph: int, pfrom: int, pto: int, n: int) -> None:
@@ -420,7 +420,6 @@ def _mem_alloc(call: str, p: int, graph: int, deps: list[int], params: int) -> N
     m.dptr = ptr
     kept = _MemAllocParams.from_buffer_copy(m)
     kept.accessDescs, kept.accessDescCount = None, 0
-    backend().node_params(_U64.from_address(p).value, call)  # (a check that it is there)
     backend()._node(_U64.from_address(p).value, call).params = kept
 
 
@@ -483,7 +482,6 @@ def _add_node(call: str, p: int, graph: int, deps: list[int], params: int) -> No
     elif kind == "conditional":  # handle, type, size, phGraph_out, ctx
         handle = _U64.from_address(u).value
         ctype, size = _I32.from_address(u + 8).value, _U32.from_address(u + 12).value
-        out = _U64.from_address(u + 16).value
         node, bodies = b.graph_add_conditional(graph, deps, handle, ctype, size)
         _U64.from_address(p).value = node
         # cuda.h: phGraph_out is a "CUDA-owned array populated with conditional node child

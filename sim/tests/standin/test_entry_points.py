@@ -118,18 +118,18 @@ def test_get_proc_address_gives_the_exported_function_of_each_served_form(folder
     syms = [s for _, _, s, _ in served] + [s + "_ptsz" for _, _, s, p in served if p]
     got, addr = _resolve(folder, reqs, syms)
     wrong = [f"{r[0]}@{r[1]} flags={r[2]}: {g} (want {s} at {addr[s]:#x})"
-             for r, g, s in zip(reqs, got, syms) if g != [0, 0, addr[s]]]
+             for r, g, s in zip(reqs, got, syms, strict=False) if g != [0, 0, addr[s]]]
     assert not wrong, "\n".join(wrong)
 
 
 def test_every_form_of_cuda_h_resolves_unmodelled_ones_to_not_supported(folder):
     forms = sorted(_table_forms())
     got, _ = _resolve(folder, [(n, v, 0) for n, v in forms])
-    unresolved = [f"{n}@{v}" for (n, v), (rc, st, p) in zip(forms, got) if rc != 0 or st != 0 or not p]
+    unresolved = [f"{n}@{v}" for (n, v), (rc, st, p) in zip(forms, got, strict=False) if rc != 0 or st != 0 or not p]
     assert not unresolved, unresolved
     # one function answers every form the simulator does not model; a name cuda.h lacks is not found
     served = {n for n, _, _, _ in _served()}
-    shared = {p for (n, _), (_, _, p) in zip(forms, got) if n not in served}
+    shared = {p for (n, _), (_, _, p) in zip(forms, got, strict=False) if n not in served}
     assert len(shared) == 1
     (rc, st, p), = _resolve(folder, [("cuNoSuchFunction", 13000, 0)])[0]
     assert (rc, st, p) == (500, 1, 0)  # CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
