@@ -216,6 +216,9 @@ def free_graph_memory(b: SimCore, a: Allocation, call: str) -> None:
 class SimGraphCalls(SimCore):
     """Capture and graph calls of the simulator."""
 
+    #: The graph nodes a list of CUgraphNode handles names (``_graph_build.py``).
+    _deps: Any
+
     # ------------------------------------------------------------ capture
     def _new_graph(self, ctx: SimContext, register: bool = True) -> SimGraph:
         g = SimGraph(self._handle(), ctx)

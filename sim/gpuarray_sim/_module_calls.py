@@ -373,8 +373,9 @@ class SimModuleCalls(SimCore):
         if hasattr(impl, "program"):  # reports the ranges it touched when it has run
             work = Reports(work)
         op = self.sched.enqueue(s, work, f"kernel {name}", acc)
-        if op.captured:  # a kernel node: what cuGraphKernelNodeGetParams reports
-            op.params = ("launch", func, grid, block, shared_mem, list(params))
+        if op.captured:  # a kernel node (_capture.Node): what cuGraphKernelNodeGetParams reports
+            node: Any = op
+            node.params = ("launch", func, grid, block, shared_mem, list(params))
 
     def _ptx_launch(self, impl: Any, name: str, module: int, ctx: SimContext,
                     block: tuple[int, ...], shared_mem: int, call: str) -> Any:

@@ -91,7 +91,7 @@ def _body_nodes(n: Any) -> list[list[Any]]:
 
 def body_accesses(n: Any) -> list[tuple[int, int, bool]]:
     """What a conditional node's bodies may touch: the node's accesses, for the race detector."""
-    out = []
+    out: list[tuple[int, int, bool]] = []
     for nodes in _body_nodes(n):
         for m in nodes:
             out.extend(body_accesses(m) if m.kind == "cond" else m.accesses)

@@ -139,7 +139,7 @@ def cuMemcpy2DAsync_v2(pcopy: int, stream: int, ptsz: bool = False) -> None:
 def memcpy3d_as_2d(call: str, c: ctypes.Structure) -> Callable[[int], None]:
     """A ``CUDA_MEMCPY3D`` of depth 1 (a memcpy node's): the 2-D copy it is, on a stream."""
     p = _Memcpy2D()
-    for f, _ in _Memcpy2D._fields_:
+    for f, *_ in _Memcpy2D._fields_:
         setattr(p, f, getattr(c, f))
     if p.Height <= 1:  # one row: its pitch is never used (a 1-D copy leaves it 0)
         p.Height = 1

@@ -678,7 +678,7 @@ def _node_set(call: str, node: int, p: int, graph_exec: int = 0) -> None:
     b = backend()
     decode = {"kernel": lambda: _kernel(call, u, False), "memset": lambda: _memset(call, u),
               "memcpy": lambda: _memcpy(call, u + 16)}.get(kind or "")
-    if decode is not None:
+    if decode is not None and kind is not None:
         build, kept = decode()
         if graph_exec:
             b.exec_node_rebuild(graph_exec, node, build, kept, kind, call)
