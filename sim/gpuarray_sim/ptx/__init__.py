@@ -142,13 +142,19 @@ holds for zero.  These rules are what an H200 answered (the ``ptx-vs-gpu``
 step of the GPU runs of 2026-11-28, docs/validation.md), where the ISA says
 less or otherwise.  f16/bf16 conversions are
 exact software roundings (all four modes); f16/bf16 arithmetic (scalar and
-``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) widens exactly,
-computes in double and rounds once -- correctly rounded for f16
-add/sub/mul; ``fma`` and bf16 add/sub may round twice (first to double),
-a last-bit difference from a GPU in rare halfway cases.  ``.approx`` functions use the
+``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) is correctly
+rounded by construction: the operands widen exactly to double, a product is
+exact there, a sum (add, sub, fma's product plus addend) is rounded to odd
+(TwoSum: truncated, the last bit set when bits were lost), and that rounds
+once to the format -- a 53-bit value rounded to odd rounds to a format of
+p <= 51 bits as the exact value would (``sim/tests/ptx/test_ptx_exact.py``
+checks it on random samples against Fractions, and every conversion of all
+65,536 f16/bf16 values).  ``.approx`` functions use the
 C library (glibc: ``exp2f``, ``log2f``, ``sinf``, ``cosf``, ``tanhf`` within
 1-2 ulp; ``rsqrt`` as ``1/sqrt`` in double; ``rcp/sqrt/div.approx``
-correctly rounded), all inside the PTX ISA's stated bounds.  Unknown
+correctly rounded), all inside the PTX ISA's stated bounds, and their
+special ranges as the ISA states them: ``div.approx.f32`` is ``a * (1/b)``,
+a signed zero for 2^126 < |b| < 2^128 (NaN for an infinite ``a``).  Unknown
 until a GPU run: bit-equality of ``.approx`` results (a GPU's are
 coarser: ``ex2``, ``lg2``, ``rsqrt`` within 1-2 ulp of these, ``tanh`` about
 100 ulp, ``rcp.approx.ftz.f64`` a 20-bit result in the high word), of

@@ -58,6 +58,9 @@ def _arith(ctx: FuncCtx, it: Instr) -> str:
         elif base in ("fma", "mad"):
             f = "fmaf" if ct == "float" else "fma"
             expr = _fop(ctx, it, ct, f"{f}({a}, {b}, {c})", f"ptx::rnd_fma({a}, {b}, {c}, MODE)")
+        elif base == "div" and "approx" in it.mods and ct == "float":
+            # a * (1/b): for 2^126 < |b| < 2^128 the reciprocal is 0 (the ISA)
+            expr = _fop(ctx, it, ct, f"ptx::div_approx({a}, {b})", None)
         elif base == "div":
             expr = _fop(ctx, it, ct, f"({a} / {b})", f"ptx::rnd_div({a}, {b}, MODE)")
         elif base in ("min", "max"):

@@ -190,6 +190,14 @@ template <class V> inline V fmax_(V a, V b) {
     if (a == b) return signbit(a) ? b : a;
     return a > b ? a : b;
 }
+// div.approx.f32: a * (1/b), within 2 ulp for |b| in [2^-126, 2^126] (here correctly
+// rounded); for 2^126 < |b| < 2^128 the reciprocal flushes to zero, so the quotient is
+// a signed zero, or NaN when a is infinite (the PTX ISA; libdevice's __nv_fast_fdividef).
+inline float div_approx(float a, float b) {
+    const float m = fabsf(b);
+    if (m > 0x1p126f && m < INFINITY) return a * copysignf(0.0f, b);
+    return a / b;
+}
 // A GPU's f32 NaN result: the canonical 0x7fffffff, whatever the inputs' payloads
 // (add, abs/neg, cvt from f16 and cvt.rzi on an H200, 2026-11-28).
 inline float canon(float v) { return v != v ? bits<float>(0x7fffffffu) : v; }
@@ -292,11 +300,27 @@ inline float widen(uint16_t h, int ebits, int pbits) {
     return bits<float>(sign | ((e - bias + 127) << 23) | (f << (23 - fb)));
 }
 // Half-precision arithmetic (f16, bf16; packed pairs through half2_op): the
-// operands widened exactly, the operation in double, one rounding to the
-// format with mode m.  For f16 every add/sub/mul is exact in double, so the
-// result is correctly rounded; fma and bf16 add/sub may round twice (once
-// to double), which can differ from a GPU in the last bit of rare halfway
-// cases.  NaN results are 0x7fff, the GPU's canonical NaN.
+// operands widened exactly, the operation computed EXACTLY or rounded to odd
+// in double, then one rounding to the format with mode m -- correctly rounded
+// by construction.  A product of two f16/bf16 values (at most 22 significand
+// bits) is exact in double; a sum (add, sub, and fma's product plus addend)
+// is rounded to odd (odd_add: truncated, the last bit set when bits were
+// lost), and a value rounded to odd with p + 2 or more bits rounds to a
+// p-bit format exactly as the exact value would (53 >= 11 + 2, 8 + 2).
+// NaN results are 0x7fff, the GPU's canonical NaN.
+// a + b rounded to odd in double: the exact sum truncated toward zero, its last
+// significand bit set when the truncation lost bits.  TwoSum gives the rounding
+// error e of s = fl(a + b) exactly (no overflow: half-precision operands).
+inline double odd_add(double a, double b) {
+    const double s = a + b;
+    if (s != s || s - s != 0) return s;  // NaN or infinity: nothing to round
+    const double bb = s - a, e = (a - (s - bb)) + (b - bb);
+    if (e == 0) return s;
+    double t = s;  // truncate: step toward zero when fl() rounded away from it
+    if ((e < 0) != (s < 0) && s != 0) t = nextafter(s, 0.0);
+    if (t == 0) return e;  // |a + b| below double's range: not reached by half operands
+    return bits<double>(bits<uint64_t>(t) | 1u);
+}
 enum HOp { H_ADD, H_SUB, H_MUL, H_FMA, H_MIN, H_MAX, H_NEG, H_ABS };
 inline uint16_t half_op(int op, uint16_t a, uint16_t b, uint16_t c, bool bf, int m, bool ftz,
                         bool sat, bool nan) {
@@ -312,10 +336,10 @@ inline uint16_t half_op(int op, uint16_t a, uint16_t b, uint16_t c, bool bf, int
     const double x = widen(a, eb, pb), y = widen(b, eb, pb), z = widen(c, eb, pb);
     double r;
     switch (op) {
-        case H_ADD: r = x + y; break;
-        case H_SUB: r = x - y; break;
-        case H_MUL: r = x * y; break;
-        case H_FMA: r = fma(x, y, z); break;
+        case H_ADD: r = odd_add(x, y); break;
+        case H_SUB: r = odd_add(x, -y); break;
+        case H_MUL: r = x * y; break;          // exact
+        case H_FMA: r = odd_add(x * y, z); break;  // the product exact, one sum to odd
         default: {  // min, max: NaN only when both are (or .NaN); -0 < +0
             if (x != x || y != y) {
                 if (nan || (x != x && y != y)) return (uint16_t)0x7fffu;

@@ -560,11 +560,33 @@ CASES = [
          lambda: (_nan_payloads(np.float16).view(np.uint16),
                   np.roll(_nan_payloads(np.float16), 5).view(np.uint16), _h16()[0]),
          lambda a, b, c: (a.view(np.float16) + b.view(np.float16)).view(np.uint16)),
+    # one rounding (issue 44): fma.rn.bf16 of __hfma(0x370c, 0xff50, 0x370c) is 0xf6e3
+    Case("fma_rn_bf16", ("bf16",) * 4, "fma.rn.bf16 %d, %a, %b, %c;", lambda: _with_first(
+         _bf16_in(), (0x370C, 0xFF50, 0x370C)), _half(lambda x, y, z: x * y + z, "bf16")),
+    # div.approx.f32: a signed zero for 2^126 < |b| < 2^128, NaN for an infinite a (the ISA)
+    Case("div_approx_huge_f32", F32, "div.approx.f32 %d, %a, %b;",
+         lambda: (np.resize(np.array([1.0, -5.0, 3e38, np.inf, 1.0, 7.0], np.float32), N),
+                  np.resize(np.array([2.0 ** 127, 1.5 * 2.0 ** 126, -3.4e38, 2.0 ** 127, 2.0,
+                                      -2.0 ** 126], np.float32), N), edge_f32()),
+         lambda a, b, c: np.where((np.abs(b) > 2.0 ** 126) & np.isfinite(b),
+                                  a * np.copysign(np.float32(0), b), a / b).astype(np.float32)),
+    # NaN to a 64-bit integer from f16/bf16: the top bit (cuda_fp16.h documents it)
+    Case("cvt_rzi_s64_f16_nan", ("f16", "f16", "f16", "s64"), "cvt.rzi.s64.f16 %d, %a;",
+         lambda: (_nan_payloads(np.float16).view(np.uint16),) * 3,
+         lambda a, b, c: _f2i(np.trunc(a.view(np.float16).astype(np.float64)), "s64", False)),
     Case("add_rn_f64_nan", F64, "add.rn.f64 %d, %a, %b;",
          lambda: (_nan_payloads(np.float64), np.roll(_nan_payloads(np.float64), 7),
                   _nan_payloads(np.float64)),
          lambda a, b, c: a + b),
 ]
+
+
+def _with_first(arrays, firsts):
+    """``arrays`` with element 0 of each replaced by ``firsts`` (a case a review found)."""
+    out = tuple(np.array(x) for x in arrays)
+    for x, v in zip(out, firsts, strict=True):
+        x[0] = v
+    return out
 
 
 def _i64_to_half(t: str) -> np.ndarray:
