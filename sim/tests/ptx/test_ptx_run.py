@@ -198,6 +198,17 @@ def test_numba_printf_is_written_at_the_launch_end(b, capfd):
                                                   "thread 1 value 2.500000"]
 
 
+def test_printf_length_modifiers_and_star_width_precision(b, capfd):
+    """NVRTC's printf with ``h``/``hh``/``l``/``ll``/``z`` and ``*`` width and precision
+    (fixtures/nvrtc_printf.ptx, of ``printf("h:%hd %hx %hu hh:%hhd w:[%*d] p:[%.*f]
+    [%-*.*f] l:%ld %llx z:%zu c:%c\\n", ...)``): as a GPU prints it.  ``*`` ended the
+    launch with 719 and ``h`` was ignored (65541 printed as 65541, a GPU prints 5)."""
+    a = np.array([65541, 70000, 385, 6, 42, 3, 9, 2], np.int32)
+    launch(b, fixture("nvrtc_printf"), "k", [u64(upload(b, a))])
+    assert capfd.readouterr().out == ("h:5 5 4464 hh:-127 w:[    42] p:[0.667] [0.33     ] "
+                                      "l:65541000000000 ffffffffffffffff z:42 c:Z\n")
+
+
 def test_numba_math_calls_a_func_with_param_sequences(b):
     x = np.array([0.5, 1.0, 2.0, 7.25], np.float32)
     (_, out) = _run_numba(b, "numba_math", [x, np.zeros(4, np.float32)], block=(4, 1, 1))
