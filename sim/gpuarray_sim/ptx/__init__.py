@@ -15,10 +15,16 @@ access checked.  Its own room beneath the simulator, in four layers:
     Between parsing and translation (in :func:`load`), every instruction
     a GPU driver's PTX JIT (``ptxas``) refuses is refused with 218 naming
     its line: a modifier, rounding mode or type its opcode does not take
-    (``_forms.LEGAL``, generated from ptxas's verdicts by
-    ``sim/tools/ptx_forms/gen.py``), a register operand of a type the ISA's
-    type-checking rules do not allow, an integer literal as a float
-    operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
+    (``_forms.LEGAL``), an operand count it does not take (``_forms.ARITY``),
+    an ld/st/ldu state space, vector width or type (``_forms.LDST``), a
+    ``.version`` older than the ``.target`` needs (``_forms.MINVER``) --
+    tables generated from ptxas's verdicts by ``sim/tools/ptx_forms/gen.py``
+    -- and, by rules that table's probes check, a register operand of a type
+    or width the ISA's type-checking rules do not allow (ld/st too), a guard
+    that is not a predicate, a predicate or float register as an address,
+    ``bfe``/``bfi``/``bar`` immediates out of range, a barrier thread count
+    not a multiple of 32, a non-positive ``.maxntid``/``.reqntid``, an
+    integer literal as a float operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
     never more lenient (``sim/tests/ptx/test_ptx_check.py`` checks every form of
     the table against ptxas's verdict).
 ``_context.py`` / ``_emit.py`` / ``_ops*.py`` -- translation
@@ -127,7 +133,14 @@ work, is judged when it has run on its enqueue-time clock.
 Numerics
 --------
 Integers exact (division and remainder by zero give all ones, as an H200
-does; no trap).
+does; no trap); packed 16-bit lanes (``.s16x2``/``.u16x2``), ``dp4a``/``dp2a``,
+the SIMD video instructions without lane selectors, and ``fns`` as the
+ISA's pseudo-code.  fp8 (``cvt`` to ``.e4m3x2``/``.e5m2x2``, always
+``.satfinite``): rounded to nearest even, past the largest finite (and
+infinities) the largest finite, NaN ``0x7f``; back to ``.f16x2`` exact
+(an e4m3 NaN the canonical ``0x7fff``).  Atomics on f16/bf16 (and pairs)
+and vector atomics (``.v2``/``.v4``/``.v8``) are an atomic read-modify-write
+per element.
 Float ``add/sub/mul/div/fma/sqrt/rcp`` with ``.rn`` are IEEE, correctly
 rounded (C++ without contraction, see ``ptxrt.h``; ``fma`` is libm's
 ``fmaf``/``fma``); ``.rz/.rm/.rp`` run under ``fesetround`` with volatile
