@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 from gpuarray_sim.ptx import PtxError, load, parse
-from gpuarray_sim.ptx._check import form_key, problems
-from gpuarray_sim.ptx._forms import LEGAL
+from gpuarray_sim.ptx._check import problems
 
 from gpuarray.errors import CudaError
 from sim.tests.ptx.support import HEAD, backend
