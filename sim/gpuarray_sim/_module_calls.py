@@ -394,9 +394,6 @@ class SimModuleCalls(SimCore):
         if info.max_threads is not None and threads > info.max_threads:
             raise CudaError(INVALID_VALUE, call, f"{name}: {threads} threads per block, the "
                                                  f"kernel allows {info.max_threads} (.maxntid)")
-        if info.static_shared_bytes + shared_mem > 48 << 10:
-            raise CudaError(INVALID_VALUE, call, f"{name}: {info.static_shared_bytes} static + "
-                                                 f"{shared_mem} dynamic bytes of shared memory")
         addresses = self._place_globals(module, ctx, impl.program, call)
         return lambda mem, g, b, smem, snap: impl.run(mem, g, b, smem, snap, globals=addresses)
 
