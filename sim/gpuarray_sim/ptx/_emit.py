@@ -214,7 +214,7 @@ def translate(m: PtxModule) -> Translation:
                      f"    ptx::begin(&t, rt, L, local_, {nbytes});\n")
         else:  # large local arrays: a per-launch pool, one slice per thread of the block
             arena = (f"    ptx::begin(&t, rt, L, nullptr, {nbytes});\n"
-                     f"    t.local = L->local_pool + (uint64_t)t.tid * {nbytes}ull;\n")
+                     f"    t.local = ptx::pool_slice(&t, {nbytes}ull);\n")
         wrappers.append(
             f"GA_HOST_EXPORT void {sym}(ga_host_rt* rt, const void* p) {{\n"
             f"    ptx::Thread t;\n    ptx::Launch* L = (ptx::Launch*)p;\n{arena}"

@@ -15,9 +15,13 @@ from ._ops_graph import GRAPH_CALLS, graph_call
 
 __all__ = ["BUILTIN_CALLS", "call_target"]
 
+#: The device runtime's cooperative-groups calls numba-cuda's ``cg.this_grid()``
+#: and ``GridGroup.sync()`` make (libcudadevrt's ``cudaCGGetIntrinsicHandle(scope)``
+#: and ``cudaCGSynchronize(handle, flags)``), provided by the executor.
+CG_CALLS = ("cudaCGGetIntrinsicHandle", "cudaCGSynchronize")
 #: External functions the executor provides itself (the device runtime's graph calls:
 #: ``_ops_graph.py``).
-BUILTIN_CALLS = ("vprintf", "__assertfail", *GRAPH_CALLS)
+BUILTIN_CALLS = ("vprintf", "__assertfail", *GRAPH_CALLS, *CG_CALLS)
 
 
 # -------------------------------------------------------- control, sync
@@ -187,7 +191,27 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
                 f"ptx::load<uint64_t>({ptrs[1]}), ptx::load<uint64_t>({ptrs[2]}), {it.line}));")
     if callee in GRAPH_CALLS:
         return graph_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
+    if callee in CG_CALLS:
+        return _cg_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
     if callee == "__assertfail":
         return f"T->rt->line = {it.line}; T->rt->fault(T->rt, 710, 0, 0, 0);"
     return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "
             f"{ctx.tr.fn_cname[callee]}(T, av_); }}")
+
+
+def _cg_call(ctx: FuncCtx, callee: str, ptrs: list[str], nrets: int, nparams: int,
+             line: int) -> str:
+    """C++ of a cooperative-groups call (:data:`CG_CALLS`) with ``.param`` pointers."""
+    if callee == "cudaCGGetIntrinsicHandle":
+        if nrets != 1 or nparams != 1:
+            raise ctx.error(f"{callee} called with other than (scope) -> handle")
+        # scope 1 is the grid (the only one numba-cuda asks for); the handle is opaque
+        return (f"{{ if (ptx::load<uint32_t>({ptrs[1]}) != 1) ptx::trap(T, {line}, "
+                f"\"cudaCGGetIntrinsicHandle: a scope other than the grid (1)\"); "
+                f"ptx::store<uint64_t>({ptrs[0]}, 1); }}")
+    if nparams != 2 or nrets > 1:
+        raise ctx.error(f"{callee} called with other than (handle, flags)")
+    out = f"ptx::grid_sync(T, {line});"
+    if nrets:
+        out += f" ptx::store<uint32_t>({ptrs[0]}, 0);"
+    return "{ " + out + " }"

@@ -112,7 +112,7 @@ GA_HOST_EXPORT void ga_ptx_interp(ga_host_rt* rt, const void* p) {
         ptx::begin(&t, rt, L, local_, nbytes);
     } else {
         ptx::begin(&t, rt, L, nullptr, nbytes);
-        t.local = L->local_pool + (uint64_t)t.tid * nbytes;
+        t.local = ptx::pool_slice(&t, nbytes);
     }
     try {
         ptx::interp::run(&t, e->funcs, (uint32_t)e->func, nullptr);

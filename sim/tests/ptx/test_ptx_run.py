@@ -758,8 +758,8 @@ def test_a_spin_wait_on_a_flag_another_thread_sets_ends(b, threads):
 
 
 def test_a_spin_wait_nothing_ends_is_a_launch_timeout(b, monkeypatch):
-    # `last` names no thread: the flag is never set (as a flag only a later
-    # block sets: blocks run one after another here) -- 702 naming the loop
+    # `last` names no thread: the flag is never set -- 702 naming the loop
+    # (test_ptx_resident.py: a flag another block sets)
     monkeypatch.setenv("GPUARRAY_SIM_LAUNCH_TIMEOUT", "0.2")
     flag, out = upload(b, np.zeros(1, np.uint32)), upload(b, np.zeros(2, np.uint32))
     with pytest.raises(CudaError) as e:
