@@ -112,6 +112,7 @@ struct Fiber {
 // slot), the next of its threads to start and its waiting fibers.
 struct Slot {
     ga_host_rt rt;
+    ga_entry entry;  // what its threads run (the launch's, or the upgrade's from admission on)
     unsigned int next;
     Fiber* waiting;
     Fiber** tail;
@@ -131,6 +132,11 @@ struct Fault {
 struct Launch {
     ga_host_rt rt;  // what every block's record starts from
     ga_entry entry;
+    // upgrade[0] is set (once, by another thread) to an entry that runs the
+    // same kernel faster (the PTX executor's translated build of an
+    // interpreted kernel): blocks admitted after that run it, and count
+    // themselves in upgrade[1].  Null: none will come.
+    unsigned long long* upgrade;
     const void* params;
     unsigned int nthreads;
     Slot* slots;
@@ -399,7 +405,7 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
             f->state = RUNNING;
             const char* what = nullptr;
             try {
-                l->entry(&s->rt, l->params);
+                s->entry(&s->rt, l->params);
             } catch (const std::exception& e) {  // left normally: the exception is freed
                 record(l, 719, EXCEPTION, 0, 0, 0, 0);
                 strncpy(l->fault.what, e.what(), sizeof l->fault.what - 1);
@@ -517,6 +523,14 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
     s->rt.progress = progress;  // the sum over slots only grows
     s->rt.block_idx = {(unsigned int)(b % g.x), (unsigned int)(b / g.x % g.y),
                        (unsigned int)(b / g.x / g.y)};
+    if (l->upgrade != nullptr) {
+        const unsigned long long e = __atomic_load_n(l->upgrade, __ATOMIC_ACQUIRE);
+        if (e != 0) {
+            l->entry = reinterpret_cast<ga_entry>(e);
+            ++l->upgrade[1];  // only this thread writes it
+        }
+    }
+    s->entry = l->entry;
     s->next = 0;
     s->waiting = nullptr;
     s->tail = &s->waiting;
@@ -655,10 +669,11 @@ bool run_grid(Launch* l, bool cooperative) {
 
 int launch(ga_entry entry, const void* params, const unsigned int* grid,
            const unsigned int* block, const ga_host_grant* grants, int ngrants,
-           unsigned int nslots, int cooperative, Fault* out) {
+           unsigned int nslots, int cooperative, unsigned long long* upgrade, Fault* out) {
     Launch l;
     memset(&l, 0, sizeof l);
     l.entry = entry;
+    l.upgrade = upgrade;
     l.params = params;
     l.rt.block_dim = {block[0], block[1], block[2]};
     l.rt.grid_dim = {grid[0], grid[1], grid[2]};
@@ -708,15 +723,19 @@ GA_HOST_EXPORT int ga_hostrt_abi() { return GA_HOST_ABI; }
 
 // Runs entry(rt, params) for every thread of every block of grid x block,
 // with at most `slots` blocks resident at once (all of them from the start
-// when `cooperative`: the grid must fit).
+// when `cooperative`: the grid must fit); `upgrade` (or null): two words,
+// where another thread may publish a faster entry of the same kernel for
+// the blocks not yet started, and the count of blocks that ran it.
 // Returns 0, or the fault's CUDA error code (700, 716, 714: stack overflow,
 // 719: a C++ exception; 2: no memory for fiber stacks) with its details in
 // *out.  Nothing is thrown across this boundary.
 GA_HOST_EXPORT int ga_hostrt_launch(ga_entry entry, const void* params, const unsigned int* grid,
                                     const unsigned int* block, const ga_host_grant* grants,
-                                    int ngrants, unsigned int slots, int cooperative, Fault* out) {
+                                    int ngrants, unsigned int slots, int cooperative,
+                                    unsigned long long* upgrade, Fault* out) {
     try {
-        return launch(entry, params, grid, block, grants, ngrants, slots, cooperative, out);
+        return launch(entry, params, grid, block, grants, ngrants, slots, cooperative, upgrade,
+                      out);
     } catch (const std::bad_alloc&) {
         memset(out, 0, sizeof *out);
         out->code = 2;

@@ -93,7 +93,8 @@ class HostRuntime:
         fn = lib.ga_hostrt_launch
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _Dim, _Dim, ctypes.POINTER(Grant),
-                       ctypes.c_int, ctypes.c_uint, ctypes.c_int, ctypes.POINTER(_Fault)]
+                       ctypes.c_int, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p,
+                       ctypes.POINTER(_Fault)]
         held = lib.ga_hostrt_fibers
         held.restype = None
         held.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
@@ -110,7 +111,7 @@ class HostRuntime:
     def launch(self, kernel: str, entry: int, params: ctypes.Structure,
                grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant],
                source: Callable[[int], str] | None = None, slots: int = 1,
-               cooperative: bool = False) -> None:
+               cooperative: bool = False, upgrade: ctypes.Array | None = None) -> None:
         """Run ``entry`` (address of ``ga_host__<kernel>``) over ``grid`` x ``block``.
 
         ``source(line)`` names the instruction at a PTX line (kernels
@@ -118,7 +119,11 @@ class HostRuntime:
         blocks may be resident at once (each gets ``ga_host_rt.slot``; one
         block at a time while they progress, more when the resident ones
         only spin); ``cooperative``: every block resident from the start
-        (the grid must fit in ``slots``).
+        (the grid must fit in ``slots``); ``upgrade``: two 64-bit words;
+        another thread may set the first, while the launch runs, to the
+        address of an entry that runs the same kernel (the PTX executor's
+        translated build of an interpreted kernel): the blocks started after
+        that run it, and the second counts them.
 
         Raises
         ------
@@ -133,6 +138,7 @@ class HostRuntime:
         fault = _Fault()
         rc = self._launch(entry, ctypes.addressof(params), _Dim(*grid), _Dim(*block), arr,
                           len(grants), max(1, int(slots)), int(bool(cooperative)),
+                          ctypes.addressof(upgrade) if upgrade is not None else None,
                           ctypes.byref(fault))
         if rc == 0:
             return

@@ -188,6 +188,7 @@ class PtxProgram:
         self.build_key: str | None = None
         #: Seconds its interpreted launches ran (the ``auto`` tier builds past TIER_UP_SECONDS).
         self.interpreted_seconds = 0.0
+        self.upgraded_blocks = 0  # blocks of interpreted launches that ran the translation
         self._upgrading = False
 
     def kernel(self, name: str) -> Any:
@@ -355,15 +356,61 @@ class PtxProgram:
         """An interpreted launch ran ``seconds``: past :data:`TIER_UP_SECONDS` in all (tier
         ``auto``), the translation is built in the background for the launches after."""
         self.interpreted_seconds += seconds
-        if (self.interpreted_seconds < TIER_UP_SECONDS or self._upgrading
-                or os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower()
-                not in ("", "auto")):
+        if self.interpreted_seconds >= TIER_UP_SECONDS:
+            self._tier_up()
+
+    def upgrade_cell(self, name: str) -> ctypes.Array | None:
+        """For an interpreted launch of entry ``name`` (tier ``auto``): the cell the
+        translated entry is published in once built, so that the launch's blocks not
+        yet started run it, and count themselves in its second word
+        (``_hostrt.HostRuntime.launch(upgrade=...)``).
+
+        A launch still running when the module's interpreted time (this launch's
+        included) passes :data:`TIER_UP_SECONDS` starts the background build
+        (a watch thread looks every :data:`WATCH_SECONDS`).  Give the cell back
+        with :meth:`launch_ended`.  None: no upgrade in this tier.
+        """
+        if os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() not in ("", "auto"):
+            return None
+        cell = (ctypes.c_uint64 * 2)()
+        with _cells_lock:
+            if self._compiled is not None:
+                cell[0] = self._compiled[1][name]
+            else:
+                _running[id(cell)] = (_time.perf_counter(), self, name, cell)
+        _watch()
+        return cell
+
+    def launch_ended(self, cell: ctypes.Array | None) -> None:
+        """The launch of :meth:`upgrade_cell` ended: its cell is no longer read."""
+        if cell is not None:
+            with _cells_lock:
+                _running.pop(id(cell), None)
+            self.upgraded_blocks += cell[1]
+
+    def _publish(self) -> None:
+        """The translation is built: hand its entries to the running launches' cells."""
+        compiled = self._compiled
+        if compiled is None:
             return
-        self._upgrading = True
+        with _cells_lock:
+            for _t0, prog, name, cell in _running.values():
+                if prog is self:
+                    cell[0] = compiled[1][name]
+
+    def _tier_up(self) -> None:
+        """Build the translation in the background (tier ``auto``), once."""
+        if os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() not in ("", "auto"):
+            return
+        with _cells_lock:  # the watch thread and a launch's thread may both ask
+            if self._upgrading or self._compiled is not None:
+                return
+            self._upgrading = True
 
         def run() -> None:
             try:
                 self.build()
+                self._publish()
             except Exception:  # noqa: BLE001 - it stays interpreted; a launch reports nothing
                 pass
 
@@ -381,7 +428,36 @@ class PtxProgram:
 
 #: Seconds of interpreted launches of one module after which the ``auto`` tier builds it.
 TIER_UP_SECONDS = 0.25
+#: How often the watch thread looks at the interpreted launches running.
+WATCH_SECONDS = 0.05
 _tier_ups: list[threading.Thread] = []
+_cells_lock = threading.Lock()
+#: Interpreted launches running: id(cell) -> (start, program, entry, cell).
+_running: dict[int, tuple[float, Any, str, ctypes.Array]] = {}
+_watcher: list[threading.Thread] = []
+
+
+def _watch() -> None:
+    """Start the watch thread (once per process): a long interpreted launch tiers up."""
+    if _watcher:
+        return
+    with _lock:
+        if _watcher:
+            return
+
+        def loop() -> None:
+            while True:
+                _time.sleep(WATCH_SECONDS)
+                now = _time.perf_counter()
+                with _cells_lock:
+                    running = list(_running.values())
+                for t0, prog, _name, _cell in running:
+                    if now - t0 + prog.interpreted_seconds >= TIER_UP_SECONDS:
+                        prog._tier_up()
+
+        t = threading.Thread(target=loop, name="gpuarray-ptx-tier-watch", daemon=True)
+        _watcher.append(t)
+        t.start()
 
 
 def settle(timeout: float | None = None) -> None:

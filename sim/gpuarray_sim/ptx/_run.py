@@ -188,12 +188,15 @@ class PtxKernel:
                          touched.ctypes.data, ctypes.addressof(_NO_TOUCH), code,
                          int(bool(cooperative)), 0, 0)
         runtime = self.program.runtime()  # built on first use: not the kernel's time
+        # interpreted: a long launch's later blocks run the translation once it is built
+        upgrade = self.program.upgrade_cell(self.name) if code else None
         t0 = time.perf_counter()
         try:
             runtime.launch(self.name, entry, launch, grid, block, grants,
                            source=self.program.source_line, slots=slots,
-                           cooperative=cooperative)
+                           cooperative=cooperative, upgrade=upgrade)
         finally:
+            self.program.launch_ended(upgrade)
             took = time.perf_counter() - t0
             _phases.add("execute", took)
             if code:

@@ -113,3 +113,77 @@ def test_forced_tiers(cache, monkeypatch):
     _build._programs.clear()
     with pytest.raises(ValueError, match="GPUARRAY_SIM_PTX_TIER"):
         _build.load(fixture("saxpy")).prepare()
+
+
+# Each thread sums 0..n-1 in a loop and stores the sum at its global index.
+LOOP_SUM = """.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry loop_sum(.param .u64 out, .param .u32 n)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, 0;
+    mov.u32 %r3, 0;
+$L:
+    add.s32 %r3, %r3, %r2;
+    add.s32 %r2, %r2, 1;
+    setp.lt.u32 %p1, %r2, %r1;
+    @%p1 bra $L;
+    mov.u32 %r4, %ctaid.x;
+    mov.u32 %r5, %ntid.x;
+    mov.u32 %r6, %tid.x;
+    mad.lo.s32 %r7, %r4, %r5, %r6;
+    mul.wide.u32 %rd3, %r7, 4;
+    add.s64 %rd3, %rd2, %rd3;
+    st.global.u32 [%rd3], %r3;
+    ret;
+}
+"""
+
+
+def test_an_interpreted_launch_runs_its_later_blocks_built_once_the_build_is_published(
+        cache, monkeypatch):
+    b = backend()
+    blocks, n = 40, 100
+    want = np.full(blocks * 32, n * (n - 1) // 2, np.uint32)
+    prog = _build.load(LOOP_SUM)
+    prog.prepare()
+    assert prog.tier == "interp"
+    # a launch running interpreted registers a cell; the background build publishes
+    # the translated entry into it (what the watch thread starts for a long launch)
+    cell = prog.upgrade_cell("loop_sum")
+    assert cell is not None and cell[0] == 0
+    prog.build()
+    prog._publish()
+    assert cell[0] == prog.entry("loop_sum")
+    prog.launch_ended(cell)
+    # the runtime: a launch whose cell holds the translation runs every block it
+    # admits from then on with it (here: all of them), with the same result
+    core = prog._interp
+    monkeypatch.setattr(prog, "launch_target",
+                        lambda name: (core[0], core[1].entry(name)))  # still interpreted
+    out = upload(b, np.zeros(blocks * 32, np.uint32))
+    launch(b, LOOP_SUM, "loop_sum", [u64(out), ctypes.c_uint32(n)], grid=(blocks, 1, 1),
+           block=(32, 1, 1))
+    assert prog.upgraded_blocks == blocks
+    assert np.array_equal(download(b, out, blocks * 32, np.uint32), want)
+
+
+def test_the_watch_thread_builds_for_a_launch_still_running(cache, monkeypatch):
+    monkeypatch.setattr(_build, "TIER_UP_SECONDS", 0.0)
+    prog = _build.load(LOOP_SUM)
+    prog.prepare()
+    cell = prog.upgrade_cell("loop_sum")  # a launch that started and has not ended
+    assert cell is not None
+    deadline = time.monotonic() + 10
+    while not prog._upgrading and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert prog._upgrading  # no launch ended: the watch thread started the build
+    _build.settle()
+    assert prog.tier == "compiled" and cell[0] == prog.entry("loop_sum")  # published
+    prog.launch_ended(cell)
