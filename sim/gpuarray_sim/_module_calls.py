@@ -343,7 +343,6 @@ class SimModuleCalls(SimCore):
                             "unless cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) opted in)")
 
     @_locked
-    @_locked
     def resident_blocks(self, func: int, threads: int, shared_mem: int) -> int:
         """Blocks of ``threads`` threads of ``func`` the device holds at once (all its SMs).
 
@@ -365,6 +364,7 @@ class SimModuleCalls(SimCore):
                      attr("max_shared_memory_per_multiprocessor") // smem)
         return max(0, per_sm) * attr("multiprocessor_count")
 
+    @_locked
     def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                       shared_mem: int, stream: int, params: Sequence[Any],
                       cooperative: bool = False) -> None:

@@ -132,12 +132,12 @@ cfg = d.CUlaunchConfig()
 cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (
     265, 1, 1, 1024, 1, 1)
 cfg.hStream = s
-chk(d.cuLaunchKernelEx(cfg, f, None, None))              # not cooperative: any grid
+chk(d.cuLaunchKernelEx(cfg, f, 0, 0))                    # not cooperative: any grid
 attr = d.CUlaunchAttribute()
 attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
 attr.value.cooperative = 1
 cfg.attrs, cfg.numAttrs = [attr], 1
-chk(d.cuLaunchKernelEx(cfg, f, None, None), E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
+chk(d.cuLaunchKernelEx(cfg, f, 0, 0), E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
 chk(d.cuCtxSynchronize())                                # a refused launch is not sticky
 FA = d.CUfunction_attribute
 assert chk(d.cuFuncGetAttribute(FA.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f)) == 400
