@@ -60,7 +60,7 @@ class _Params(dict):
         off, size = self._ctx.param_offsets[name]
         return f"(PB + {self._ctx.k(off)})", size
 
-    def get(self, name, default=None):  # type: ignore[override]
+    def get(self, name, default=None):
         return self[name] if name in self else default
 
 

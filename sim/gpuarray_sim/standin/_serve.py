@@ -42,8 +42,8 @@ import os
 import sys
 import threading
 import traceback
-from time import perf_counter as _clock
 from collections.abc import Callable
+from time import perf_counter as _clock
 
 from gpuarray.errors import CudaError, CudaUnavailableError
 
