@@ -74,6 +74,10 @@ class _GraphMemory:
         self.array_alive = self.graph_alive = True
         self.mapped = False
 
+    @property
+    def what(self) -> str:
+        return f"an array allocated during the capture on {self.capture.stream!r}"
+
     def array_gone(self) -> None:
         self.array_alive = False
         if self.state == "capturing" and self.capture.open:
@@ -108,28 +112,10 @@ class _GraphMemory:
             self.backend.mem_free(self.ptr)  # relaxed at the checkpoint
 
 
-class _ForeignUnlaunched:
-    """Graph memory of another library's graph, imported before a launch mapped it.
-
-    The driver said the address was not mapped (``PointerInfo.mapped``) when
-    gpuarray imported it (``interop/_cai.py``); :func:`check_graph_memory` asks again
-    before each use until a launch of that graph has mapped it.
-    """
-
-    __slots__ = ("base", "backend", "device")
-    foreign = True
-
-    def __init__(self, base: int, backend: Any, device: Device) -> None:
-        self.base, self.backend, self.device = base, backend, device
-
-    def mapped_now(self) -> bool:
-        with self.device.activate():
-            return bool(self.backend.pointer_info(self.base).mapped)
-
-
 def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
-    """Imported memory ``[base, base + size)`` is graph memory not mapped yet (see above)."""
-    _unlaunched.setdefault(base, (size, _ForeignUnlaunched(base, get_backend(), device)))
+    """Imported memory ``[base, base + size)`` is another library's graph memory, not mapped yet."""
+    _unlaunched.setdefault(base, (size, _capture_foreign.ForeignUnlaunched(base, device,
+                                                                           get_backend())))
 
 
 def _capturing() -> bool:
@@ -170,8 +156,12 @@ def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
     if getattr(getattr(stream, "device", None), "id", None) != device.id:
         return None  # None or a stream of another device: not a capture of this allocation
     cap = checkpoint().capture_of(stream.handle)
-    if cap is None:
-        return _capture_foreign.alloc(nbytes, device, stream) if stream.kind == "external" else None
+    if cap is None:  # another library's capture, on a stream gpuarray knows as external
+        foreign = _capture_foreign.alloc(nbytes, device, stream) if stream.kind == "external" else None
+        if foreign is None:
+            return None
+        _unlaunched[foreign.ptr] = (nbytes, foreign)
+        return MemoryPointer(device, foreign.ptr, nbytes, finalizer=lambda: _foreign_gone(foreign))
     b = get_backend()
     with device.activate():
         ptr = b.mem_alloc_async(nbytes, stream.handle)
@@ -205,27 +195,32 @@ def keep(s: Stream, *objs: Any) -> None:
             cap.keep[id(mem)] = mem
 
 
-def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> None:
-    """Work on ``stream`` using graph memory no launch has mapped yet: refused (the memory
-    holds nothing and touching it faults); the capture's own stream may use it."""
-    if _unlaunched and checkpoint().capture_of(stream.handle) is None:
-        for p in ptrs:
-            for base, (size, rec) in list(_unlaunched.items()):
-                if base <= p < base + size and rec.backend is get_backend():
-                    if rec.foreign:
-                        if rec.mapped_now():  # its graph was launched since
-                            _unlaunched.pop(base, None)
-                            continue
-                        raise StreamCaptureError(
-                            f"{op} uses memory of another library's graph before that graph was "
-                            "launched: a graph allocation holds data only from the first launch "
-                            "on, and reading it now would fault (CUDA_ERROR_ILLEGAL_ADDRESS, the "
-                            "context lost); launch the graph first")
+def _foreign_gone(rec: Any) -> None:
+    _unlaunched.pop(rec.ptr, None)  # its address may be handed out again
+    rec.release()
+
+
+def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> bool:
+    """Work on ``stream`` using graph memory no launch has mapped yet -- of gpuarray's graphs
+    or another library's -- is refused before the driver sees it (the memory holds nothing,
+    and touching it faults: CUDA_ERROR_ILLEGAL_ADDRESS, the context lost).  Work a capture
+    records (``stream`` captures) runs after the allocation: allowed, and True is returned
+    (what it makes of the memory must not outlive the capture: an export is not cached)."""
+    found = False
+    for p in ptrs:
+        for base, (size, rec) in list(_unlaunched.items()):
+            if base <= p < base + size and rec.backend is get_backend():
+                if rec.foreign and rec.mapped_now():  # its graph was launched since
+                    _unlaunched.pop(base, None)
+                elif checkpoint().is_capturing(stream.handle):
+                    found = True
+                else:
                     raise StreamCaptureError(
-                        f"{op} uses an array allocated during the capture on "
-                        f"{rec.capture.stream!r} before its graph was launched: its memory "
-                        "belongs to the graph and holds data only from the first launch on "
-                        "(launch the graph first)")
+                        f"{op} uses {rec.what} before its graph was launched: the memory "
+                        "belongs to the graph and holds data only from the graph's first launch "
+                        "on, and using it now would fault (CUDA_ERROR_ILLEGAL_ADDRESS, the "
+                        "context lost); launch the graph first")
+    return found
 
 
 class Graph:

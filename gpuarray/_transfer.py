@@ -100,6 +100,8 @@ def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: in
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
     addr = _cap.host_address(host)
+    if _graph._unlaunched:
+        _graph.check_graph_memory(s, "an upload", dst_ptr)
     if checkpoint().capturing:
         _graph.keep(s, host)  # a capture's launches re-read it
     if _pageable_and_large(device, addr, nbytes) and not _capturing(device, s):

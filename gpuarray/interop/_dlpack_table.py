@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _config
+from .. import _config, _graph
 from .._array import DeviceNDArray
 from .._device import get_device
 from .._stream import default_stream
@@ -47,6 +47,8 @@ _INT64_MAX = 2**63 - 1
 
 
 def _prepare(arr: DeviceNDArray) -> Any:
+    if _graph._unlaunched:
+        _graph.check_graph_memory(arr.stream, "a DLPack export (exchange table)", arr._ptr)
     code, bits, lanes, itemsize = _cap._dl_dtype(arr.dtype)  # BufferError: no DLPack dtype
     kind = arr._dl
     return _core.exchange_prepare(arr._ptr, arr.shape, arr.strides, itemsize, code, bits,
