@@ -303,32 +303,19 @@ class Graph:
         ValueError
             If the graph is closed, or ``stream`` is omitted and the stream
             it was captured on was closed (the graph does not need that
-            stream: launch it on another one).
+            stream: launch it on another one, which waits for the closed
+            stream's last work).
         StreamCaptureError
             Into a capturing stream (gpuarray's graphs hold memory nodes,
             which CUDA does not nest into another graph).
         """
         s = self._stream_for(stream, "launch")
-        b = get_backend()
-        home = self.stream
-        fin = home._finalizer
-        home_open = fin is None or fin.alive
-        if s is home or s == home:
-            if not home_open:
-                raise ValueError(f"Graph.launch: the stream it was captured on, {home!r}, was "
-                                 "closed; launch it on another stream (launch(stream=s))")
-            with s.device.activate():
-                b.graph_launch(self._handles[1], s.handle)
-        else:
-            # The graph needs nothing of its capture stream; it is ordered with the
-            # stream's work only while that stream exists.
-            order_after = _helpers["order_after"]
-            if home_open:
-                order_after(s, home)
-            with s.device.activate():
-                b.graph_launch(self._handles[1], s.handle)
-            if home_open:
-                order_after(home, s)
+        home, order_after = self.stream, _helpers["order_after"]
+        order_after(s, home)
+        with s.device.activate():
+            get_backend().graph_launch(self._handles[1], s.handle)
+        if not home.closed:
+            order_after(home, s)
         if _unlaunched:
             for m in self._memory:
                 _unlaunched.pop(m.ptr, None)

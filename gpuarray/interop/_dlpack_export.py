@@ -44,8 +44,8 @@ def export_capsule(arr: Any, stream: Any, max_version: Any, dl_device: Any, copy
             minor = -2
         s = arr.stream
         if minor != -2 and (stream == -1 and type(stream) is int or (
-                s.handle == (1 if stream is None else stream) and type(stream) in (int, type(None))
-                and s.device is arr.device)):
+                not s.closed and s.handle == (1 if stream is None else stream)
+                and type(stream) in (int, type(None)) and s.device is arr.device)):
             code, bits, lanes, itemsize = _cap._dl_dtype(arr.dtype)
             kind = arr._dl
             if minor >= 0:
