@@ -22,7 +22,6 @@ from typing import Any, TypeAlias
 from . import _capture_foreign
 from ._device import Device
 from ._driver import checkpoint, get_backend
-from ._driver._checkpoint import on_capture_end
 from ._driver._finalize import run_finalizer
 from .errors import CudaError, StreamCaptureError
 
@@ -41,8 +40,6 @@ __all__ = ["Graph"]
 
 #: Graph memory not mapped yet (no launch so far): base -> (size, graph memory record).
 _unlaunched: dict[int, Any] = {}
-#: Releases of graph memory waiting for the end of the captures in progress.
-_held: list[Any] = []
 
 
 class Capture:
@@ -97,19 +94,9 @@ class _GraphMemory:
             return
         self.state = "freed"
         _unlaunched.pop(self.ptr, None)
-        if not self.mapped or get_backend() is not self.backend:
-            return  # never mapped: the address went with the graph
-        if _capturing():
-            self.state = "held"
-            _held.append(self)
-            if _capturing():
-                return
-            # The last capture ended since the test above: its release of the
-            # held frees may have run before the append; this one goes now.
-            _release_held()
-            return
-        with self.device.activate():
-            self.backend.mem_free(self.ptr)  # relaxed at the checkpoint
+        if self.mapped and get_backend() is self.backend:  # else the address went with the graph
+            with self.device.activate():  # the checkpoint defers it while gpuarray captures
+                self.backend.mem_free(self.ptr)
 
 
 def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
@@ -118,35 +105,8 @@ def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
                                                                            get_backend())))
 
 
-def _capturing() -> bool:
-    """Whether gpuarray captures now (the checkpoint's record; a test interleaves here)."""
-    return checkpoint().capturing
-
-
-def _release_held() -> None:
-    items = []
-    while True:  # each pop is atomic: a free appended by another thread meanwhile is taken
-        try:     # once, here or by its own thread's release, never dropped
-            items.append(_held.pop())
-        except IndexError:
-            break
-    for m in reversed(items):
-        if m.state == "held":
-            m.state = "graph"
-            m.free()
-
-
-on_capture_end(_release_held)
-
-
-def watching() -> bool:
-    """Whether array operations must be checked now: a capture runs, or graph memory awaits a launch."""
-    return bool(checkpoint().capturing or _unlaunched)
-
-
 def _reset_for_tests() -> None:
     _unlaunched.clear()
-    _held.clear()
 
 
 def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:

@@ -187,16 +187,12 @@ class Stream(CaptureMethods, HostCallbacks):
         return self.kind == "external"
 
     def close(self) -> None:
-        """Destroy an owned stream now; its queued work still completes.
+        """Destroy an owned stream now (queued work still completes); others: nothing.
 
-        gpuarray never hands its handle to the driver again.  Work that must
-        follow its work -- an operation with ``stream=t`` on an array whose
-        default stream it was, :meth:`synchronize` -- waits for an event
-        recorded before the destruction.  Anything that would run *on* it (an
-        operation without ``stream=`` on such an array, ``stream=`` this
-        stream, a CAI export naming it) raises ValueError: rebind the array
-        (``arr.stream = t``).  External, legacy and per-thread streams are
-        not gpuarray's to close: for them it does nothing.
+        Its handle never reaches the driver again: work that must follow its
+        work waits for an event recorded before the destruction; what would
+        run *on* it raises ValueError (rebind the arrays: ``t.wait_stream(s)``,
+        ``arr.stream = t``).  See "Closing a stream" in the streams guide.
 
         Raises
         ------
