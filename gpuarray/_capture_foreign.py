@@ -30,9 +30,8 @@ and only for them: gpuarray's own streams pay nothing -- it asks the driver
   in between).  Until that graph's first launch nothing backs it: any use
   outside a capture is refused (``_graph.check_graph_memory``, before the
   driver sees it).  When such an array goes after the capture, gpuarray frees the
-  allocation a launch left (``cuMemFree``, relaxed mode); if no launch left one,
-  the driver says so (``CUDA_ERROR_INVALID_VALUE``) and the address goes
-  with the graph.
+  allocation a launch left (``cuMemFree``, relaxed mode); if the driver says no
+  launch mapped one, the address goes with the graph.
 """
 
 from __future__ import annotations
@@ -40,12 +39,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._driver import checkpoint, get_backend
-from ._driver._checkpoint import on_capture_end
-from ._driver._finalize import run_finalizer
+from ._driver import get_backend
 from .errors import CudaError
-
-_INVALID_VALUE = 1
 
 #: Live ``allocation_stream`` blocks on external streams (all threads): while
 #: there are none, an allocation without ``stream=`` asks nothing.
@@ -131,27 +126,9 @@ class ForeignGraphMemory(ForeignUnlaunched):
                 except CudaError:  # invalidated meanwhile: the other library's end reports it
                     pass
                 return
-            if checkpoint().capturing:  # a free of gpuarray's capture time: made at its end
-                _held.append(self)
-                return
-            try:
-                b.mem_free(self.ptr)  # relaxed at the capture checkpoint
-            except CudaError as e:
-                if e.code != _INVALID_VALUE:  # INVALID_VALUE: no launch left it allocated
-                    raise
-
-
-#: Releases waiting for the end of gpuarray's captures (``_checkpoint.on_capture_end``).
-_held: list[ForeignGraphMemory] = []
-
-
-def _release_held() -> None:
-    items, _held[:] = list(_held), []
-    for rec in items:
-        run_finalizer(rec.release)
-
-
-on_capture_end(_release_held)
+            info = b.pointer_info(self.ptr)
+            if info.memory_type and info.mapped:  # a launch left it: else it went with the graph
+                b.mem_free(self.ptr)  # relaxed, or deferred while gpuarray captures (checkpoint)
 
 
 def alloc(nbytes: int, device: Any, stream: Any) -> ForeignGraphMemory | None:

@@ -190,3 +190,30 @@ def test_an_array_of_their_graph_freed_before_any_launch_leaves_no_refusal_behin
     from gpuarray import _graph
 
     assert not any(base <= ptr < base + size for base, (size, _) in _graph._unlaunched.items())
+
+
+def test_an_array_of_their_graph_dropped_while_gpuarray_captures_is_freed_when_that_ends():
+    """cuMemFree of the allocation their launch left waits for gpuarray's capture (the
+    checkpoint defers it); never launched, the address goes with their graph: no free."""
+    from tests.support import the_simulator
+
+    b, e, x, y, (graph, ex) = _made_in_their_capture()
+    _, e2, x2, y2, (graph2, ex2) = _made_in_their_capture()
+    with gpuarray.get_device().activate():
+        b.graph_launch(ex, e.handle)
+    e.synchronize()
+    ptr, ptr2 = y.ptr, y2.ptr
+    s = gpuarray.stream(non_blocking=True)
+    s.begin_capture()
+    del y, y2
+    mem = the_simulator().memory
+    assert mem.find(ptr).alive and not mem.find(ptr).unmapped  # held: cuMemFree would sync
+    g = s.end_capture()
+    assert mem.find(ptr) is None or not mem.find(ptr).alive or mem.find(ptr).unmapped
+    g.close()
+    with gpuarray.get_device().activate():
+        for gr, exe in ((graph, ex), (graph2, ex2)):
+            b.graph_exec_destroy(exe)
+            b.graph_destroy(gr)
+    gpuarray.synchronize()
+    assert mem.find(ptr2) is None or not mem.find(ptr2).alive
