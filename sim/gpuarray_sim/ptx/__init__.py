@@ -15,10 +15,16 @@ access checked.  Its own room beneath the simulator, in four layers:
     Between parsing and translation (in :func:`load`), every instruction
     a GPU driver's PTX JIT (``ptxas``) refuses is refused with 218 naming
     its line: a modifier, rounding mode or type its opcode does not take
-    (``_forms.LEGAL``, generated from ptxas's verdicts by
-    ``sim/tools/ptx_forms/gen.py``), a register operand of a type the ISA's
-    type-checking rules do not allow, an integer literal as a float
-    operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
+    (``_forms.LEGAL``), an operand count it does not take (``_forms.ARITY``),
+    an ld/st/ldu state space, vector width or type (``_forms.LDST``), a
+    ``.version`` older than the ``.target`` needs (``_forms.MINVER``) --
+    tables generated from ptxas's verdicts by ``sim/tools/ptx_forms/gen.py``
+    -- and, by rules that table's probes check, a register operand of a type
+    or width the ISA's type-checking rules do not allow (ld/st too), a guard
+    that is not a predicate, a predicate or float register as an address,
+    ``bfe``/``bfi``/``bar`` immediates out of range, a barrier thread count
+    not a multiple of 32, a non-positive ``.maxntid``/``.reqntid``, an
+    integer literal as a float operand, ``.reg .bf16``.  The simulator may be stricter than a driver,
     never more lenient (``sim/tests/ptx/test_ptx_check.py`` checks every form of
     the table against ptxas's verdict).
 ``_context.py`` / ``_emit.py`` / ``_ops*.py`` -- translation
@@ -127,7 +133,14 @@ work, is judged when it has run on its enqueue-time clock.
 Numerics
 --------
 Integers exact (division and remainder by zero give all ones, as an H200
-does; no trap).
+does; no trap); packed 16-bit lanes (``.s16x2``/``.u16x2``), ``dp4a``/``dp2a``,
+the SIMD video instructions without lane selectors, and ``fns`` as the
+ISA's pseudo-code.  fp8 (``cvt`` to ``.e4m3x2``/``.e5m2x2``, always
+``.satfinite``): rounded to nearest even, past the largest finite (and
+infinities) the largest finite, NaN ``0x7f``; back to ``.f16x2`` exact
+(an e4m3 NaN the canonical ``0x7fff``).  Atomics on f16/bf16 (and pairs)
+and vector atomics (``.v2``/``.v4``/``.v8``) are an atomic read-modify-write
+per element.
 Float ``add/sub/mul/div/fma/sqrt/rcp`` with ``.rn`` are IEEE, correctly
 rounded (C++ without contraction, see ``ptxrt.h``; ``fma`` is libm's
 ``fmaf``/``fma``); ``.rz/.rm/.rp`` run under ``fesetround`` with volatile
@@ -142,13 +155,19 @@ holds for zero.  These rules are what an H200 answered (the ``ptx-vs-gpu``
 step of the GPU runs of 2026-11-28, docs/validation.md), where the ISA says
 less or otherwise.  f16/bf16 conversions are
 exact software roundings (all four modes); f16/bf16 arithmetic (scalar and
-``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) widens exactly,
-computes in double and rounds once -- correctly rounded for f16
-add/sub/mul; ``fma`` and bf16 add/sub may round twice (first to double),
-a last-bit difference from a GPU in rare halfway cases.  ``.approx`` functions use the
+``x2`` pairs: add, sub, mul, fma, min, max, neg, abs, setp) is correctly
+rounded by construction: the operands widen exactly to double, a product is
+exact there, a sum (add, sub, fma's product plus addend) is rounded to odd
+(TwoSum: truncated, the last bit set when bits were lost), and that rounds
+once to the format -- a 53-bit value rounded to odd rounds to a format of
+p <= 51 bits as the exact value would (``sim/tests/ptx/test_ptx_exact.py``
+checks it on random samples against Fractions, and every conversion of all
+65,536 f16/bf16 values).  ``.approx`` functions use the
 C library (glibc: ``exp2f``, ``log2f``, ``sinf``, ``cosf``, ``tanhf`` within
 1-2 ulp; ``rsqrt`` as ``1/sqrt`` in double; ``rcp/sqrt/div.approx``
-correctly rounded), all inside the PTX ISA's stated bounds.  Unknown
+correctly rounded), all inside the PTX ISA's stated bounds, and their
+special ranges as the ISA states them: ``div.approx.f32`` is ``a * (1/b)``,
+a signed zero for 2^126 < |b| < 2^128 (NaN for an infinite ``a``).  Unknown
 until a GPU run: bit-equality of ``.approx`` results (a GPU's are
 coarser: ``ex2``, ``lg2``, ``rsqrt`` within 1-2 ulp of these, ``tanh`` about
 100 ulp, ``rcp.approx.ftz.f64`` a 20-bit result in the high word), of

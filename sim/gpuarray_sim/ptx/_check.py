@@ -18,28 +18,37 @@ may be stricter than a driver, never more lenient.  Two checks:
   must be of a type compatible with the type the instruction gives that
   operand -- same size, and ``.f`` only with ``.f``/``.b``, ``.s``/``.u``
   with ``.s``/``.u``/``.b``, ``f16x2``/``bf16x2`` with ``.b32``, predicates
-  only with ``.pred``; ``cvt`` may use wider integer registers for integer
-  types ("Operand size exceeding instruction-type size"); an integer
-  literal is not a float operand.
+  only with ``.pred``; ``cvt``, ``ld`` and ``st`` may use wider integer
+  registers for integer types ("Operand size exceeding instruction-type
+  size"); an integer literal is not a float operand;
+* the operands themselves (``_operands``): the count (``_forms.ARITY``),
+  ld/st/ldu's state space, vector width and type (``_forms.LDST``), the
+  guard a predicate, an address register an integer or bit one, immediate
+  ranges and barrier counts; and the module's ``.version`` against its
+  ``.target`` (``_forms.MINVER``) and positive entry directives.  The
+  tables come from ptxas (``sim/tools/ptx_forms/gen.py``), whose probe rows
+  ``sim/tests/ptx/test_ptx_check.py`` also checks every rule against.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._ast import Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
+from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
 from ._errors import PtxError
-from ._forms import LEGAL
+from ._forms import ARITY, LDST, LEGAL, MINVER
 from ._types import CTYPE
 
-__all__ = ["check", "problems", "form_key"]
+__all__ = ["check", "problems", "form_key", "ldst_key"]
 
 _TYPES = set(CTYPE)
 _SIZE = {"pred": 0, "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2,
          "bf16": 2, "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4,
-         "b64": 8, "u64": 8, "s64": 8, "f64": 8}
-#: Register types PTX declares (ptxas refuses ``.reg .bf16`` and ``.reg .bf16x2``).
-REG_TYPES = set(_SIZE) - {"bf16", "bf16x2"}
+         "b64": 8, "u64": 8, "s64": 8, "f64": 8, "s16x2": 4, "u16x2": 4, "e4m3x2": 2,
+         "e5m2x2": 2}
+#: Register types PTX declares (ptxas refuses ``.reg .bf16``, ``.reg .bf16x2``, the
+#: packed integer and fp8 types).
+REG_TYPES = set(_SIZE) - {"bf16", "bf16x2", "s16x2", "u16x2", "e4m3x2", "e5m2x2"}
 
 
 def form_key(it: Instr) -> str:
@@ -94,6 +103,10 @@ def _roles(it: Instr) -> Sequence[str | None]:
     if b == "cvt":
         d = types[0]
         return [d] + [types[-1]] * (n - 1)
+    if b in ("ld", "ldu"):  # a register at least as wide as the type (ints), "b" for floats
+        return [t, None]
+    if b == "st":
+        return [None, t]
     if b == "set":
         return [types[0], t, t, "pred"]
     if b == "setp":
@@ -118,7 +131,7 @@ def _roles(it: Instr) -> Sequence[str | None]:
         return [_wide(t), t, t, _wide(t)]
     if b in ("mov", "add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "abs",
              "neg", "and", "or", "xor", "not", "cnot", "brev", "copysign", "sqrt", "rcp",
-             "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc"):
+             "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc", "cvta"):
         return [t] * n
     return []
 
@@ -133,16 +146,73 @@ def _reg_types(fn: Function) -> dict[str, str | None]:
     return out
 
 
+_LDST_SPACES = ("global", "shared", "local", "const", "param")
+_LDST_TYPES = {"b8", "u8", "s8", "b16", "u16", "s16", "f16", "b32", "u32", "s32", "f32", "b64",
+               "u64", "s64", "f64", "pred", "b128", "f16x2", "bf16"}
+#: Immediate operands ptxas bounds: (opcode, operand index) -> (low, high).
+_IMM_RANGE = {("bfe", 2): (0, 255), ("bfe", 3): (0, 255), ("bfi", 3): (0, 255),
+              ("bfi", 4): (0, 255), ("bar", 0): (0, 15),
+              ("barrier", 0): (0, 15)}
+
+
+def ldst_key(it: Instr) -> str | None:
+    """``base.space.vN.type`` of an ld/st/ldu (``generic`` without a space; cache and order
+    modifiers dropped), the key of ``_forms.LDST``; None for another opcode."""
+    if it.base not in ("ld", "st", "ldu"):
+        return None
+    space = next((m for m in it.mods if m in _LDST_SPACES), "generic")
+    vec = next((m for m in it.mods if m in ("v2", "v4", "v8")), "v1")
+    types = [m for m in it.mods if m in _LDST_TYPES]
+    if len(types) != 1 or vec == "v8":
+        return None
+    return f"{it.base}.{space}.{vec}.{types[0]}"
+
+
+def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
+    """Operand rules of ptxas beyond the types: guard, count, ld/st, addresses, immediates."""
+    if it.pred is not None and regs.get(it.pred.name, "pred") != "pred":
+        return (f"{it.opcode}: the guard {it.pred.name} is a .{regs[it.pred.name]} register, "
+                "not a predicate (predicate expression expected)")
+    counts = ARITY.get(form_key(it))
+    if counts is not None and len(it.args) not in counts:
+        return (f"{it.opcode}: {len(it.args)} operands; ptxas takes "
+                f"{' or '.join(str(n) for n in sorted(counts))} (arguments mismatch)")
+    k = ldst_key(it)
+    if k is not None and LDST.get(k) is False:
+        return (f"{it.opcode}: state space, vector width or type that {it.base} does not take "
+                "(not a form a driver's PTX JIT accepts)")
+    for a in it.args:  # an address operand's register is an integer or bit register
+        if isinstance(a, Addr) and isinstance(a.base, Reg):
+            rt = regs.get(a.base.name)
+            if rt is not None and (rt == "pred" or rt[0] == "f"):
+                return (f"{it.opcode}: register {a.base.name} of type .{rt} as an address "
+                        "(integer or bit registers only)")
+    for (op, k2), (lo, hi) in _IMM_RANGE.items():
+        if it.base == op and "warp" not in it.mods and k2 < len(it.args) and isinstance(it.args[k2], Imm):
+            v = it.args[k2].value
+            if not lo <= v <= hi:
+                return (f"{it.opcode}: operand {k2 + 1} is {v}, out of the range "
+                        f"[{lo}..{hi}] ptxas accepts")
+    if (it.base in ("bar", "barrier") and len(it.args) > 1 and isinstance(it.args[1], Imm)
+            and "red" not in it.mods and "warp" not in it.mods and it.args[1].value % 32):
+        return (f"{it.opcode}: a thread count of {it.args[1].value}, not a multiple of the "
+                "warp size (32)")
+    return None
+
+
 def _instr(it: Instr, regs: dict[str, str | None]) -> str | None:
     """Why ptxas refuses ``it`` (None: it does not)."""
     legal = LEGAL.get(it.base)
     if legal is not None and form_key(it) not in legal:
         return (f"{it.opcode}: a modifier, rounding mode or type that {it.base} does not take "
                 "(not a form a driver's PTX JIT accepts)")
+    why = _operands(it, regs)
+    if why is not None:
+        return why
     if (it.base == "setp" and it.args and isinstance(it.args[0], Vec)
             and ("f16" in it.mods or "bf16" in it.mods)):
         return f"{it.opcode}: a predicate pair output is for .f16x2/.bf16x2, not a scalar type"
-    relaxed = it.base == "cvt" and "bf16x2" not in it.mods
+    relaxed = (it.base == "cvt" and "bf16x2" not in it.mods) or it.base in ("ld", "ldu", "st")
     for k, (role, a) in enumerate(zip(_roles(it), it.args, strict=False)):
         if role is None:
             continue
@@ -168,7 +238,15 @@ def _instr(it: Instr, regs: dict[str, str | None]) -> str | None:
 def problems(m: PtxModule) -> list[tuple[int, str]]:
     """Every ``(PTX line, reason)`` a driver's JIT refuses in module ``m``."""
     out: list[tuple[int, str]] = []
+    least = MINVER.get(m.target)
+    if least is not None and m.version < least:
+        out.append((1, f".version {m.version[0]}.{m.version[1]} does not support .target "
+                       f"{m.target} (it needs {least[0]}.{least[1]} or newer)"))
     for fn in m.functions.values():
+        for d, vals in fn.perf.items():
+            if d in ("maxntid", "reqntid", "minnctapersm", "maxnreg") and any(v <= 0 for v in vals):
+                out.append((fn.line, f".{d} {', '.join(map(str, vals))} of {fn.name}: ptxas "
+                                     "expects positive non-zero values"))
         regs = _reg_types(fn)
         for it in fn.body or []:
             if isinstance(it, Decl) and it.space == "reg" and it.type not in REG_TYPES:

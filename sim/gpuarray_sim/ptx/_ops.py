@@ -43,6 +43,7 @@ from ._ops_ctl import (
     _vote,
 )
 from ._ops_mem import _atom, _cvta, _isspacep, _ld, _mov, _st
+from ._ops_pack import dp, fns, video
 
 __all__ = ["emit", "BUILTIN_CALLS"]
 
@@ -78,6 +79,8 @@ _HANDLERS = {
     "nanosleep": _nop, "prefetch": _nop, "prefetchu": _nop, "pmevent": _nop,
     "membar": _fence, "fence": _fence, "bar": _bar, "barrier": _bar,
     "shfl": _shfl, "vote": _vote, "match": _match, "redux": _redux, "activemask": _activemask,
-    "call": _call,
+    "call": _call, "dp4a": dp, "dp2a": dp, "fns": fns,
+    **{f"{v}{n}": video for v in ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax")
+       for n in (2, 4)},
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ._ast import Imm, Instr, Vec
 from ._context import FuncCtx
 from ._opbase import IROUND, ROUND, TYPES, check_mods, signed, type_of, types_of
+from ._ops_pack import PACKED_INT, cvt_fp8, half2_compare, packed_int
 from ._types import CTYPE, FLOATS, SIZE
 
 
@@ -44,6 +45,8 @@ def _arith(ctx: FuncCtx, it: Instr) -> str:
     base = it.base
     if t in HALF:
         return _half(ctx, it, t)
+    if t in PACKED_INT:
+        return packed_int(ctx, it, t)
     d = it.args[0]
     if ct in FLOATS:
         check_mods(ctx, it, set(ROUND) | {"ftz", "sat", "NaN"})
@@ -58,6 +61,9 @@ def _arith(ctx: FuncCtx, it: Instr) -> str:
         elif base in ("fma", "mad"):
             f = "fmaf" if ct == "float" else "fma"
             expr = _fop(ctx, it, ct, f"{f}({a}, {b}, {c})", f"ptx::rnd_fma({a}, {b}, {c}, MODE)")
+        elif base == "div" and "approx" in it.mods and ct == "float":
+            # a * (1/b): for 2^126 < |b| < 2^128 the reciprocal is 0 (the ISA)
+            expr = _fop(ctx, it, ct, f"ptx::div_approx({a}, {b})", None)
         elif base == "div":
             expr = _fop(ctx, it, ct, f"({a} / {b})", f"ptx::rnd_div({a}, {b}, MODE)")
         elif base in ("min", "max"):
@@ -160,26 +166,34 @@ _HOPS = {"add": "H_ADD", "sub": "H_SUB", "mul": "H_MUL", "fma": "H_FMA", "min": 
 
 def _half(ctx: FuncCtx, it: Instr, t: str) -> str:
     """f16/bf16 arithmetic (scalar and packed pairs) through ``ptx::half_op``."""
-    check_mods(ctx, it, set(ROUND) | {"ftz", "sat", "NaN"})
-    op = _HOPS.get(it.base)
-    if op is None:
-        raise ctx.error(f"{it.opcode}: half-precision {it.base} is not supported")
+    check_mods(ctx, it, set(ROUND) | {"ftz", "sat", "NaN", "relu"})
     pair = t.endswith("x2")
     bt = "b32" if pair else "b16"
     ut = "uint32_t" if pair else "uint16_t"
+    bf = str(t.startswith("bf")).lower()
+    ftz = str("ftz" in it.mods).lower()
+    if it.base in ("ex2", "tanh"):  # .approx: in float, rounded once
+        fn = "ptx::half2_fn" if pair else "ptx::half_fn"
+        kind = "ptx::HF_EX2" if it.base == "ex2" else "ptx::HF_TANH"
+        return ctx.assign(it.args[0], f"{fn}({kind}, {ctx.value(it.args[1], bt)}, {bf}, {ftz})",
+                          ut)
+    op = _HOPS.get(it.base)
+    if op is None:
+        raise ctx.error(f"{it.opcode}: half-precision {it.base} is not supported")
     vals = [ctx.value(x, bt) for x in it.args[1:]]
     vals += [f"({ut})0"] * (3 - len(vals))
     mode = ROUND[next((m for m in it.mods if m in ROUND), "rn")]
     flags = ", ".join(str(f in it.mods).lower() for f in ("ftz", "sat", "NaN"))
     fn = "ptx::half2_op" if pair else "ptx::half_op"
-    expr = (f"{fn}(ptx::{op}, {vals[0]}, {vals[1]}, {vals[2]}, {str(t.startswith('bf')).lower()}, "
-            f"{mode}, {flags})")
+    expr = f"{fn}(ptx::{op}, {vals[0]}, {vals[1]}, {vals[2]}, {bf}, {mode}, {flags})"
+    if "relu" in it.mods:
+        expr = f"ptx::half{'2' if pair else ''}_relu({expr}, {bf})"
     return ctx.assign(it.args[0], expr, ut)
 
 
 def _unary(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
-    if t in HALF and it.base in ("neg", "abs"):
+    if t in HALF and it.base in ("neg", "abs", "ex2", "tanh"):
         return _half(ctx, it, t)
     ct = CTYPE[t]
     d = it.args[0]
@@ -335,9 +349,19 @@ def _setp(ctx: FuncCtx, it: Instr) -> str:
     t = type_of(ctx, it)
     check_mods(ctx, it, set(_CMP_INT) | {"equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan",
                                          "and", "or", "xor", "ftz"})
-    if t in ("f16x2", "bf16x2"):
-        raise ctx.error(f"{it.opcode}: packed half-precision comparison is not supported")
     d = it.args[0]
+    if t in ("f16x2", "bf16x2"):  # setp.CmpOp{.BoolOp}.f16x2 p|q, a, b{, c}: low half, high half
+        if not isinstance(d, Vec) or len(d.items) != 2:
+            raise ctx.error(f"{it.opcode}: a packed comparison sets a predicate pair p|q")
+        lo, hi = half2_compare(ctx, it, t)
+        bop = next((m for m in it.mods if m in ("and", "or", "xor")), None)
+        if bop:
+            c = ctx.value(it.args[3], "pred")
+            sym = {"and": "&&", "or": "||", "xor": "!="}[bop]
+            lo, hi = f"({lo} {sym} {c})", f"({hi} {sym} {c})"
+        p, q = d.items
+        return (f"{{ const bool r_ = {lo}; const bool q_ = {hi}; "
+                + ctx.assign(p, "r_", "bool") + " " + ctx.assign(q, "q_", "bool") + " }")
     if t in ("f16", "bf16"):  # exact in float
         w = "ptx::h2f" if t == "f16" else "ptx::bf2f"
         pre = tuple(f"{w}({ctx.value(x, 'b16')})" for x in it.args[1:3])
@@ -367,6 +391,18 @@ def _set(ctx: FuncCtx, it: Instr) -> str:
     dt, st = ts
     check_mods(ctx, it, set(_CMP_INT) | {"equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan",
                                          "and", "or", "xor", "ftz"})
+    if st in ("f16x2", "bf16x2"):  # per half: 1.0 of dt's half type, or 0xffff (u32/s32)
+        lo, hi = half2_compare(ctx, it, st)
+        bop = next((m for m in it.mods if m in ("and", "or", "xor")), None)
+        if bop:
+            c = ctx.value(it.args[3], "pred")
+            sym = {"and": "&&", "or": "||", "xor": "!="}[bop]
+            lo, hi = f"({lo} {sym} {c})", f"({hi} {sym} {c})"
+        one = {"f16x2": "0x3c00u", "bf16x2": "0x3f80u", "u32": "0xffffu", "s32": "0xffffu"}.get(dt)
+        if one is None:
+            raise ctx.error(f"{it.opcode} is not supported")
+        return ctx.assign(it.args[0], f"((({hi}) ? {one} : 0u) << 16 | (({lo}) ? {one} : 0u))",
+                          "uint32_t")
     if "x2" in dt or "x2" in st or dt not in ("u16", "s16", "u32", "s32", "f32", "f16", "bf16"):
         raise ctx.error(f"{it.opcode} is not supported")
     if st in ("f16", "bf16"):  # exact in float
@@ -423,6 +459,8 @@ def _cvt(ctx: FuncCtx, it: Instr) -> str:
         raise ctx.error(f"{it.opcode}: expected a destination and a source type")
     dt, st = ts
     check_mods(ctx, it, set(ROUND) | set(IROUND) | {"ftz", "sat", "relu", "satfinite"})
+    if "e4m3x2" in ts or "e5m2x2" in ts:
+        return cvt_fp8(ctx, it, dt, st)
     if "relu" in it.mods or "satfinite" in it.mods:
         raise ctx.error(f"{it.opcode} is not supported")
     if dt in ("f16x2", "bf16x2") and st == "f32" and len(it.args) == 3:

@@ -128,17 +128,22 @@ def _st(ctx: FuncCtx, it: Instr) -> str:
 _ATOM_OPS = {"add", "and", "or", "xor", "exch", "cas", "inc", "dec", "min", "max"}
 
 
+_HALF_ATOM = {"f16": ("uint16_t", "half_op", "false"), "bf16": ("uint16_t", "half_op", "true"),
+              "f16x2": ("uint32_t", "half2_op", "false"), "bf16x2": ("uint32_t", "half2_op", "true")}
+
+
 def _atom(ctx: FuncCtx, it: Instr) -> str:
     red = it.base == "red"
-    check_mods(ctx, it, _ATOM_OPS | {"global", "shared", "generic"})
+    check_mods(ctx, it, _ATOM_OPS | {"global", "shared", "generic", "v2", "v4", "v8"})
     op = next((m for m in it.mods if m in _ATOM_OPS), None)
     if op is None:
         raise ctx.error(f"{it.opcode}: no operation")
     t = type_of(ctx, it)
-    ct = CTYPE[t]
-    if t in ("f16", "bf16", "f16x2", "bf16x2") or _vec(it) != 1:
-        raise ctx.error(f"{it.opcode}: atomics on .{t} or vectors are not supported")
+    n = _vec(it)
     args = it.args if not red else [None] + it.args
+    if t in _HALF_ATOM or n != 1:
+        return _atom_lanes(ctx, it, op, t, n, args, red)
+    ct = CTYPE[t]
     d, a = args[0], args[1]
     b = ctx.value(args[2], t)
     p = _ptr(ctx, it, a, SIZE[ct], True)
@@ -160,3 +165,31 @@ def _atom(ctx: FuncCtx, it: Instr) -> str:
     if d is None or red:
         return out + f"(void){call}; }}"
     return out + ctx.assign(d, call, ct) + " }"
+
+
+def _atom_lanes(ctx: FuncCtx, it: Instr, op: str, t: str, n: int, args: list, red: bool) -> str:
+    """f16/bf16 (and pairs) add/min/max, and vector atomics (``.v2``/``.v4``/``.v8``): each
+    element an atomic read-modify-write of its own, as the ISA performs vector atomics."""
+    if op not in ("add", "min", "max") or (n != 1 and t not in ("f32", "f16x2", "bf16x2")):
+        raise ctx.error(f"{it.opcode}: atomics of this operation on .{t} are not supported")
+    d, a = args[0], args[1]
+    dsts = operand_vec(d) if d is not None else [None] * n
+    srcs = operand_vec(args[2])
+    if len(srcs) != n or len(dsts) != n:
+        raise ctx.error(f"{it.opcode}: {len(srcs)} values for .v{n}")
+    if t in _HALF_ATOM:
+        ct, fn, bf = _HALF_ATOM[t]
+        hop = {"add": "H_ADD", "min": "H_MIN", "max": "H_MAX"}[op]
+        body = f"ptx::{fn}(ptx::{hop}, o, b_, 0, {bf}, FE_TONEAREST, false, false, false)"
+        rt = "b32" if ct == "uint32_t" else "b16"
+    else:
+        ct, rt = "float", "f32"
+        body = {"add": "o + b_", "min": "ptx::fmin_(o, b_)", "max": "ptx::fmax_(o, b_)"}[op]
+    size = SIZE[ct]
+    out = [f"{{ char* p_ = {_ptr(ctx, it, a, size * n, True)};"]
+    for i, (dst, src) in enumerate(zip(dsts, srcs, strict=True)):
+        call = (f"ptx::atom_rmw<{ct}>(p_ + {i * size}, [&]({ct} o) {{ return ({ct})({body}); }})")
+        out.append(f"{{ const {ct} b_ = {ctx.value(src, rt)};")
+        out.append(f"(void){call}; }}" if dst is None or red
+                   else ctx.assign(dst, call, ct) + " }")
+    return " ".join(out) + " }"

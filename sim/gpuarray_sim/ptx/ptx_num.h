@@ -190,6 +190,14 @@ template <class V> inline V fmax_(V a, V b) {
     if (a == b) return signbit(a) ? b : a;
     return a > b ? a : b;
 }
+// div.approx.f32: a * (1/b), within 2 ulp for |b| in [2^-126, 2^126] (here correctly
+// rounded); for 2^126 < |b| < 2^128 the reciprocal flushes to zero, so the quotient is
+// a signed zero, or NaN when a is infinite (the PTX ISA; libdevice's __nv_fast_fdividef).
+inline float div_approx(float a, float b) {
+    const float m = fabsf(b);
+    if (m > 0x1p126f && m < INFINITY) return a * copysignf(0.0f, b);
+    return a / b;
+}
 // A GPU's f32 NaN result: the canonical 0x7fffffff, whatever the inputs' payloads
 // (add, abs/neg, cvt from f16 and cvt.rzi on an H200, 2026-11-28).
 inline float canon(float v) { return v != v ? bits<float>(0x7fffffffu) : v; }
@@ -292,11 +300,27 @@ inline float widen(uint16_t h, int ebits, int pbits) {
     return bits<float>(sign | ((e - bias + 127) << 23) | (f << (23 - fb)));
 }
 // Half-precision arithmetic (f16, bf16; packed pairs through half2_op): the
-// operands widened exactly, the operation in double, one rounding to the
-// format with mode m.  For f16 every add/sub/mul is exact in double, so the
-// result is correctly rounded; fma and bf16 add/sub may round twice (once
-// to double), which can differ from a GPU in the last bit of rare halfway
-// cases.  NaN results are 0x7fff, the GPU's canonical NaN.
+// operands widened exactly, the operation computed EXACTLY or rounded to odd
+// in double, then one rounding to the format with mode m -- correctly rounded
+// by construction.  A product of two f16/bf16 values (at most 22 significand
+// bits) is exact in double; a sum (add, sub, and fma's product plus addend)
+// is rounded to odd (odd_add: truncated, the last bit set when bits were
+// lost), and a value rounded to odd with p + 2 or more bits rounds to a
+// p-bit format exactly as the exact value would (53 >= 11 + 2, 8 + 2).
+// NaN results are 0x7fff, the GPU's canonical NaN.
+// a + b rounded to odd in double: the exact sum truncated toward zero, its last
+// significand bit set when the truncation lost bits.  TwoSum gives the rounding
+// error e of s = fl(a + b) exactly (no overflow: half-precision operands).
+inline double odd_add(double a, double b) {
+    const double s = a + b;
+    if (s != s || s - s != 0) return s;  // NaN or infinity: nothing to round
+    const double bb = s - a, e = (a - (s - bb)) + (b - bb);
+    if (e == 0) return s;
+    double t = s;  // truncate: step toward zero when fl() rounded away from it
+    if ((e < 0) != (s < 0) && s != 0) t = nextafter(s, 0.0);
+    if (t == 0) return e;  // |a + b| below double's range: not reached by half operands
+    return bits<double>(bits<uint64_t>(t) | 1u);
+}
 enum HOp { H_ADD, H_SUB, H_MUL, H_FMA, H_MIN, H_MAX, H_NEG, H_ABS };
 inline uint16_t half_op(int op, uint16_t a, uint16_t b, uint16_t c, bool bf, int m, bool ftz,
                         bool sat, bool nan) {
@@ -312,10 +336,10 @@ inline uint16_t half_op(int op, uint16_t a, uint16_t b, uint16_t c, bool bf, int
     const double x = widen(a, eb, pb), y = widen(b, eb, pb), z = widen(c, eb, pb);
     double r;
     switch (op) {
-        case H_ADD: r = x + y; break;
-        case H_SUB: r = x - y; break;
-        case H_MUL: r = x * y; break;
-        case H_FMA: r = fma(x, y, z); break;
+        case H_ADD: r = odd_add(x, y); break;
+        case H_SUB: r = odd_add(x, -y); break;
+        case H_MUL: r = x * y; break;          // exact
+        case H_FMA: r = odd_add(x * y, z); break;  // the product exact, one sum to odd
         default: {  // min, max: NaN only when both are (or .NaN); -0 < +0
             if (x != x || y != y) {
                 if (nan || (x != x && y != y)) return (uint16_t)0x7fffu;
@@ -336,6 +360,189 @@ inline uint32_t half2_op(int op, uint32_t a, uint32_t b, uint32_t c, bool bf, in
     const uint16_t hi = half_op(op, (uint16_t)(a >> 16), (uint16_t)(b >> 16), (uint16_t)(c >> 16),
                                 bf, m, ftz, sat, nan);
     return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
+// Half-precision functions (.approx): computed in float with the C library and
+// rounded once to the format -- inside the ISA's bounds for ex2/tanh.approx.f16/bf16.
+enum HFn { HF_EX2, HF_TANH };
+inline uint16_t half_fn(int fn, uint16_t a, bool bf, bool ftz) {
+    const int eb = bf ? 8 : 5, pb = bf ? 8 : 11;
+    const uint16_t expmask = (uint16_t)(((1u << eb) - 1) << (pb - 1));
+    if (ftz && !(a & expmask)) a &= 0x8000;
+    const float x = widen(a, eb, pb);
+    const float r = fn == HF_EX2 ? exp2f(x) : tanhf(x);
+    uint16_t h = narrow((double)r, eb, pb, FE_TONEAREST);
+    if (ftz && !(h & expmask)) h &= 0x8000;
+    return h;
+}
+inline uint32_t half2_fn(int fn, uint32_t a, bool bf, bool ftz) {
+    return (uint32_t)half_fn(fn, (uint16_t)a, bf, ftz) |
+           ((uint32_t)half_fn(fn, (uint16_t)(a >> 16), bf, ftz) << 16);
+}
+// .relu of an f16/bf16 result: negative (and -0) -> +0; NaN -> the canonical NaN.
+inline uint16_t half_relu(uint16_t h, bool bf) {
+    const uint16_t expmask = bf ? 0x7f80 : 0x7c00, man = bf ? 0x007f : 0x03ff;
+    if ((h & expmask) == expmask && (h & man)) return 0x7fff;
+    return (h & 0x8000) ? 0 : h;
+}
+inline uint32_t half2_relu(uint32_t v, bool bf) {
+    return (uint32_t)half_relu((uint16_t)v, bf) | ((uint32_t)half_relu((uint16_t)(v >> 16), bf) << 16);
+}
+// Comparison of one f16/bf16 pair: cmp 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge; +6: the unordered
+// form (true when either is NaN); 12 num, 13 nan.
+inline bool half_cmp(int cmp, uint16_t a, uint16_t b, bool bf, bool ftz) {
+    const int eb = bf ? 8 : 5, pb = bf ? 8 : 11;
+    const uint16_t expmask = (uint16_t)(((1u << eb) - 1) << (pb - 1));
+    if (ftz) {
+        if (!(a & expmask)) a &= 0x8000;
+        if (!(b & expmask)) b &= 0x8000;
+    }
+    const float x = widen(a, eb, pb), y = widen(b, eb, pb);
+    const bool nan = x != x || y != y;
+    if (cmp == 12) return !nan;
+    if (cmp == 13) return nan;
+    if (nan) return cmp >= 6;
+    switch (cmp % 6) {
+        case 0: return x == y;
+        case 1: return x != y;
+        case 2: return x < y;
+        case 3: return x <= y;
+        case 4: return x > y;
+        default: return x >= y;
+    }
+}
+
+// ------------------------------------------------------ packed integers
+// Two 16-bit lanes of a 32-bit value: add, sub, min, max (signed or unsigned lanes,
+// wrapping), .relu (max(0, lane) of signed lanes).
+enum P2 { P2_ADD, P2_SUB, P2_MIN, P2_MAX };
+inline uint32_t simd2(int op, uint32_t a, uint32_t b, bool sgn, bool relu) {
+    uint32_t r = 0;
+    for (int k = 0; k < 2; ++k) {
+        const int32_t x = sgn ? (int32_t)(int16_t)(a >> 16 * k) : (int32_t)(uint16_t)(a >> 16 * k);
+        const int32_t y = sgn ? (int32_t)(int16_t)(b >> 16 * k) : (int32_t)(uint16_t)(b >> 16 * k);
+        int32_t v = op == P2_ADD ? x + y : op == P2_SUB ? x - y : op == P2_MIN ? (x < y ? x : y)
+                                                                              : (x > y ? x : y);
+        if (relu && (int16_t)v < 0) v = 0;
+        r |= (uint32_t)(uint16_t)v << 16 * k;
+    }
+    return r;
+}
+// dp4a: c + the dot product of a's and b's four bytes; dp2a: of a's two 16-bit halves and
+// two bytes of b (hi: bytes 2 and 3, lo: 0 and 1).  32-bit wrapping sums.
+inline uint32_t dp4a(uint32_t a, uint32_t b, uint32_t c, bool sa, bool sb) {
+    uint32_t acc = c;
+    for (int k = 0; k < 4; ++k) {
+        const int32_t x = sa ? (int32_t)(int8_t)(a >> 8 * k) : (int32_t)(uint8_t)(a >> 8 * k);
+        const int32_t y = sb ? (int32_t)(int8_t)(b >> 8 * k) : (int32_t)(uint8_t)(b >> 8 * k);
+        acc += (uint32_t)(x * y);
+    }
+    return acc;
+}
+inline uint32_t dp2a(uint32_t a, uint32_t b, uint32_t c, bool sa, bool sb, bool hi) {
+    uint32_t acc = c;
+    for (int k = 0; k < 2; ++k) {
+        const int32_t x = sa ? (int32_t)(int16_t)(a >> 16 * k) : (int32_t)(uint16_t)(a >> 16 * k);
+        const int sh = 8 * (k + (hi ? 2 : 0));
+        const int32_t y = sb ? (int32_t)(int8_t)(b >> sh) : (int32_t)(uint8_t)(b >> sh);
+        acc += (uint32_t)(x * y);
+    }
+    return acc;
+}
+// The SIMD video instructions vadd/vsub/vavrg/vabsdiff/vmin/vmax 2 (16-bit lanes) and 4
+// (bytes), without selectors or masks: each lane's operands extended by their types'
+// signedness, the result saturated to the destination's lane range (.sat) or truncated;
+// .add: c plus the sum of the lanes' results, else the lanes packed.
+enum Video { V_ADD, V_SUB, V_AVRG, V_ABSDIFF, V_MIN, V_MAX };
+inline uint32_t video(int op, int lanes, uint32_t a, uint32_t b, uint32_t c, bool sa, bool sb,
+                      bool sd, bool sat, bool add) {
+    const int w = 32 / lanes;
+    const uint32_t lm = (1u << w) - 1;
+    uint32_t r = 0;
+    int64_t sum = 0;
+    for (int k = 0; k < lanes; ++k) {
+        const uint32_t ua = (a >> w * k) & lm, ub = (b >> w * k) & lm;
+        const int64_t x = sa && (ua >> (w - 1)) ? (int64_t)ua - (1ll << w) : (int64_t)ua;
+        const int64_t y = sb && (ub >> (w - 1)) ? (int64_t)ub - (1ll << w) : (int64_t)ub;
+        int64_t v;
+        switch (op) {
+            case V_ADD: v = x + y; break;
+            case V_SUB: v = x - y; break;
+            case V_AVRG: v = (x + y + 1) >> 1; break;
+            case V_ABSDIFF: v = x > y ? x - y : y - x; break;
+            case V_MIN: v = x < y ? x : y; break;
+            default: v = x > y ? x : y; break;
+        }
+        if (sat) {
+            const int64_t lo = sd ? -(1ll << (w - 1)) : 0, hi = sd ? (1ll << (w - 1)) - 1 : lm;
+            v = v < lo ? lo : v > hi ? hi : v;
+        }
+        sum += v;
+        r |= ((uint32_t)v & lm) << w * k;
+    }
+    return add ? (uint32_t)(c + (uint32_t)sum) : r;
+}
+// fns.b32: the position of the offset-th set bit of mask from bit base (upward for a
+// positive offset, downward for a negative one; offset 0: base itself), else 0xffffffff.
+inline uint32_t fns(uint32_t mask, uint32_t base, int32_t offset) {
+    if (offset == 0) return (mask >> (base & 31)) & 1 ? base : 0xffffffffu;
+    int32_t count = (offset > 0 ? offset : -offset) - 1;
+    const int inc = offset > 0 ? 1 : -1;
+    for (int pos = (int)base; pos >= 0 && pos < 32; pos += inc)
+        if ((mask >> pos) & 1) {
+            if (count == 0) return (uint32_t)pos;
+            --count;
+        }
+    return 0xffffffffu;
+}
+
+// ------------------------------------------------------------- fp8 formats
+// e4m3 (4 exponent bits, bias 7, 3 fraction bits; no infinity, NaN S.1111.111, largest
+// 448) and e5m2 (IEEE-like: 5 and 2, bias 15, infinities).  From double, rounded to
+// nearest even with .satfinite (the only form the ISA gives): beyond the largest finite,
+// and infinities, give the largest finite of that sign; NaN gives 0x7f.
+inline uint8_t to_fp8(double d, bool e5m2, bool relu) {
+    if (d != d) return 0x7f;
+    if (relu && (d < 0 || (d == 0 && signbit(d)))) d = 0;
+    const uint8_t sign = signbit(d) ? 0x80 : 0;
+    const double m = fabs(d);
+    const int fb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    const double top = e5m2 ? 57344.0 : 448.0;
+    const uint8_t topbits = e5m2 ? 0x7b : 0x7e;
+    if (m >= top) return (uint8_t)(sign | topbits);  // satfinite (infinity too)
+    if (m == 0) return sign;
+    int e;
+    frexp(m, &e);  // m = f * 2^e, f in [0.5, 1)
+    int ex = e - 1;  // unbiased exponent of m
+    const int emin = 1 - bias;
+    if (ex < emin) ex = emin;
+    const double q = ldexp(m, fb - ex);  // significand in units of the last place
+    double r = nearbyint(q);             // ties to even (the default rounding mode)
+    uint32_t bitsv;
+    if (ex == emin && r < ldexp(1.0, fb)) {
+        bitsv = (uint32_t)r;  // subnormal (or rounded up to the smallest normal)
+    } else {
+        if (r >= ldexp(1.0, fb + 1)) {
+            r /= 2;
+            ++ex;
+        }
+        bitsv = ((uint32_t)(ex + bias) << fb) | ((uint32_t)r - (1u << fb));
+    }
+    if (bitsv > topbits) bitsv = topbits;  // rounded past the largest finite: satfinite
+    return (uint8_t)(sign | bitsv);
+}
+// fp8 to f16, exact: e5m2 is the top byte of an f16 (NaN keeps its payload); an e4m3
+// NaN gives the canonical 0x7fff.
+inline uint16_t fp8_to_h(uint8_t v, bool e5m2) {
+    if (e5m2) return (uint16_t)((uint16_t)v << 8);
+    const uint16_t sign = (uint16_t)(v & 0x80) << 8;
+    const uint32_t e = (v >> 3) & 15, f = v & 7;
+    if (e == 15 && f == 7) return 0x7fff;
+    if (e == 0) {  // subnormal: f * 2^-9, exact in f16
+        if (f == 0) return sign;
+        return (uint16_t)(sign | narrow(ldexp((double)f, -9), 5, 11, FE_TONEAREST));
+    }
+    return (uint16_t)(sign | ((e - 7 + 15) << 10) | (f << 7));
 }
 
 inline uint16_t f2h(double d, int m) { return narrow(d, 5, 11, m); }

@@ -30,14 +30,33 @@ inline int vprintf(Thread* t, uint64_t fmt, uint64_t args, uint32_t line) {
             continue;
         }
         size_t j = i + 1;
-        char spec[40];
+        char spec[64];
         size_t k = 0;
         spec[k++] = '%';
-        while (f[j] && strchr("-+ #0", f[j]) && k < 20) spec[k++] = f[j++];
-        while (f[j] && (strchr("0123456789.", f[j])) && k < 30) spec[k++] = f[j++];
-        int longs = 0;
+        // an argument of w bytes at its alignment (CUDA packs them so)
+        auto arg = [&](uint64_t w) -> const char* {
+            off = (off + w - 1) & ~(w - 1);
+            const char* p = genptr(t, args + off, w, 0, line);
+            off += w;
+            ++count;
+            return p;
+        };
+        while (f[j] && strchr("-+ #0", f[j]) && k < 8) spec[k++] = f[j++];
+        for (int part = 0; part < 2; ++part) {  // width, then .precision; '*' takes an int
+            if (part == 1) {
+                if (f[j] != '.') break;
+                spec[k++] = f[j++];
+            }
+            if (f[j] == '*') {
+                ++j;
+                k += (size_t)snprintf(spec + k, 16, "%d", (int)load<int32_t>(arg(4)));
+            } else {
+                while (f[j] >= '0' && f[j] <= '9' && k < 40) spec[k++] = f[j++];
+            }
+        }
+        int len = 0;  // -2 hh, -1 h, 0 none, 1 l/ll/z/j/t (64 bits: LP64), 2 L
         while (f[j] && strchr("lhzjtL", f[j])) {
-            if (strchr("lzjt", f[j])) ++longs;
+            len = f[j] == 'h' ? (len < 0 ? -2 : -1) : f[j] == 'L' ? 2 : 1;
             ++j;
         }
         const char conv = f[j];
@@ -47,36 +66,31 @@ inline int vprintf(Thread* t, uint64_t fmt, uint64_t args, uint32_t line) {
             out[o++] = '%';
             continue;
         }
-        int w;
-        if (strchr("diuxXoc", conv)) {
-            w = longs ? 8 : 4;
-        } else if (strchr("feEgGaAFsp", conv)) {
-            w = 8;
-        } else {
+        if (!strchr("diuxXocfeEgGaAFsp", conv))
             trap(t, line, "vprintf: a conversion the simulator does not know");
-        }
-        off = (off + w - 1) & ~(uint64_t)(w - 1);
-        const char* src = genptr(t, args + off, w, 0, line);
-        off += w;
-        ++count;
+        const bool integer = strchr("diuxXoc", conv) != nullptr;
+        const char* src = arg(integer ? (len == 1 ? 8 : 4) : 8);
         const size_t room = sizeof out - o;
         int r = 0;
-        if (strchr("diuxXoc", conv)) {
-            spec[k++] = 'l';
-            spec[k++] = 'l';
-            spec[k++] = conv == 'c' ? 'c' : conv;
+        if (conv == 'c') {
+            spec[k++] = 'c';
             spec[k] = 0;
-            if (conv == 'c') {
-                spec[k - 3] = 'c';
-                spec[k - 2] = 0;
-                r = snprintf(out + o, room, spec, (int)load<int32_t>(src));
-            } else if (strchr("di", conv)) {
-                long long v = w == 8 ? load<int64_t>(src) : load<int32_t>(src);
-                r = snprintf(out + o, room, spec, v);
-            } else {
-                unsigned long long v = w == 8 ? load<uint64_t>(src) : load<uint32_t>(src);
-                r = snprintf(out + o, room, spec, v);
-            }
+            r = snprintf(out + o, room, spec, (int)load<int32_t>(src));
+        } else if (integer) {
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv;
+            spec[k] = 0;
+            const bool sgn = conv == 'd' || conv == 'i';
+            const uint64_t raw = len == 1 ? load<uint64_t>(src) : load<uint32_t>(src);
+            // h / hh: the promoted int printed as a short / char, as printf converts it
+            const uint64_t v = len == -1 ? (sgn ? (uint64_t)(int64_t)(int16_t)raw : (uint16_t)raw)
+                             : len == -2 ? (sgn ? (uint64_t)(int64_t)(int8_t)raw : (uint8_t)raw)
+                             : len == 1 ? raw : (sgn ? (uint64_t)(int64_t)(int32_t)raw : raw);
+            if (sgn)
+                r = snprintf(out + o, room, spec, (long long)v);
+            else
+                r = snprintf(out + o, room, spec, (unsigned long long)v);
         } else if (conv == 's') {
             const uint64_t sp = load<uint64_t>(src);
             char sbuf[512];

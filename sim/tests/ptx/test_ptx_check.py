@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 from gpuarray_sim.ptx import PtxError, load, parse
-from gpuarray_sim.ptx._check import form_key, problems
-from gpuarray_sim.ptx._forms import LEGAL
+from gpuarray_sim.ptx._check import problems
 
 from gpuarray.errors import CudaError
 from sim.tests.ptx.support import HEAD, backend
@@ -37,8 +36,12 @@ def _tool():
 
 
 gen = _tool()
-ROWS = [tuple(line.split("\t", 1)) for line in gzip.decompress(TABLE.read_bytes()).decode().splitlines()
+_ALL = [tuple(line.split("\t", 1)) for line in gzip.decompress(TABLE.read_bytes()).decode().splitlines()
         if not line.startswith("#")]
+#: instruction rows (one instruction in the probe kernel) and module rows (a .version/.target
+#: pair: ``@head V T``; an entry directive: ``@entry D``)
+ROWS = [r for r in _ALL if not r[1].startswith(("@head ", "@entry "))]
+HEADS = [r for r in _ALL if r[1].startswith(("@head ", "@entry "))]
 
 
 def _executor(forms: list[str]) -> list[str]:
@@ -69,14 +72,32 @@ def test_executor_agrees_with_ptxas_on_every_form():
 
 
 def test_legal_table_is_the_tsv_s():
-    """``_forms.LEGAL`` is what the tool derives from the committed table (not hand-edited)."""
-    want: dict[str, set[str]] = {}
-    for (v, _), it in zip(ROWS, gen.parse_forms([f for _, f in ROWS]), strict=True):
-        if it is not None:
-            keys = want.setdefault(it.base, set())
-            if v == "ok":
-                keys.add(form_key(it))
-    assert {k: set(v) for k, v in LEGAL.items()} == want
+    """``legal_forms.txt`` (spellings, operand counts, ld/st spaces, oldest versions) is what
+    the tool derives from the committed verdicts (not hand-edited)."""
+    want = gen.legal_text([f for _, f in ROWS], [v for v, _ in ROWS], ["\t".join(r) for r in HEADS])
+    assert want == (ROOT / "sim" / "gpuarray_sim" / "ptx" / "legal_forms.txt").read_text()
+
+
+def _module_row(what: str) -> str:
+    if what.startswith("@head "):
+        _, v, t = what.split()
+        return f".version {v}\n.target {t}\n.address_size 64\n.visible .entry k()\n{{\n ret;\n}}\n"
+    return HEAD + f".visible .entry k() {what[len('@entry '):]}\n{{\n ret;\n}}\n"
+
+
+def test_executor_agrees_with_ptxas_on_versions_targets_and_directives():
+    differ = []
+    for v, what in HEADS:
+        if "is not defined for option" in v:
+            continue  # a target this ptxas does not know
+        try:
+            m = parse(_module_row(what))
+            got = "refused" if problems(m) else "ok"
+        except PtxError:
+            got = "refused"
+        if (v == "ok") != (got == "ok"):
+            differ.append((what, v, got))
+    assert not differ, differ
 
 
 # the leniencies the ptxas rehearsal found (test_ptx_ops used to run them), and kin
@@ -93,13 +114,26 @@ REFUSED = [
     ("add.f32 %f0, %f1, 1;", "integer literal"),
     ("add.s32 %s0, %s0, 0f3F800000;", "floating-point literal"),
     ("shl.b32 %b1, %b1, %f0;", "register %f0 of type .f32"),
+    # operands as ptxas checks them (issue 44): each was loaded, some failed only at run time
+    ("@%b1 add.f32 %f0, %f1, %f2;", "not a predicate"),
+    ("ld.global.u64 %r0, [%a0];", "register %r0 of type .u32"),
+    ("add.f32 %f0, %f1;", "2 operands"),
+    ("add.f32 %f0, %f1, %f2, %f2;", "4 operands"),
+    ("bfe.u32 %r0, %r1, 300, 4;", "out of the range"),
+    ("cvta.to.global.u64 %a0, %r1;", "register %r1 of type .u32"),
+    ("bra.volatile $end;", "does not take"),
+    ("ldu.param.u32 %r0, [%a0];", "state space"),
+    ("ld.global.pred %p0, [%a0];", "state space"),
+    ("ld.global.u32 %r0, [%p0];", "as an address"),
+    ("bar.sync 16;", "out of the range"),
+    ("bar.sync 1, 33;", "multiple of the warp size"),
 ]
 REGS = (".reg .b16 %h<3>; .reg .f64 %d<3>; .reg .u32 %r<3>; .reg .b32 %b<3>; .reg .f32 %f<3>;"
-        " .reg .s32 %s<3>;")
+        " .reg .s32 %s<3>; .reg .pred %p<2>; .reg .b64 %a<2>;")
 
 
 def _kernel(body: str) -> str:
-    return HEAD + f".visible .entry k()\n{{\n  {REGS}\n  {body}\n  ret;\n}}\n"
+    return HEAD + f".visible .entry k()\n{{\n  {REGS}\n  {body}\n$end:\n  ret;\n}}\n"
 
 
 @pytest.mark.parametrize(("body", "what"), REFUSED, ids=[b.split()[0] for b, _ in REFUSED])
@@ -124,6 +158,18 @@ def test_refused_through_the_driver_interface():
 def test_legal_forms_load(body):
     assert not problems(parse(_kernel(body)))
     load(_kernel(body))
+
+
+@pytest.mark.parametrize(("text", "what"), [
+    (".version 7.4\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\n ret;\n}\n",
+     "does not support .target sm_90"),
+    (HEAD + ".visible .entry k() .maxntid 0\n{\n ret;\n}\n", ".maxntid 0"),
+    (HEAD + ".visible .entry k() .reqntid 32, 0\n{\n ret;\n}\n", ".reqntid 32, 0"),
+])
+def test_module_rules_refused_at_load(text, what):
+    with pytest.raises(PtxError) as e:
+        load(text)
+    assert e.value.code == 218 and what in e.value.message
 
 
 def test_reg_bf16_is_refused():

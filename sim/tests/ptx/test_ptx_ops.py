@@ -560,11 +560,159 @@ CASES = [
          lambda: (_nan_payloads(np.float16).view(np.uint16),
                   np.roll(_nan_payloads(np.float16), 5).view(np.uint16), _h16()[0]),
          lambda a, b, c: (a.view(np.float16) + b.view(np.float16)).view(np.uint16)),
+    # one rounding (issue 44): fma.rn.bf16 of __hfma(0x370c, 0xff50, 0x370c) is 0xf6e3
+    Case("fma_rn_bf16", ("bf16",) * 4, "fma.rn.bf16 %d, %a, %b, %c;", lambda: _with_first(
+         _bf16_in(), (0x370C, 0xFF50, 0x370C)), _half(lambda x, y, z: x * y + z, "bf16")),
+    # div.approx.f32: a signed zero for 2^126 < |b| < 2^128, NaN for an infinite a (the ISA)
+    Case("div_approx_huge_f32", F32, "div.approx.f32 %d, %a, %b;",
+         lambda: (np.resize(np.array([1.0, -5.0, 3e38, np.inf, 1.0, 7.0], np.float32), N),
+                  np.resize(np.array([2.0 ** 127, 1.5 * 2.0 ** 126, -3.4e38, 2.0 ** 127, 2.0,
+                                      -2.0 ** 126], np.float32), N), edge_f32()),
+         lambda a, b, c: np.where((np.abs(b) > 2.0 ** 126) & np.isfinite(b),
+                                  a * np.copysign(np.float32(0), b), a / b).astype(np.float32)),
+    # NaN to a 64-bit integer from f16/bf16: the top bit (cuda_fp16.h documents it)
+    Case("cvt_rzi_s64_f16_nan", ("f16", "f16", "f16", "s64"), "cvt.rzi.s64.f16 %d, %a;",
+         lambda: (_nan_payloads(np.float16).view(np.uint16),) * 3,
+         lambda a, b, c: _f2i(np.trunc(a.view(np.float16).astype(np.float64)), "s64", False)),
+    # what NVRTC emits from ordinary code (issue 44): packed 16-bit lanes, byte dot
+    # products, SIMD video, fns, f16x2 comparisons, fma.relu, fp8 conversions
+    Case("add_s16x2", U32, "add.s16x2 %d, %a, %b;", _i("u32"),
+         _ints("u32", lambda a, b, c: _lanes2(a, b, lambda x, y: x + y, True))),
+    Case("max_s16x2_relu", U32, "max.s16x2.relu %d, %a, %b;", _i("u32"),
+         _ints("u32", lambda a, b, c: _lanes2(a, b, lambda x, y: max(x, y, 0), True))),
+    Case("min_u16x2", U32, "min.u16x2 %d, %a, %b;", _i("u32"),
+         _ints("u32", lambda a, b, c: _lanes2(a, b, min, False))),
+    Case("dp4a_s32_u32", ("b32",) * 4, "dp4a.s32.u32 %d, %a, %b, %c;", _i("u32"),
+         _ints("u32", lambda a, b, c: c + sum(_sx(a >> 8 * k, 8) * ((b >> 8 * k) & 255)
+                                             for k in range(4)))),
+    Case("dp2a_hi_u32_s32", ("b32",) * 4, "dp2a.hi.u32.s32 %d, %a, %b, %c;", _i("u32"),
+         _ints("u32", lambda a, b, c: c + sum(((a >> 16 * k) & 0xFFFF) * _sx(b >> 8 * (k + 2), 8)
+                                             for k in range(2)))),
+    Case("vabsdiff4_u32", ("b32",) * 4, "vabsdiff4.u32.u32.u32 %d, %a, %b, %c;", _i("u32"),
+         _ints("u32", lambda a, b, c: sum(abs(((a >> 8 * k) & 255) - ((b >> 8 * k) & 255)) << 8 * k
+                                          for k in range(4)))),
+    Case("vadd2_s32_add", ("b32",) * 4, "vadd2.s32.s32.s32.add %d, %a, %b, %c;", _i("u32"),
+         _ints("u32", lambda a, b, c: c + sum(_sx(a >> 16 * k, 16) + _sx(b >> 16 * k, 16)
+                                             for k in range(2)))),
+    Case("vmax4_u32_sat", ("b32",) * 4, "vmax4.s32.u32.u32.sat %d, %a, %b, %c;", _i("u32"),
+         _ints("u32", lambda a, b, c: sum(min(127, max((a >> 8 * k) & 255, (b >> 8 * k) & 255))
+                                          << 8 * k for k in range(4)))),
+    Case("fns_b32", ("b32", "b32", "s32", "b32"), "and.b32 %e, %b, 31; fns.b32 %d, %a, %e, %c;",
+         lambda: (edge_int("u32"), _rng.integers(0, 32, N).astype(np.uint32),
+                  _rng.integers(-6, 7, N).astype(np.int32)),
+         _ints("u32", lambda a, b, c: _fns(a, b & 31, c))),
+    Case("set_lt_f16x2", ("b32",) * 4, "set.lt.f16x2.f16x2 %d, %a, %b;",
+         lambda: tuple(x.view(np.uint32) for x in _h16(2 * N)),
+         lambda a, b, c: _pairs16(a, b, lambda x, y: 0x3C00 if x < y else 0)),
+    Case("setp_geu_f16x2", ("b32",) * 4, "setp.geu.f16x2 %p|%q, %a, %b; selp.u32 %d, 1, 0, %p;"
+         " selp.u32 %e, 2, 0, %q; or.b32 %d, %d, %e;",
+         lambda: tuple(x.view(np.uint32) for x in _h16(2 * N)),
+         lambda a, b, c: _geu2(a, b)),
+    Case("fma_rn_relu_f16", H16, "fma.rn.relu.f16 %d, %a, %b, %c;", _h16,
+         lambda a, b, c: _relu16(_half(lambda x, y, z: x * y + z)(a, b, c))),
+    Case("cvt_e4m3x2_f32", ("f32", "f32", "f32", "b16"), "cvt.rn.satfinite.e4m3x2.f32 %d, %a, %b;",
+         lambda: (_fp8_in(), _fp8_in()[::-1], edge_f32()),
+         lambda a, b, c: np.array([(_e4m3(x) << 8) | _e4m3(y) for x, y in zip(a, b, strict=True)],
+                                  np.uint16)),
+    Case("cvt_f16x2_e4m3x2", ("b16", "b16", "b16", "b32"), "cvt.rn.f16x2.e4m3x2 %d, %a;",
+         lambda: (np.arange(N, dtype=np.uint16) * 1031,) * 3,
+         lambda a, b, c: np.array([(_e4m3_h(int(x) >> 8) << 16) | _e4m3_h(int(x) & 255)
+                                   for x in a], np.uint32)),
+    Case("tanh_approx_f16", ("f16", "f16", "f16", "f32"), "tanh.approx.f16 %rs, %a;"
+         " cvt.f32.f16 %d, %rs;", _h16,
+         lambda a, b, c: np.tanh(a.view(np.float16).astype(np.float64)), ("abs", 2.0 ** -10)),
     Case("add_rn_f64_nan", F64, "add.rn.f64 %d, %a, %b;",
          lambda: (_nan_payloads(np.float64), np.roll(_nan_payloads(np.float64), 7),
                   _nan_payloads(np.float64)),
          lambda a, b, c: a + b),
 ]
+
+
+def _sx(v, bits):
+    """The low ``bits`` of ``v`` as a signed integer."""
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def _lanes2(a, b, fn, signed):
+    r = 0
+    for k in range(2):
+        x, y = ((v >> 16 * k) & 0xFFFF for v in (a, b))
+        if signed:
+            x, y = _sx(x, 16), _sx(y, 16)
+        r |= (fn(x, y) & 0xFFFF) << 16 * k
+    return r
+
+
+def _fns(mask, base, offset):
+    """The PTX ISA's pseudo-code of fns."""
+    if offset == 0:
+        return base if mask >> base & 1 else 0xFFFFFFFF
+    count, inc, pos = abs(offset) - 1, 1 if offset > 0 else -1, base
+    while 0 <= pos < 32:
+        if mask >> pos & 1:
+            if count == 0:
+                return pos
+            count -= 1
+        pos += inc
+    return 0xFFFFFFFF
+
+
+def _pairs16(a, b, fn):
+    out = []
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        r = 0
+        for k in range(2):
+            hx, hy = (np.uint16((v >> 16 * k) & 0xFFFF).view(np.float16) for v in (x, y))
+            r |= fn(hx, hy) << 16 * k
+        out.append(r)
+    return np.array(out, np.uint32)
+
+
+def _geu2(a, b):
+    lo = _pairs16(a, b, lambda x, y: int(not (x < y)))
+    return (lo & 1) | ((lo >> 16) & 1) * 2
+
+
+def _relu16(bits):
+    nan = _half_nan(bits, "f16")
+    return np.where(nan, np.uint16(0x7FFF), np.where(bits & 0x8000, np.uint16(0), bits))
+
+
+def _fp8_in():
+    v = np.array([0.0, -0.0, 448.0, 449.0, 464.0, 1e6, -1e6, np.inf, -np.inf, np.nan, 2.0 ** -9,
+                  2.0 ** -10, 1.5 * 2.0 ** -10, 0.1, 3.3, -17.0], np.float32)
+    return np.concatenate([v, finite_f32(20.0)[:N - v.size]])
+
+
+def _e4m3(x):
+    """f32 -> e4m3 (round to nearest even, .satfinite; NaN 0x7f), from the format's values."""
+    x = float(x)
+    if math.isnan(x):
+        return 0x7F
+    sign = 0x80 if math.copysign(1, x) < 0 else 0
+    vals = [(e, f, (1 + f / 8) * 2.0 ** (e - 7) if e else f / 8 * 2.0 ** -6)
+            for e in range(16) for f in range(8) if (e, f) != (15, 7)]
+    m = min(abs(x), 448.0)
+    best = min(vals, key=lambda t: (abs(t[2] - m), (t[0] << 3 | t[1]) & 1))
+    return sign | best[0] << 3 | best[1]
+
+
+def _e4m3_h(v):
+    """e4m3 -> f16 bits (exact; NaN the canonical 0x7fff)."""
+    e, f = (v >> 3) & 15, v & 7
+    if e == 15 and f == 7:
+        return 0x7FFF
+    mag = (1 + f / 8) * 2.0 ** (e - 7) if e else f / 8 * 2.0 ** -6
+    return int(np.float16(-mag if v & 0x80 else mag).view(np.uint16))
+
+
+def _with_first(arrays, firsts):
+    """``arrays`` with element 0 of each replaced by ``firsts`` (a case a review found)."""
+    out = tuple(np.array(x) for x in arrays)
+    for x, v in zip(out, firsts, strict=True):
+        x[0] = v
+    return out
 
 
 def _i64_to_half(t: str) -> np.ndarray:

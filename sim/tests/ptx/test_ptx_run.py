@@ -153,6 +153,24 @@ def test_numba_dynamic_shared_beyond_the_launch_size_is_700(b):
     assert e.value.code == 700 and "st.shared.f64" in str(e.value)
 
 
+def test_dynamic_shared_up_to_the_opt_in(b):
+    """A PTX kernel opted in to 96 KiB of dynamic shared memory launches with 64 KiB (a 48 KiB
+    limit hard-coded for PTX kernels refused it: INVALID_VALUE); past the opt-in is refused."""
+    text = fixture("numba_dynamic_shared")
+    mod = b.module_load_data(text.encode() + b"\0")
+    f = b.module_get_function(mod, _entry(text))
+    b.function_set_max_dynamic_shared(f, 96 << 10)
+    a = np.arange(1024, dtype=np.float64)
+    pa, _da = _numba_array(b, a)
+    po, do = _numba_array(b, np.zeros(1024))
+    with pytest.raises(CudaError) as e:
+        b.launch_kernel(f, (1, 1, 1), (1024, 1, 1), (96 << 10) + 8, 1, pa + po)
+    assert e.value.code == 1  # past the opt-in: INVALID_VALUE
+    b.launch_kernel(f, (1, 1, 1), (1024, 1, 1), 64 << 10, 1, pa + po)
+    b.ctx_synchronize()
+    assert np.array_equal(download(b, do, 1024, np.float64), (a * 2)[::-1] + 1020)
+
+
 def test_numba_local_array(b):
     a = np.arange(10, dtype=np.int64) - 3
     (_, out) = _run_numba(b, "numba_local", [a, np.zeros(10, np.int64)], block=(10, 1, 1))
@@ -178,6 +196,17 @@ def test_numba_printf_is_written_at_the_launch_end(b, capfd):
     _run_numba(b, "numba_printf", [np.array([1.5, 2.5, 3.5])], block=(4, 1, 1))
     assert capfd.readouterr().out.splitlines() == ["thread 0 value 1.500000",
                                                   "thread 1 value 2.500000"]
+
+
+def test_printf_length_modifiers_and_star_width_precision(b, capfd):
+    """NVRTC's printf with ``h``/``hh``/``l``/``ll``/``z`` and ``*`` width and precision
+    (fixtures/nvrtc_printf.ptx, of ``printf("h:%hd %hx %hu hh:%hhd w:[%*d] p:[%.*f]
+    [%-*.*f] l:%ld %llx z:%zu c:%c\\n", ...)``): as a GPU prints it.  ``*`` ended the
+    launch with 719 and ``h`` was ignored (65541 printed as 65541, a GPU prints 5)."""
+    a = np.array([65541, 70000, 385, 6, 42, 3, 9, 2], np.int32)
+    launch(b, fixture("nvrtc_printf"), "k", [u64(upload(b, a))])
+    assert capfd.readouterr().out == ("h:5 5 4464 hh:-127 w:[    42] p:[0.667] [0.33     ] "
+                                      "l:65541000000000 ffffffffffffffff z:42 c:Z\n")
 
 
 def test_numba_math_calls_a_func_with_param_sequences(b):

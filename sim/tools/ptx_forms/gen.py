@@ -193,7 +193,188 @@ def _forms() -> list[str]:
                  "max.f32 %f32_0, %f32_1, {};", "mov.b16 %b16_0, {};"):
         for v in imms:
             add(tmpl.format(v))
+    out += _new_forms()
     return list(dict.fromkeys(out))
+
+
+def _new_forms() -> list[str]:
+    """Spellings of the packed-integer, dot-product, video, fns, fp8 and half-function
+    instructions NVRTC and numba emit, and their neighbours ptxas refuses.  (Atomics are
+    not spellings of the table: their many legal modifier combinations are checked by the
+    translator.)"""
+    out: list[str] = []
+    add = out.append
+    for op in ("add", "sub", "min", "max"):
+        for t in ("s16x2", "u16x2"):
+            for m in ("", ".relu", ".sat"):
+                add(f"{op}{m}.{t} %b32_0, %b32_1, %b32_2;")
+    for a in ("u32", "s32", "b32"):
+        for b in ("u32", "s32", "b32"):
+            add(f"dp4a.{a}.{b} %b32_0, %b32_1, %b32_2, %b32_3;")
+            for m in (".lo", ".hi", ""):
+                add(f"dp2a{m}.{a}.{b} %b32_0, %b32_1, %b32_2, %b32_3;")
+    add("fns.b32 %b32_0, %b32_1, %b32_2, %s32_3;")
+    add("fns.u32 %b32_0, %b32_1, %b32_2, %s32_3;")
+    for v in ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax"):
+        for n in ("2", "4"):
+            for ts in [f"{d}.{a}.{b}" for d in ("u32", "s32") for a in ("u32", "s32")
+                       for b in ("u32", "s32")] + ["b32.b32.b32"]:
+                for m in ("", ".sat", ".add"):
+                    add(f"{v}{n}.{ts}{m} %b32_0, %b32_1, %b32_2, %b32_3;")
+    for fp8 in ("e4m3x2", "e5m2x2", "e2m1x2", "e3m2x2", "e2m3x2"):
+        for m in (".rn.satfinite", ".rn.satfinite.relu", ".rn", ".rz.satfinite", ""):
+            add(f"cvt{m}.{fp8}.f32 %b16_0, %f32_1, %f32_2;")
+            add(f"cvt{m}.{fp8}.f16x2 %b16_0, %b32_1;")
+            add(f"cvt{m}.{fp8}.bf16x2 %b16_0, %b32_1;")
+        for m in (".rn", ".rn.relu", ""):
+            add(f"cvt{m}.f16x2.{fp8} %b32_0, %b16_1;")
+            add(f"cvt{m}.bf16x2.{fp8} %b32_0, %b16_1;")
+    for t in ("f16", "f16x2", "bf16", "bf16x2"):
+        r = "%b16_0, %b16_1" if "x2" not in t else "%b32_0, %b32_1"
+        for op in ("tanh", "ex2"):
+            for m in (".approx", ".approx.ftz", ".approx.ftz.noftz", ""):
+                add(f"{op}{m}.{t} {r};")
+    for t in ("f16x2", "bf16x2"):
+        for c in ("lt", "eq", "geu", "nan"):
+            add(f"set.{c}.u32.{t} %b32_0, %b32_1, %b32_2;")
+            add(f"set.{c}.s32.{t} %b32_0, %b32_1, %b32_2;")
+            add(f"set.{c}.{t}.{t} %b32_0, %b32_1, %b32_2;")
+            add(f"setp.{c}.{t} %pred_0|%pred_1, %b32_1, %b32_2;")
+    return out
+
+
+#: The state spaces, vector widths and types of the ld/st probes.
+LDST_SPACES = ("", ".global", ".shared", ".local", ".const", ".param")
+LDST_TYPES = ("b8", "u8", "s8", "b16", "u16", "s16", "f16", "b32", "u32", "s32", "f32", "b64",
+              "u64", "s64", "f64", "pred", "b128", "f16x2", "bf16")
+
+
+def _operand_forms() -> list[str]:
+    """Probes of the operands themselves: guard predicates, ld/st/ldu state spaces, vector
+    widths, types and register widths, address operands, cvta widths, immediates in range
+    and out, barrier numbers, control-flow modifiers."""
+    out: list[str] = []
+    add = out.append
+    for rt in REGTYPES:  # a guard is a predicate register (negated too)
+        add(f"@%{rt}_1 add.s32 %s32_0, %s32_1, %s32_2;")
+        add(f"@!%{rt}_1 add.s32 %s32_0, %s32_1, %s32_2;")
+    for op in ("ld", "st", "ldu"):
+        for sp in LDST_SPACES:
+            for v in ("", ".v2", ".v4"):
+                for t in LDST_TYPES:
+                    r = f"%{NATURAL.get(t, t)}_0" if t not in ("b128", "bf16") else "%b64_0"
+                    if t == "bf16":
+                        r = "%b16_0"
+                    val = r if not v else "{" + ", ".join([r] * int(v[2:])) + "}"
+                    addr = "[%b64_1]" if sp != ".param" else "[%b64_1]"
+                    add(f"{op}{sp}{v}.{t} {val}, {addr};" if op != "st" else
+                        f"{op}{sp}{v}.{t} {addr}, {val};")
+    for t in ("u8", "u16", "u32", "u64", "f32", "f64", "s32"):
+        for rt in REGTYPES:  # register widths: a register narrower or of another kind
+            add(f"ld.global.{t} %{rt}_0, [%b64_1];")
+            add(f"st.global.{t} [%b64_1], %{rt}_0;")
+    for rt in REGTYPES:  # the address operand's register
+        add(f"ld.global.u32 %u32_0, [%{rt}_1];")
+        add(f"ld.global.u32 %u32_0, [%{rt}_1+8];")
+    for sp in (".global", ".shared", ".local", ".const", ".param"):
+        for d in ("u32", "u64"):
+            for a in ("u32", "u64", "b64", "s64", "f64"):
+                add(f"cvta{sp}.{d} %{d}_0, %{a}_1;")
+                add(f"cvta.to{sp}.{d} %{d}_0, %{a}_1;")
+    for v in ("0", "15", "16", "-1", "255", "256"):  # immediates: ranges
+        add(f"bar.sync {v};")
+        add(f"barrier.sync {v};")
+        add(f"bfe.u32 %u32_0, %u32_1, {v}, 4;")
+        add(f"bfe.u32 %u32_0, %u32_1, 4, {v};")
+        add(f"bfi.b32 %b32_0, %b32_1, %b32_2, {v}, 4;")
+        add(f"lop3.b32 %b32_0, %b32_1, %b32_2, %b32_3, {v};")
+        add(f"shl.b32 %b32_0, %b32_1, {v};")
+    for c in ("32", "33", "0", "64", "1024", "1056"):
+        add(f"bar.sync 1, {c};")
+    for m in ("", ".uni", ".volatile", ".sync", ".aligned"):
+        add(f"bra{m} $k_end;")
+        add(f"ret{m};")
+        add(f"exit{m};")
+    return out
+
+
+def _arity_forms(forms: list[str]) -> list[str]:
+    """Each form with its last operand dropped, and with one more operand."""
+    out: list[str] = []
+    for f in forms:
+        head, _, ops = f.rstrip(";").partition(" ")
+        args = _split_args(ops)
+        if len(args) > 1:
+            out.append(f"{head} {', '.join(args[:-1])};")
+        out.append(f"{head} {', '.join(args + [args[-1]])};")
+    return out
+
+
+def _split_args(ops: str) -> list[str]:
+    """Operands split at top-level commas."""
+    args, depth, cur = [], 0, ""
+    for ch in ops:
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        args.append(cur.strip())
+    return args
+
+
+#: Module headers probed (.version x .target) and entry directives.
+TARGETS = ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+VERSIONS = tuple(f"{m}.{n}" for m, top in ((6, 5), (7, 8), (8, 8), (9, 0)) for n in range(top + 1))
+TARGETS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
+DIRECTIVES = (".maxntid 0", ".maxntid 1", ".maxntid 1024", ".maxntid 1025", ".maxntid 32, 32, 2",
+              ".reqntid 0", ".reqntid 64", ".reqntid 2048", ".maxntid 32, 0", ".minnctapersm 0",
+              ".maxnreg 0", ".maxnreg 16")
+
+
+def header_verdicts(ptxas: str = "ptxas") -> list[str]:
+    """ptxas's verdict on each ``.version``/``.target`` pair and entry directive, as
+    table rows (``@head V T`` / ``@entry DIRECTIVE``)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "h.ptx")
+        for t in TARGETS:
+            for v in VERSIONS:
+                text = f".version {v}\n.target {t}\n.address_size 64\n.visible .entry k()\n{{\n ret;\n}}\n"
+                rows.append(f"{_verdict_of(ptxas, path, text, t)}\t@head {v} {t}")
+        for d in DIRECTIVES:
+            text = HEAD + f".visible .entry k() {d}\n{{\n ret;\n}}\n"
+            rows.append(f"{_verdict_of(ptxas, path, text, 'sm_90')}\t@entry {d}")
+    return rows
+
+
+def minimum_versions(rows: list[str]) -> str:
+    """``@minver TARGET MAJOR.MINOR`` lines: the oldest ``.version`` ptxas accepted with
+    each ``.target`` of the header rows."""
+    best: dict[str, tuple[int, int]] = {}
+    for r in rows:
+        verdict, _, what = r.partition("\t")
+        if verdict == "ok" and what.startswith("@head "):
+            _, v, t = what.split()
+            ver = tuple(int(x) for x in v.split("."))
+            best[t] = min(best.get(t, ver), ver)  # type: ignore[arg-type]
+    return "".join(f"@minver {t} {v[0]}.{v[1]}\n" for t, v in sorted(best.items()))
+
+
+def _verdict_of(ptxas: str, path: str, text: str, target: str) -> str:
+    with open(path, "w") as f:
+        f.write(text)
+    p = subprocess.run([ptxas, f"-arch={target}", path, "-o", os.devnull], capture_output=True,
+                       text=True, timeout=120)
+    if p.returncode == 0:
+        return "ok"
+    m = re.search(r"(error|fatal)\s*: (.*)", p.stdout + p.stderr)
+    return "refused: " + (m.group(2).strip() if m else "error")
 
 
 def _natural_args(tmpl: str, n: int) -> list[str]:
@@ -222,7 +403,7 @@ def _natural_args(tmpl: str, n: int) -> list[str]:
 def module(forms: list[str]) -> str:
     """One kernel holding ``forms``, the first on line ``FIRST`` and one a line."""
     body = "".join(f"  {f}\n" for f in forms)
-    return (HEAD + ".visible .entry k()\n{\n" + PREAMBLE + body + "  ret;\n}\n")
+    return (HEAD + ".visible .entry k()\n{\n" + PREAMBLE + body + "$k_end:\n  ret;\n}\n")
 
 
 #: The PTX line of the first form in :func:`module`.
@@ -279,25 +460,61 @@ def parse_forms(forms: list[str]) -> list:
     return [x for x in m.functions["k"].body if isinstance(x, Instr)][:len(forms)]
 
 
-def _write_legal(forms: list[str], verdicts: list[str], path: str) -> None:
-    from gpuarray_sim.ptx._check import form_key
+#: Opcodes whose spellings the table lists (the instruction-form rows), and control-flow
+#: opcodes whose few spellings the operand probes cover completely.
+CONTROL = ("bra", "ret", "exit")
+def _firsts(forms: list[str], verdicts: list[str]) -> list[str]:
+    """The first accepted spelling row of each opcode text (the arity probes' bases)."""
+    spell = set(_forms())
+    seen: set[str] = set()
+    out = []
+    for f, v in zip(forms, verdicts, strict=True):
+        head = f.split()[0]
+        if v == "ok" and f in spell and head not in seen:
+            seen.add(head)
+            out.append(f)
+    return out
+
+
+def legal_text(forms: list[str], verdicts: list[str], heads: list[str]) -> str:
+    """legal_forms.txt from the verdicts: the spellings ptxas accepts (the instruction-form
+    rows and the control-flow probes), the operand counts it accepts of each (the arity
+    rows), the ld/st/ldu state space, vector and type combinations it accepts, and the
+    oldest ``.version`` of each ``.target``."""
+    from gpuarray_sim.ptx._check import form_key, ldst_key
+
+    spelling = set(_forms())
+    firsts = _firsts(forms, verdicts)
+    arity = set(firsts) | set(_arity_forms(firsts))
 
     legal: dict[str, set[str]] = {}
-    for it, v in zip(parse_forms(forms), verdicts, strict=True):
-        if it is None:
+    counts: dict[str, set[int]] = {}
+    ldst: dict[str, bool] = {}
+    for f, it, v in zip(forms, parse_forms(forms), verdicts, strict=True):
+        if it is None or it.pred is not None:
             continue
-        keys = legal.setdefault(it.base, set())
-        if v == "ok":
-            keys.add(form_key(it))
-    with open(path, "w") as f:
-        f.write("# The instruction spellings a driver's PTX JIT accepts (ptxas -arch=sm_90, "
-                "PTX ISA 9.0).\n"
+        if f in spelling or it.base in CONTROL:
+            keys = legal.setdefault(it.base, set())
+            if v == "ok":
+                keys.add(form_key(it))
+        if f in arity and v == "ok":
+            counts.setdefault(form_key(it), set()).add(len(it.args))
+        k = ldst_key(it)
+        if k is not None:  # accepted with some register of the probes
+            ldst[k] = ldst.get(k, False) or v == "ok"
+    lines = ["# What a driver's PTX JIT accepts (ptxas -arch=sm_90, PTX ISA 9.0).\n"
                 "# Generated by sim/tools/ptx_forms/gen.py from ptxas's verdicts; do not edit.\n"
                 "# One line an opcode the table covers: the opcode, then its accepted spellings\n"
                 "# (_check.form_key: opcode and sorted modifiers, '|', the types in order), "
-                "space-separated.\n")
-        for base in sorted(legal):
-            f.write(" ".join([base, *sorted(legal[base])]) + "\n")
+                "space-separated;\n# '@arity KEY N[,N]': the operand counts ptxas accepts of "
+                "that spelling;\n# '@ldst BASE.SPACE.VEC.TYPE ok|refused': ld/st/ldu's state "
+                "space, vector and type;\n# '@minver TARGET VERSION': the oldest .version "
+                "of the .target.\n"]
+    lines += [" ".join([base, *sorted(legal[base])]) + "\n" for base in sorted(legal)]
+    lines += [f"@arity {key} {','.join(str(n) for n in sorted(counts[key]))}\n"
+              for key in sorted(counts)]
+    lines += [f"@ldst {key} {'ok' if ldst[key] else 'refused'}\n" for key in sorted(ldst)]
+    return "".join(lines) + minimum_versions(heads)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,13 +523,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ptxas", default="ptxas")
     ap.add_argument("--legal", default="sim/gpuarray_sim/ptx/legal_forms.txt")
     a = ap.parse_args(argv)
-    forms = _forms()
+    spell = _forms()
+    forms = spell + _operand_forms()
     verdicts = ptxas_verdicts(forms, a.ptxas)
+    extra = [f for f in _arity_forms(_firsts(forms, verdicts)) if f not in set(forms)]
+    verdicts += ptxas_verdicts(extra, a.ptxas)
+    forms += extra
+    heads = header_verdicts(a.ptxas)
     text = ("# ptxas -arch=sm_90 (PTX ISA 9.0) on each form; sim/tools/ptx_forms/gen.py writes this\n"
-            + "".join(f"{v}\t{form}\n" for form, v in zip(forms, verdicts, strict=True)))
+            + "".join(f"{v}\t{form}\n" for form, v in zip(forms, verdicts, strict=True))
+            + "".join(r + "\n" for r in heads))
     with open(a.out, "wb") as f:  # gzip without a time stamp: the same verdicts, the same bytes
         f.write(gzip.compress(text.encode(), mtime=0))
-    _write_legal(forms, verdicts, a.legal)
+    with open(a.legal, "w") as f:
+        f.write(legal_text(forms, verdicts, heads))
     print(f"{len(forms)} forms, {sum(v != 'ok' for v in verdicts)} refused -> {a.out}")
     return 0
 
