@@ -4,7 +4,9 @@
 interpreter for each of ``pass``, ``import numpy``, ``import gpuarray``,
 ``import cuda.core`` and ``import numba.cuda`` (the peers where installed;
 ``make .venv-peers/.stamp`` has them), round after round in a rotating order,
-and times each process from start to exit.  It prints the minimum and the
+and times each process from start to exit, started with ``-S`` as an
+installed wheel imports (an editable install's finder, run by ``site``,
+loads ``pathlib`` before the clock starts).  It prints the minimum and the
 median of every command and each one's excess over ``import numpy`` (PERF.md:
 ``import gpuarray`` at most NumPy's import + 30 ms, whole-process minima).
 Bytecode is written by an untimed warm-up round; ``GPUARRAY_BACKEND`` is left
@@ -34,7 +36,9 @@ COMMANDS = {
 
 def _run(python: str, code: str, env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run([python, "-c", code], env=env, capture_output=True, cwd=ROOT)
+    # -S: no site, so no editable install's finder, which would load pathlib and urllib
+    # before the clock starts and hide their cost to an installed wheel's import.
+    r = subprocess.run([python, "-S", "-c", code], env=env, capture_output=True, cwd=ROOT)
     t = time.perf_counter() - t0
     if r.returncode:
         raise RuntimeError(r.stderr.decode(errors="replace").strip().splitlines()[-1])
@@ -44,7 +48,11 @@ def _run(python: str, code: str, env: dict[str, str]) -> float:
 def measure(python: str, rounds: int) -> dict[str, list[float]]:
     """Milliseconds per whole process, per command that runs here."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    # python -S (see _run): the checkout's gpuarray, the interpreter's site-packages.
+    where = subprocess.run([python, "-c", "import sysconfig; p = sysconfig.get_paths(); "
+                            "print(p['purelib']); print(p['platlib'])"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(ROOT), *where]))
     names = []
     for name, code in COMMANDS.items():
         try:
