@@ -20,6 +20,8 @@ caller's ``.param`` arrays); ``PB`` the frame's ``.param`` arrays.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._ast import Addr, FImm, Imm, Instr, Reg, Sym
 from ._context import FuncCtx
 from ._types import CTYPE, FLOATS, STORAGE
@@ -161,24 +163,17 @@ class SlotCtx(FuncCtx):
     def param_ptr(self, a: Addr, size: int, write: bool, line) -> str:
         if self._k is None:
             return super().param_ptr(a, size, write, line)
-        line = self.line
-        if isinstance(a.base, Sym):
-            name, off = a.base.name, a.offset + a.base.offset
-            if name in self.param_offsets:
-                base, psize = self.param_offsets[name]
-                if off < 0 or off + size > psize:
-                    raise self.error(f"access of {size} bytes at {name}+{off} is outside the "
-                                     f"{psize}-byte parameter", line)
-                return f"(PB + {self.k(base + off)})"
-            if name in self.fparams:
-                p = (self.fn.rets + self.fn.params)[self.fparams[name]]
-                if off < 0 or off + size > p.size:
-                    raise self.error(f"access of {size} bytes at {name}+{off} is outside the "
-                                     f"{p.size}-byte parameter", line)
-                return f"(A[{self.k(self.fparams[name])}] + {self.k(off)})"
-            if name in self.eparams and not write:
-                return f"(T->L->params + {self.k(self.eparams[name] + off)})"
-            raise self.error(f"{name} is not a parameter here", line)
-        if isinstance(a.base, Reg) and not write:
-            return f"ptx::pptr(T, {self.address(a)}, {size}, 0, LN_)"
-        raise self.error("a .param access through this address is not supported", line)
+        return super().param_ptr(a, size, write, self.line)
+
+    def imm(self, value: int) -> str:
+        return self.k(value) if self._k is not None else str(value)
+
+    def _local_param(self, name: str) -> tuple[Any, int] | None:
+        if self._k is None:
+            return super()._local_param(name)
+        return self.param_offsets.get(name)
+
+    def _local_param_ptr(self, where: Any, off: int) -> str:
+        if self._k is None:
+            return super()._local_param_ptr(where, off)
+        return f"(PB + {self.k(where + off)})"
