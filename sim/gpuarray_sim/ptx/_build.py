@@ -14,7 +14,6 @@ warm load neither translates nor compiles; a corrupt entry is a miss
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import json
 import os
@@ -22,7 +21,6 @@ import struct
 import threading
 import time as _time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from .. import _hostrt, _phases
@@ -31,13 +29,11 @@ from ._check import check
 from ._emit import translate
 from ._errors import UnsupportedPtx
 from ._parse import parse
+from ._runtime_src import HEADERS, cache_key, runtime_source
 
 __all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source", "settle",
            "TIER_UP_SECONDS"]
 
-#: The runtime support headers, inlined in this order at the top of every unit.
-HEADERS = tuple(Path(__file__).with_name(n)
-                for n in ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h"))
 HEADER = HEADERS[0]
 _MAGIC = b"GAPTX1\n"
 
@@ -91,42 +87,6 @@ def link(images: Sequence[bytes | str]) -> PtxProgram:
     if not texts:
         raise ValueError("link() needs at least one PTX module")
     return load("\n".join(texts))
-
-
-def _sources_digest() -> str:
-    """The hash of every file whose text decides the generated C++ or its build: each
-    source of this package (the translator, its tables, the runtime headers) and the
-    host runtime's headers it includes -- none listed by hand, so an edited translator
-    never meets a stale build."""
-    global _SOURCES_DIGEST
-    if _SOURCES_DIGEST is None:
-        h = hashlib.sha256()
-        here = Path(__file__).parent
-        files = sorted(p for p in here.iterdir() if p.suffix in (".py", ".h", ".txt", ".cpp"))
-        for path in [*files, *_hostrt.HEADERS]:
-            h.update(path.name.encode() + b"\0" + path.read_bytes())
-        _SOURCES_DIGEST = h.hexdigest()
-    return _SOURCES_DIGEST
-
-
-_SOURCES_DIGEST: str | None = None
-
-
-@functools.cache
-def runtime_source() -> str:
-    """The runtime support headers as one text (their includes of each other dropped)."""
-    parts = []
-    for h in HEADERS:
-        text = h.read_text(encoding="utf-8")
-        parts.append("\n".join(line for line in text.split("\n")
-                               if line.strip() != '#include "ptxrt.h"'))
-    return "\n".join(parts)
-
-
-def cache_key(digest: str, toolchain_key: str) -> str:
-    """The disk cache key of the build of the translated C++ whose text hashes to ``digest``."""
-    parts = ["gpuarray-ptx", str(_hostrt.ABI), _sources_digest(), toolchain_key, digest]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def _pack(meta: dict, lib: bytes) -> bytes:

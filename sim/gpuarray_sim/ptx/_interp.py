@@ -69,7 +69,7 @@ def handler_source(form: str) -> str:
 
 
 def _key(tc: Any, what: str) -> str:
-    from ._build import cache_key
+    from ._runtime_src import cache_key
 
     return cache_key(_digest(what), tc.key())
 
@@ -82,7 +82,7 @@ def _address(lib: Any, symbol: str) -> int:
 
 def core_entry(tc: Any) -> int:
     """The address of the interpreter's entry (``ga_ptx_interp``), built or loaded once."""
-    from ._build import runtime_source
+    from ._runtime_src import runtime_source
 
     tkey = tc.key()
     with _lock:
@@ -115,7 +115,7 @@ def handlers(tc: Any, forms: Iterable[str]) -> tuple[dict[str, int], int]:
 
     Returns the addresses and how many forms were compiled here.
     """
-    from ._build import runtime_source
+    from ._runtime_src import runtime_source
 
     wanted = set(forms)
     out: dict[str, int] = {}
