@@ -50,6 +50,10 @@ typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
 typedef unsigned long long cuuint64_t;
 typedef struct { char reserved[64]; } CUipcMemHandle;
+/* cuda.h's CUmemLocation: a type and a 4-byte union (id; localized device and domain), passed by
+ * value by cuMemAdvise_v2 and cuMemPrefetchAsync_v2 (the Python side reads both as ints) */
+typedef int CUmemLocationType;
+typedef struct { CUmemLocationType type; int id; } CUmemLocation;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_INITIALIZED 3
@@ -101,9 +105,14 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
     F3(fn##_ptsz, T1, C1, T2, C2, T3, C3)
 #define S4(fn, T1, C1, T2, C2, T3, C3, T4, C4) F4(fn, T1, C1, T2, C2, T3, C3, T4, C4) \
     F4(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4)
+#define S5(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5) \
+    F5(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5) F5(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5)
 #define S6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
     F6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
     F6(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6)
+#define S8(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8) \
+    F8(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8) \
+    F8(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8)
 
 typedef void *H; /* any opaque handle or pointer */
 
@@ -352,6 +361,42 @@ F5(cuStreamUpdateCaptureDependencies_v2_ptsz, H, P, H *, P, const void *, P, siz
 F3(cuDeviceGetGraphMemAttribute, CUdevice, U, int, U, void *, P)
 F3(cuDeviceSetGraphMemAttribute, CUdevice, U, int, U, void *, P)
 F1(cuDeviceGraphMemTrim, CUdevice, U)
+
+/* Memory pools and managed memory (issue 45): _pool_calls.py, _managed_calls.py. */
+F2(cuDeviceSetMemPool, CUdevice, U, H, P)
+F3(cuMemGetDefaultMemPool, H *, P, CUmemLocation *, P, int, U)
+F3(cuMemGetMemPool, H *, P, CUmemLocation *, P, int, U)
+F3(cuMemSetMemPool, CUmemLocation *, P, int, U, H, P)
+F2(cuMemPoolCreate, H *, P, const void *, P)
+F1(cuMemPoolDestroy, H, P)
+F2(cuMemPoolTrimTo, H, P, size_t, U)
+F3(cuMemPoolSetAccess, H, P, const void *, P, size_t, U)
+F3(cuMemPoolGetAccess, int *, P, H, P, CUmemLocation *, P)
+F4(cuMemPoolExportToShareableHandle, void *, P, H, P, int, U, unsigned long long, U)
+F4(cuMemPoolImportFromShareableHandle, H *, P, void *, P, int, U, unsigned long long, U)
+F2(cuMemPoolExportPointer, void *, P, CUdeviceptr, U)
+F3(cuMemPoolImportPointer, CUdeviceptr *, P, H, P, void *, P)
+F5(cuMemRangeGetAttribute, void *, P, size_t, U, int, U, CUdeviceptr, U, size_t, U)
+F6(cuMemRangeGetAttributes, void **, P, size_t *, P, int *, P, size_t, U, CUdeviceptr, U,
+   size_t, U)
+F4(cuMemAdvise, CUdeviceptr, U, size_t, U, int, U, CUdevice, U)
+S4(cuMemPrefetchAsync, CUdeviceptr, U, size_t, U, CUdevice, U, H, P)
+S8(cuMemPrefetchBatchAsync, CUdeviceptr *, P, size_t *, P, size_t, U, CUmemLocation *, P,
+   size_t *, P, size_t, U, unsigned long long, U, H, P)
+S8(cuMemDiscardAndPrefetchBatchAsync, CUdeviceptr *, P, size_t *, P, size_t, U,
+   CUmemLocation *, P, size_t *, P, size_t, U, unsigned long long, U, H, P)
+S5(cuMemDiscardBatchAsync, CUdeviceptr *, P, size_t *, P, size_t, U, unsigned long long, U, H, P)
+/* The location is passed by value: its address is this frame's copy, read during the call. */
+EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc)
+{
+    unsigned long long a[] = {U(p), U(n), U(advice), P(&loc)};
+    return call("cuMemAdvise_v2", 4, a);
+}
+#define PREFETCH_V2(fn) \
+    EXPORT CUresult fn(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, H s) \
+    { unsigned long long a[] = {U(p), U(n), P(&loc), U(flags), P(s)}; return call(#fn, 5, a); }
+PREFETCH_V2(cuMemPrefetchAsync_v2)
+PREFETCH_V2(cuMemPrefetchAsync_v2_ptsz)
 
 /* The handle is passed by value (64 bytes): its address is this frame's copy,
  * read by the serving function during the call. */
@@ -638,6 +683,29 @@ static const Entry table[] = {
     E("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute),
     E("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute),
     E("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim),
+    /* Memory pools and managed memory (issue 45). */
+    E("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool),
+    E("cuMemGetDefaultMemPool", 13000, cuMemGetDefaultMemPool),
+    E("cuMemGetMemPool", 13000, cuMemGetMemPool),
+    E("cuMemSetMemPool", 13000, cuMemSetMemPool),
+    E("cuMemPoolCreate", 11020, cuMemPoolCreate),
+    E("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    E("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
+    E("cuMemPoolSetAccess", 11020, cuMemPoolSetAccess),
+    E("cuMemPoolGetAccess", 11020, cuMemPoolGetAccess),
+    E("cuMemPoolExportToShareableHandle", 11020, cuMemPoolExportToShareableHandle),
+    E("cuMemPoolImportFromShareableHandle", 11020, cuMemPoolImportFromShareableHandle),
+    E("cuMemPoolExportPointer", 11020, cuMemPoolExportPointer),
+    E("cuMemPoolImportPointer", 11020, cuMemPoolImportPointer),
+    E("cuMemRangeGetAttribute", 8000, cuMemRangeGetAttribute),
+    E("cuMemRangeGetAttributes", 8000, cuMemRangeGetAttributes),
+    E("cuMemAdvise", 8000, cuMemAdvise),
+    E("cuMemAdvise", 12020, cuMemAdvise_v2),
+    ES("cuMemPrefetchAsync", 8000, cuMemPrefetchAsync),
+    ES("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2),
+    ES("cuMemPrefetchBatchAsync", 13000, cuMemPrefetchBatchAsync),
+    ES("cuMemDiscardAndPrefetchBatchAsync", 13000, cuMemDiscardAndPrefetchBatchAsync),
+    ES("cuMemDiscardBatchAsync", 13000, cuMemDiscardBatchAsync),
 };
 
 static int tracing = -1; /* GPUARRAY_STANDIN_TRACE=1: log every request to stderr */
