@@ -127,24 +127,42 @@ class SimModuleCalls(SimCore):
             kind = _images.validate(image, placeholder_ok, cc=10 * major + minor)
         except _images.ImageError as e:
             raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
-        # PTX, or the PTX inputs the stand-in linker kept in its output, linked as one program
+        # PTX, or the PTX inputs the stand-in linker kept in its output, linked as one program;
+        # a cubin without PTX: the PTX its compile made, where known (_images.recorded_ptx)
         texts = [image] if kind == "ptx" else _images.ptx_texts(image)
+        recorded = _images.recorded_ptx(image) if kind == "elf" and not texts else None
         programs = []
-        if texts:
+        unrunnable = ""
+        if texts or recorded:
             from . import ptx
 
             try:
-                programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts)))
+                if recorded:
+                    programs.append(ptx.load(recorded))
+                else:
+                    programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts)))
             except ptx.PtxError as e:
-                code = e.code
-                if code != 222 or call not in _VERSION_CALLS:
-                    code = _images.code_for(call, "ptx")
-                raise CudaError(code, call, f"({e.message})") from None
+                if recorded:  # the cubin loads, as on a GPU; its kernels fail at launch, saying why
+                    unrunnable = f"its PTX (from the compile that made the cubin): {e.message}"
+                else:
+                    code = e.code
+                    if code != 222 or call not in _VERSION_CALLS:
+                        code = _images.code_for(call, "ptx")
+                    raise CudaError(code, call, f"({e.message})") from None
         h = self._handle()
         self._modules[h] = (ctx, image)
         if programs:
             self._ptx_programs()[h] = programs
+        if unrunnable:
+            self._unrunnable()[h] = unrunnable
         return h
+
+    def _unrunnable(self) -> dict[int, str]:
+        """Loaded module handle -> why its recorded PTX cannot run on the PTX executor."""
+        got = self.__dict__.get("_unrunnable_modules")
+        if got is None:
+            got = self.__dict__.setdefault("_unrunnable_modules", {})
+        return got
 
     def _ptx_program(self, module: int, entry: str | None = None,
                      variable: str | None = None) -> Any:
@@ -170,6 +188,7 @@ class SimModuleCalls(SimCore):
         _sticky.check(entry[0], "cuModuleUnload")
         del self._modules[module]
         self._ptx_programs().pop(module, None)
+        self._unrunnable().pop(module, None)
         for h in [h for h, f in self._functions.items() if f[3] == module]:
             del self._functions[h]
             self._smem_optin.pop(h, None)
@@ -193,7 +212,8 @@ class SimModuleCalls(SimCore):
         if impl is None and program is not None:
             impl = program.kernel(name)  # runs on the PTX executor
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
-            impl = _images.ForeignKernel(name, _images.ptx_of(entry[1], name) is not None)
+            impl = _images.ForeignKernel(name, _images.ptx_of(entry[1], name) is not None,
+                                         self._unrunnable().get(module, ""))
         h = self._handle()
         self._functions[h] = (entry[0], name, impl, module)
         return h

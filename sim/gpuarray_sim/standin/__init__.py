@@ -59,6 +59,10 @@ HEADERS = (Path(__file__).with_name("_libcuda_bridge.h"),)
 #: Its second translation unit, generated from cuda.h (sim/tools/cuda_h/gen.py): every
 #: entry point of cuda.h, NOT_SUPPORTED where ``SOURCE`` serves none.
 ENTRY_POINTS = Path(__file__).with_name("_cuda_h.c")
+#: The library that keeps the PTX of the cubins NVRTC makes (``_ptx_record.c``), preloaded
+#: into every process of the command: the simulator runs that PTX when such a cubin is loaded.
+PTX_RECORD_SOURCE = Path(__file__).with_name("_ptx_record.c")
+PTX_RECORD = "libgpuarray_ptx_record.so"
 #: Environment variable naming the stand-in's folder in processes that run over it.
 MARK = "GPUARRAY_STANDIN"
 _CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
@@ -124,7 +128,7 @@ def build(verbose: bool = False) -> Path:
     """
     cc = _compiler()
     source = (SOURCE.read_bytes() + ENTRY_POINTS.read_bytes()
-              + b"".join(h.read_bytes() for h in HEADERS))
+              + b"".join(h.read_bytes() for h in HEADERS) + PTX_RECORD_SOURCE.read_bytes())
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=60).stdout.splitlines()[:1]
@@ -134,7 +138,7 @@ def build(verbose: bool = False) -> Path:
     root = standin_dir()
     out = root / key
     lib = out / "libcuda.so.1"
-    if lib.is_file() and all((out / name).is_file() for name in _HIDE):
+    if lib.is_file() and all((out / name).is_file() for name in (*_HIDE, PTX_RECORD)):
         _check_trusted(root)
         _check_trusted(out)
         return out
@@ -146,6 +150,14 @@ def build(verbose: bool = False) -> Path:
         print(f"gpuarray standin: building {lib} with {cc}", file=sys.stderr)
     try:
         _compile(cc, [*_CFLAGS, "-o", str(tmp), str(SOURCE), str(ENTRY_POINTS), *_LIBS])
+        record = out / f".{PTX_RECORD}.{os.getpid()}.tmp"
+        try:
+            _compile(cc, ["-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
+                          f"-Wl,-soname,{PTX_RECORD}", "-o", str(record), str(PTX_RECORD_SOURCE),
+                          *_LIBS])
+            os.replace(record, out / PTX_RECORD)
+        finally:
+            record.unlink(missing_ok=True)
         for name in _HIDE:  # empty libraries that hide nvJitLink (see the module's docstring)
             stub = out / f".{name}.{os.getpid()}.tmp"
             try:
@@ -190,9 +202,11 @@ def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str
     ld = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = str(folder) + (os.pathsep + ld if ld else "")
     hide = [str(folder / name) for name in _HIDE if (folder / name).is_file()]
-    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide]
+    record = [str(folder / PTX_RECORD)] if (folder / PTX_RECORD).is_file() else []
+    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide + record]
     if env.get(KEEP_NVJITLINK) != "keep":
         pre = hide + pre
+    pre = record + pre
     if pre:
         env["LD_PRELOAD"] = ":".join(pre)
     else:

@@ -16,9 +16,11 @@ image has no size argument: its header says it, and it is read through
 a crash.  The linker's output is an ELF cubin holding its PTX and cubin
 inputs in sections of their own (``sim/_cubin.link_image``), so the kernels
 of each input are found in it and the simulator executes its PTX (several
-PTX inputs linked as one program).  A kernel of a cubin without PTX resolves
-and fails at launch with ``CUDA_ERROR_INVALID_IMAGE``, saying how to get
-PTX.  Function attributes come from the kernel's PTX (static sizes,
+PTX inputs linked as one program).  A cubin without PTX that NVRTC made in
+this process runs from the PTX of the same compile (``_ptx_record.c``
+keeps it; :func:`_nvrtc_ptx` asks for it); a kernel of any other cubin
+without PTX resolves and fails at launch with ``CUDA_ERROR_INVALID_IMAGE``,
+saying how to get PTX.  Function attributes come from the kernel's PTX (static sizes,
 ``.maxntid``); ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` is the simulator's (48 KiB
 less the static size, or the opt-in, checked against
 ``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``); the ``cuKernel*`` forms check their
@@ -53,6 +55,31 @@ from ._support import (
 )
 
 _STRINGS: dict[bytes, Any] = {}
+
+
+# ------------------------------------------------------- NVRTC's own PTX
+_RECORD: list[Any] = []  # gpuarray_standin_cubin_ptx of the preloaded _ptx_record.c (None: absent)
+
+
+def _nvrtc_ptx(image: bytes) -> bytes | None:
+    """The PTX NVRTC made in this process with cubin ``image`` (exactly these bytes), else None."""
+    if not _RECORD:
+        fn = getattr(ctypes.CDLL(None), "gpuarray_standin_cubin_ptx", None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+            fn.restype = ctypes.c_size_t
+        _RECORD.append(fn)
+    fn = _RECORD[0]
+    if fn is None:
+        return None
+    n = fn(image, len(image), None, 0)
+    if not n:
+        return None
+    buf = ctypes.create_string_buffer(n)
+    return buf.raw[:n] if fn(image, len(image), buf, n) == n else None
+
+
+_images.PTX_FINDERS.append(_nvrtc_ptx)
 
 
 # ----------------------------------------------------------------- images

@@ -3,8 +3,9 @@
 The simulator executes PTX.  Under ``python -m gpuarray standin`` nvJitLink
 is hidden (empty libraries under its names, preloaded), so numba-cuda and
 cuda.core link PTX through the driver, which hands it to the simulator; the
-stand-in linker's output keeps each PTX input; a kernel of a cubin with no
-PTX fails at launch saying how to get PTX.
+stand-in linker's output keeps each PTX input; a cubin NVRTC made in the
+process runs from the PTX of the same compile (issue 45); a kernel of any
+other cubin with no PTX fails at launch saying how to get PTX.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ PTX = (b".version 9.0\n.target sm_90\n.address_size 64\n"
 def test_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder):  # noqa: F811
     env = _standin.environment(folder, {"LD_PRELOAD": "/x/other.so"})
     pre = env["LD_PRELOAD"].split(":")
-    assert pre[-1] == "/x/other.so" and {p.rsplit("/", 1)[-1] for p in pre[:-1]} == {
-        "libnvJitLink.so.12", "libnvJitLink.so.13"}
+    record = str(folder / _standin.PTX_RECORD)  # NVRTC's PTX kept for its cubins: always first
+    assert pre[0] == record and pre[-1] == "/x/other.so"
+    assert {p.rsplit("/", 1)[-1] for p in pre[1:-1]} == {"libnvJitLink.so.12", "libnvJitLink.so.13"}
     kept = _standin.environment(folder, {"GPUARRAY_STANDIN_NVJITLINK": "keep"})
-    assert "LD_PRELOAD" not in kept
+    assert kept["LD_PRELOAD"] == record
     again = _standin.environment(folder, {**env, "GPUARRAY_STANDIN_NVJITLINK": "keep"})
-    assert again["LD_PRELOAD"] == "/x/other.so"   # from within a command over the stand-in
+    assert again["LD_PRELOAD"] == f"{record}:/x/other.so"   # from within a command over the stand-in
     # in the command, the library found under nvJitLink's name has no nvJitLink in it
     ok(run(folder, """
         import ctypes, os
@@ -105,6 +107,41 @@ _CALLEE = b""".version 9.0
 	ret;
 }
 """
+
+
+def test_a_cubin_nvrtc_made_in_the_process_runs_from_the_ptx_of_the_same_compile(folder):  # noqa: F811
+    # cuda.core's Program.compile("cubin") (-arch=sm_90): machine code only.  Over the stand-in the
+    # preloaded recorder kept the PTX NVRTC made with it, and the simulator runs that; a cubin the
+    # process did not compile (other bytes) still fails at launch, saying why.
+    ok(run(folder, """
+        import ctypes
+        from cuda.bindings import driver as d, nvrtc
+        def chk(r):
+            r = r if isinstance(r, tuple) else (r,)
+            assert int(r[0]) == 0, r
+            return r[1] if len(r) == 2 else r[1:]
+        src = b'extern "C" __global__ void rec_k(int *x, int v) { x[threadIdx.x] = v + threadIdx.x; }'
+        prog = chk(nvrtc.nvrtcCreateProgram(src, b"rec.cu", 0, [], []))
+        chk(nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=sm_90"]))
+        n = chk(nvrtc.nvrtcGetCUBINSize(prog)); cubin = b" " * n
+        chk(nvrtc.nvrtcGetCUBIN(prog, cubin))
+        assert b".entry" not in cubin   # no PTX in it
+        chk(d.cuInit(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
+        chk(d.cuCtxSetCurrent(ctx))
+        f = chk(d.cuModuleGetFunction(chk(d.cuModuleLoadData(cubin)), b"rec_k"))
+        out = chk(d.cuMemAlloc(16))
+        x, v = ctypes.c_uint64(int(out)), ctypes.c_int(40)
+        args = (ctypes.c_void_p * 2)(ctypes.addressof(x), ctypes.addressof(v))
+        chk(d.cuLaunchKernel(f, 1, 1, 1, 4, 1, 1, 0, 0, ctypes.addressof(args), 0))
+        host = (ctypes.c_int * 4)()
+        chk(d.cuMemcpyDtoH(ctypes.addressof(host), out, 16))
+        assert list(host) == [40, 41, 42, 43], list(host)
+        other = bytearray(cubin); other[-1] ^= 0xFF   # bytes no compile here made
+        g = chk(d.cuModuleGetFunction(chk(d.cuModuleLoadData(bytes(other))), b"rec_k"))
+        r = d.cuLaunchKernel(g, 1, 1, 1, 1, 1, 1, 0, 0, ctypes.addressof(args), 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_IMAGE, r
+        print("OK")
+    """))
 
 
 def test_ptx_inputs_that_call_each_other_are_linked_into_one_program():
