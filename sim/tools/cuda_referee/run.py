@@ -50,7 +50,8 @@ SUITES = {
     "core": ["cuda_core/tests"],
     # the driver, NVRTC and runtime tests (the runtime's need libcudart, which cannot
     # start on the stand-in: see REASONS)
-    "bindings": ["cuda_bindings/tests/test_cuda.py", "cuda_bindings/tests/test_cudart.py",
+    "bindings": ["cuda_bindings/tests"],
+    "bindings-old": ["cuda_bindings/tests/test_cuda.py", "cuda_bindings/tests/test_cudart.py",
                  "cuda_bindings/tests/test_nvrtc.py", "cuda_bindings/tests/test_kernelParams.py",
                  "cuda_bindings/tests/test_interoperability.py"],
 }
@@ -65,6 +66,19 @@ REASONS: list[tuple[str, str]] = [
     (r"CUDA_ERROR_NOT_SUPPORTED",
      "calls an entry point the simulator does not model (it answers CUDA_ERROR_NOT_SUPPORTED)"),
 ]
+
+
+#: The tests import ``cuda.bindings._test_helpers``, which is in the repository but not in the
+#: wheel: it is taken from the same commit and found through ``cuda.bindings.__path__`` (a
+#: pytest plugin of the run, :data:`_PLUGIN`, loaded by every xdist worker too).
+_BINDINGS_HELPERS = "cuda_bindings/cuda/bindings/_test_helpers"
+_PLUGIN = "_cuda_referee_paths"
+_PLUGIN_SOURCE = """\
+import cuda.bindings
+
+if {helpers!r} not in cuda.bindings.__path__:
+    cuda.bindings.__path__.append({helpers!r})
+"""
 
 
 def _key(tc: ET.Element) -> str:
@@ -102,11 +116,13 @@ def _extract(repo: Path, commit: str, into: Path) -> None:
     archive = into / "tests.tar"
     with open(archive, "wb") as f:
         subprocess.run(["git", f"--git-dir={git_dir}", "archive", commit, "cuda_core/tests",
-                        "cuda_bindings/tests", "cuda_python_test_helpers", "pytest.ini",
-                        "conftest.py"], stdout=f, check=True)
+                        "cuda_bindings/tests", _BINDINGS_HELPERS, "cuda_python_test_helpers",
+                        "pytest.ini", "conftest.py"], stdout=f, check=True)
     with tarfile.open(archive) as t:
         t.extractall(into, filter="data")
     archive.unlink()
+    (into / f"{_PLUGIN}.py").write_text(_PLUGIN_SOURCE.format(
+        helpers=str(into / Path(_BINDINGS_HELPERS).parent)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,12 +147,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(root / "cuda_python_test_helpers"), *filter(None, [env.get("PYTHONPATH")])])
+            [str(root), str(root / "cuda_python_test_helpers"),
+             *filter(None, [env.get("PYTHONPATH")])])
         for suite in suites:
             junit = (a.junit_dir or root) / f"cuda-referee-{suite}.xml"
             junit.parent.mkdir(parents=True, exist_ok=True)
             cmd = [sys.executable, "-m", "gpuarray_sim", "standin", "--", sys.executable, "-m",
-                   "pytest", *SUITES[suite], "-p", "no:randomly", "-p", "no:cacheprovider",
+                   "pytest", *SUITES[suite], "-p", _PLUGIN, "-p", "no:randomly", "-p", "no:cacheprovider",
                    "-o", "addopts=", "-q", "-n", a.workers, "--timeout", a.timeout,
                    f"--junitxml={junit}", *a.pytest_args]
             t0 = time.monotonic()
