@@ -49,6 +49,9 @@ class SimCondHandle:
         self.address = alloc.base
         self.default = default
         self.flags = flags
+        #: The graphs that hold it (the one it was created for and its clones): its memory goes
+        #: when every one is destroyed and has no executable graph left.
+        self.holders: list[Any] = []
 
     def value(self) -> int:
         store = self.alloc.store
@@ -335,6 +338,7 @@ class SimGraphBuildCalls(SimCore):
         h = SimCondHandle(a, int(default) & 0xFFFF_FFFF, flags)
         h.set(h.default if flags & COND_ASSIGN_DEFAULT else 0)
         g.cond_handles.append(h)
+        h.holders.append(g)
         self._cond_handles[h.address] = h
         return h.address
 
@@ -407,6 +411,8 @@ class SimGraphBuildCalls(SimCore):
         for n in g.nodes:
             copies[id(n)].deps = [copies[id(d)] for d in n.deps]
         c.cond_handles = list(g.cond_handles)
+        for h in c.cond_handles:
+            h.holders.append(c)
         return c
 
     @_locked
