@@ -20,6 +20,7 @@ kernel of an image with no PTX fails at launch (``_images.ForeignKernel``).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from gpuarray.errors import CudaError
 
 from . import _images, _profile, _sticky
 from . import kernels as sim_kernels
-from ._codes import ILLEGAL_ADDRESS, INVALID_HANDLE, INVALID_IMAGE, NOT_FOUND
+from ._codes import ILLEGAL_ADDRESS, INVALID_HANDLE, INVALID_IMAGE, NOT_FOUND, NOT_SUPPORTED
 from ._core import INVALID_VALUE, SimContext, SimCore, _locked
 from ._memory import Allocation, DeviceFault
 from ._race import Reports
@@ -309,6 +310,34 @@ class SimModuleCalls(SimCore):
             sizes = {**_images.static_sizes(module[1] if module else b"", entry[1]),
                      "max_threads": None}
         return entry[1], entry[3], entry[0].device, sizes
+
+    @_locked
+    def function_params(self, func: int, call: str = "cuFuncGetParamInfo") -> list[tuple[int, int]]:
+        """``(offset, size)`` of each parameter of function handle ``func`` in the device-side
+        parameter layout (``cuFuncGetParamInfo``, ``cuKernelGetParamCount``...).
+
+        From the PTX signature of a PTX kernel (each ``.param`` at its alignment),
+        from the argument types of one of gpuarray's kernels; a kernel of a cubin
+        without PTX has no signature the simulator reads (``CUDA_ERROR_NOT_SUPPORTED``).
+        """
+        entry = self._functions.get(func)
+        if entry is None:
+            raise CudaError(INVALID_VALUE, call, f"0x{int(func):x} is not a function or kernel")
+        program = self._ptx_program(entry[3], entry=entry[1])
+        if program is not None:
+            return [(off, size) for _name, size, _align, off in program.module.entries[entry[1]].params]
+        impl = entry[2]
+        if getattr(impl, "foreign", False):
+            raise CudaError(NOT_SUPPORTED, call, f"kernel {entry[1]!r} comes from a cubin without "
+                                                 "PTX: the simulator reads parameters from PTX")
+        out, off = [], 0
+        for t in impl.param_types:
+            size = ctypes.sizeof(t)
+            align = ctypes.alignment(t)
+            off = -(-off // align) * align
+            out.append((off, size))
+            off += size
+        return out
 
     @_locked
     def function_ptx_arch(self, func: int) -> int:

@@ -232,6 +232,10 @@ F4(cuLibraryGetGlobal, CUdeviceptr *, P, size_t *, P, H, P, const char *, P)
 F2(cuKernelGetFunction, H *, P, H, P)
 F2(cuKernelGetName, const char **, P, H, P)
 F2(cuFuncGetName, const char **, P, H, P)
+F4(cuKernelGetParamInfo, H, P, size_t, U, size_t *, P, size_t *, P)
+F4(cuFuncGetParamInfo, H, P, size_t, U, size_t *, P, size_t *, P)
+F2(cuKernelGetParamCount, H, P, size_t *, P)
+F2(cuFuncGetParamCount, H, P, size_t *, P)
 F2(cuFuncGetModule, H *, P, H, P)
 F4(cuLinkCreate_v2, unsigned int, U, H, P, H, P, H *, P)
 F8(cuLinkAddData_v2, H, P, int, U, H, P, size_t, U, const char *, P, unsigned int, U, H, P,
@@ -566,6 +570,10 @@ static const Entry table[] = {
     E("cuKernelGetFunction", 12000, cuKernelGetFunction),
     E("cuKernelGetName", 12030, cuKernelGetName),
     E("cuFuncGetName", 12030, cuFuncGetName),
+    E("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
+    E("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
+    E("cuKernelGetParamCount", 13000, cuKernelGetParamCount),
+    E("cuFuncGetParamCount", 13000, cuFuncGetParamCount),
     E("cuFuncGetModule", 11000, cuFuncGetModule),
     E("cuLinkCreate", 6050, cuLinkCreate_v2),
     E("cuLinkAddData", 6050, cuLinkAddData_v2),

@@ -223,6 +223,39 @@ def cuFuncGetName(p: int, func: int) -> None:
     _str_out("cuFuncGetName", p, backend().function_info(func)[0].encode(), _STRINGS)
 
 
+def _param_info(call: str, func: int, index: int, offset: int, size: int) -> None:
+    if not func or not offset:  # cuda.h: SUCCESS, INVALID_VALUE (paramSize may be NULL)
+        raise CudaError(_INVALID_VALUE, call, "(NULL function or paramOffset)")
+    params = backend().function_params(func, call)
+    if index >= len(params):
+        raise CudaError(_INVALID_VALUE, call, f"parameter {index} (the kernel takes {len(params)})")
+    _out(call, offset, _SIZE, params[index][0])
+    if size:
+        _out(call, size, _SIZE, params[index][1])
+
+
+def cuKernelGetParamInfo(kernel: int, index: int, offset: int, size: int) -> None:
+    _param_info("cuKernelGetParamInfo", kernel, index, offset, size)
+
+
+def cuFuncGetParamInfo(func: int, index: int, offset: int, size: int) -> None:
+    _param_info("cuFuncGetParamInfo", func, index, offset, size)
+
+
+def _param_count(call: str, func: int, p: int) -> None:
+    if not func or not p:
+        raise CudaError(_INVALID_VALUE, call, "(NULL function or paramCount)")
+    _out(call, p, _SIZE, len(backend().function_params(func, call)))
+
+
+def cuKernelGetParamCount(kernel: int, p: int) -> None:
+    _param_count("cuKernelGetParamCount", kernel, p)
+
+
+def cuFuncGetParamCount(func: int, p: int) -> None:
+    _param_count("cuFuncGetParamCount", func, p)
+
+
 def cuFuncGetModule(p: int, func: int) -> None:
     _out("cuFuncGetModule", p, _U64, backend().function_info(func)[1])
 

@@ -184,3 +184,33 @@ print("OK")
 def test_a_cuda_core_program_compiled_to_ptx_runs(folder):  # noqa: F811
     pytest.importorskip("cuda.core", reason="cuda.core is not installed (.venv-peers has it)")
     ok(run(folder, _CUDA_CORE))
+
+
+def test_kernel_parameter_layout_comes_from_the_ptx_signature(folder):  # noqa: F811
+    # cuFuncGetParamInfo / cuKernelGetParamInfo and the counts answered NOT_SUPPORTED before
+    ok(run(folder, """
+        from cuda.bindings import driver as d
+        def chk(r):
+            r = r if isinstance(r, tuple) else (r,)
+            assert int(r[0]) == 0, r
+            return r[1] if len(r) == 2 else r[1:]
+        ptx = b'''.version 8.0
+        .target sm_90
+        .address_size 64
+        .visible .entry layout_k(.param .u8 a, .param .u64 b, .param .align 16 .b8 c[24], .param .f32 d)
+        { ret; }
+        '''
+        chk(d.cuInit(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
+        chk(d.cuCtxSetCurrent(ctx))
+        f = chk(d.cuModuleGetFunction(chk(d.cuModuleLoadData(ptx + b"\\0")), b"layout_k"))
+        got = [tuple(int(v) for v in chk(d.cuFuncGetParamInfo(f, i))) for i in range(4)]
+        assert got == [(0, 1), (8, 8), (16, 24), (40, 4)], got
+        assert int(chk(d.cuFuncGetParamCount(f))) == 4
+        lib = chk(d.cuLibraryLoadData(ptx + b"\\0", None, None, 0, None, None, 0))
+        k = chk(d.cuLibraryGetKernel(lib, b"layout_k"))
+        assert tuple(int(v) for v in chk(d.cuKernelGetParamInfo(k, 2))) == (16, 24)
+        assert int(chk(d.cuKernelGetParamCount(k))) == 4
+        r = d.cuFuncGetParamInfo(f, 4)          # past the last parameter
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r
+        print("OK")
+    """))
