@@ -11,6 +11,10 @@ other cubin with no PTX fails at launch saying how to get PTX.
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from gpuarray_sim import SimBackend, _cubin, _images
@@ -23,7 +27,8 @@ PTX = (b".version 9.0\n.target sm_90\n.address_size 64\n"
        b".visible .entry supply_k(.param .u64 p)\n{\n ret;\n}\n")
 
 
-def test_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder):  # noqa: F811
+def test_an_installed_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(_standin, "nvjitlink_findable", lambda env: True)
     env = _standin.environment(folder, {"LD_PRELOAD": "/x/other.so"})
     pre = env["LD_PRELOAD"].split(":")
     record = str(folder / _standin.PTX_RECORD)  # NVRTC's PTX kept for its cubins: always first
@@ -33,12 +38,30 @@ def test_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder):  # noqa: F
     assert kept["LD_PRELOAD"] == record
     again = _standin.environment(folder, {**env, "GPUARRAY_STANDIN_NVJITLINK": "keep"})
     assert again["LD_PRELOAD"] == f"{record}:/x/other.so"   # from within a command over the stand-in
-    # in the command, the library found under nvJitLink's name has no nvJitLink in it
-    ok(run(folder, """
+    # in such a command, the library found under nvJitLink's name has no nvJitLink in it
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import ctypes, os
         lib = ctypes.CDLL("libnvJitLink.so.13", mode=os.RTLD_NOLOAD)
         assert not hasattr(lib, "__nvJitLinkVersion") and not hasattr(lib, "nvJitLinkCreate")
         print("OK")
+    """)], capture_output=True, text=True, timeout=120, env=env)
+    ok(res)
+
+
+def test_with_no_nvjitlink_installed_the_command_sees_it_absent(folder):  # noqa: F811
+    # cuda.core 1.1's Linker falls back to the driver on DynamicLibNotFoundError only; the empty
+    # libraries preloaded before made version() raise FunctionNotFoundError, so every Linker failed
+    if _standin.nvjitlink_findable(os.environ):
+        pytest.skip("an nvJitLink is installed here: the stand-in hides it with empty libraries")
+    env = _standin.environment(folder)
+    assert not any("nvJitLink" in p for p in env.get("LD_PRELOAD", "").split(":"))
+    ok(run(folder, """
+        from cuda.bindings import nvjitlink
+        from cuda.pathfinder import DynamicLibNotFoundError
+        try:
+            nvjitlink.version()
+        except DynamicLibNotFoundError:
+            print("OK")
     """))
 
 
