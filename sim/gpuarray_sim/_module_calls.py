@@ -74,8 +74,9 @@ class _KernelMemory:
     def live_grants(self) -> tuple[list, list]:
         """Grants for every live allocation this launch may touch, in address order.
 
-        The device memory of the launch's device and of its peers, mapped
-        page-locked memory and managed memory.  For kernels whose accesses
+        The device memory of the launch's device and of its peers, page-locked
+        memory of ``cuMemHostAlloc`` (all of it: unified addressing), mapped
+        registered memory and managed memory.  For kernels whose accesses
         are known only when they run (PTX): each access is checked against
         these.  Returns the grants and the buffers to keep alive.
         """
@@ -92,7 +93,9 @@ class _KernelMemory:
                     continue
                 host = a.store.ctypes.data
                 keep.append(a.store)
-            elif a.kind == "managed" or a.mapped:
+            elif a.kind in ("managed", "pinned") or a.mapped:
+                # cuda.h (unified addressing): memory of cuMemAllocHost/cuMemHostAlloc "is always
+                # directly accessible from all contexts on all devices", DEVICEMAP or not
                 host = a.base
                 keep.append(a)
             else:
