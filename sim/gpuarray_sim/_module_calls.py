@@ -323,6 +323,7 @@ class SimModuleCalls(SimCore):
         from the argument types of one of gpuarray's kernels; a kernel of a cubin
         without PTX has no signature the simulator reads (``CUDA_ERROR_NOT_SUPPORTED``).
         """
+        self._current(call, work=False)  # the kernel is looked up in the current context
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_VALUE, call, f"0x{int(func):x} is not a function or kernel")

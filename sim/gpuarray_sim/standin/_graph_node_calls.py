@@ -430,6 +430,8 @@ def cuGraphAddMemAllocNode(p: int, graph: int, deps: int, n: int, params: int) -
 
 
 def _mem_free(call: str, p: int, graph: int, deps: list[int], dptr: int) -> None:
+    if not dptr:  # a free node frees a graph or stream-ordered allocation: NULL is none
+        raise CudaError(_INVALID_VALUE, call, "(NULL dptr: a free node needs an allocation)")
     _add_built(call, p, graph, deps, "mem_free",
                lambda stream: backend().mem_free_async(dptr, stream), dptr)
 

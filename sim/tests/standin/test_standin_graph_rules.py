@@ -129,6 +129,17 @@ def test_function_names_of_null_are_invalid_value(folder):  # noqa: F811
     """)
 
 
+def test_a_free_node_of_null_is_invalid_value(folder):  # noqa: F811
+    # it was accepted (a free node freeing nothing); cuda.core's GraphDefinition.deallocate(0)
+    # expects the driver's error
+    _go(folder, """
+        g = chk(d.cuGraphCreate(0))
+        r = d.cuGraphAddMemFreeNode(g, None, 0, 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r
+        print("OK")
+    """)
+
+
 def test_a_graph_built_node_by_node_runs_and_reports_its_shape(folder):  # noqa: F811
     _go(folder, """
         s = chk(d.cuStreamCreate(1))

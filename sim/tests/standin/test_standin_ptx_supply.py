@@ -235,5 +235,8 @@ def test_kernel_parameter_layout_comes_from_the_ptx_signature(folder):  # noqa: 
         assert int(chk(d.cuKernelGetParamCount(k))) == 4
         r = d.cuFuncGetParamInfo(f, 4)          # past the last parameter
         assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r
+        chk(d.cuCtxSetCurrent(None))            # the kernel is looked up in the current context
+        r = d.cuKernelGetParamInfo(k, 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_CONTEXT, r
         print("OK")
     """))
