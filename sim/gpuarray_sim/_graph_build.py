@@ -337,8 +337,9 @@ class SimGraphBuildCalls(SimCore):
         a = self.memory.alloc_device(g.ctx.device, 4, kind="graph", call=call)
         h = SimCondHandle(a, int(default) & 0xFFFF_FFFF, flags)
         h.set(h.default if flags & COND_ASSIGN_DEFAULT else 0)
-        g.cond_handles.append(h)
-        h.holders.append(g)
+        top = _root(g)  # a handle made for a conditional body belongs to the whole graph
+        top.cond_handles.append(h)
+        h.holders.append(top)
         self._cond_handles[h.address] = h
         return h.address
 

@@ -96,3 +96,17 @@ def test_a_conditional_handle_lives_while_a_graph_or_executable_graph_uses_it(b)
     a = b.memory.find(h)
     assert a is None or not a.alive
     assert h not in b._cond_handles and b.memory.used[0] == used
+
+
+def test_a_conditional_handle_made_for_a_body_graph_serves_a_node_in_that_body(b):
+    # cuda.core makes the inner handle of a nested conditional with the outer body's graph;
+    # the node that used it was refused ("not one of this graph's")
+    g = b.graph_create()
+    outer = b.cond_handle_create(g, 1, 1)
+    _node, bodies = b.graph_add_conditional(g, [], outer, 0, 1)
+    inner = b.cond_handle_create(bodies[0], 1, 1)
+    _inner_node, inner_bodies = b.graph_add_conditional(bodies[0], [], inner, 0, 1)
+    assert len(inner_bodies) == 1
+    b.graph_exec_destroy(b.graph_instantiate(g))
+    b.graph_destroy(g)
+    assert inner not in b._cond_handles and outer not in b._cond_handles
