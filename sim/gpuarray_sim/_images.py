@@ -111,6 +111,9 @@ _CODES = {
     "cuModuleLoadData": _LOAD,
     "cuModuleLoadDataEx": _LOAD,
     "cuLibraryLoadData": _LOAD,
+    "cuModuleLoad": _LOAD,
+    "cuModuleLoadFatBinary": _LOAD,
+    "cuLibraryLoadFromFile": _LOAD,
     "cuLinkAddData": {"ptx": INVALID_PTX, "ptx_version": UNSUPPORTED_PTX_VERSION,
                       "binary": INVALID_IMAGE},
 }

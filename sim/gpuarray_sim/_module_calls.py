@@ -36,7 +36,8 @@ from ._memory import Allocation, DeviceFault
 from ._race import Reports
 
 #: Calls whose cuda.h documentation lists CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
-_VERSION_CALLS = ("cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData")
+_VERSION_CALLS = ("cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData", "cuModuleLoad",
+                  "cuModuleLoadFatBinary", "cuLibraryLoadFromFile")
 
 
 class _KernelMemory:

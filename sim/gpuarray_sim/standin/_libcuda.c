@@ -226,6 +226,10 @@ F4(cuModuleGetGlobal_v2, CUdeviceptr *, P, size_t *, P, H, P, const char *, P)
 F8(cuLibraryLoadData, H *, P, const void *, P, H, P, H, P, unsigned int, U, H, P, H, P,
    unsigned int, U)
 F1(cuLibraryUnload, H, P)
+F8(cuLibraryLoadFromFile, H *, P, const char *, P, H, P, H, P, unsigned int, U, H, P, H, P,
+   unsigned int, U)
+F2(cuModuleLoad, H *, P, const char *, P)
+F2(cuModuleLoadFatBinary, H *, P, const void *, P)
 F2(cuLibraryGetModule, H *, P, H, P)
 F3(cuLibraryGetKernel, H *, P, H, P, const char *, P)
 F4(cuLibraryGetGlobal, CUdeviceptr *, P, size_t *, P, H, P, const char *, P)
@@ -563,6 +567,9 @@ static const Entry table[] = {
     E("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx),
     E("cuModuleGetGlobal", 3020, cuModuleGetGlobal_v2),
     E("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    E("cuLibraryLoadFromFile", 12000, cuLibraryLoadFromFile),
+    E("cuModuleLoad", 2000, cuModuleLoad),
+    E("cuModuleLoadFatBinary", 2000, cuModuleLoadFatBinary),
     E("cuLibraryUnload", 12000, cuLibraryUnload),
     E("cuLibraryGetModule", 12000, cuLibraryGetModule),
     E("cuLibraryGetKernel", 12000, cuLibraryGetKernel),

@@ -38,6 +38,7 @@ from typing import Any
 from gpuarray.errors import CudaError
 
 from .. import _cubin, _images
+from .._codes import FILE_NOT_FOUND as _FILE_NOT_FOUND
 from .._codes import INVALID_HANDLE as _INVALID_HANDLE
 from ._support import (
     _I32,
@@ -145,6 +146,39 @@ def cuModuleLoadData(p: int, image: int) -> None:
 @_output_first
 def cuModuleLoadDataEx(p: int, image: int, n: int, options: int, values: int) -> None:
     _out("cuModuleLoadDataEx", p, _U64, _load("cuModuleLoadDataEx", image))  # JIT options: no JIT
+
+
+@_output_first
+def cuModuleLoadFatBinary(p: int, image: int) -> None:
+    _out("cuModuleLoadFatBinary", p, _U64, _load("cuModuleLoadFatBinary", image))
+
+
+def _read_file(call: str, name: int, missing: int) -> bytes:
+    """The bytes of the image file whose path is the C string at ``name``."""
+    if not name:
+        raise CudaError(_INVALID_VALUE, call, "(NULL file name)")
+    path = os.fsdecode(ctypes.string_at(name))
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise CudaError(missing, call, f"{path!r} cannot be read ({e.strerror})") from None
+
+
+@_output_first
+def cuModuleLoad(p: int, name: int) -> None:
+    call = "cuModuleLoad"
+    image = _read_file(call, name, _FILE_NOT_FOUND)
+    _out(call, p, _U64, backend().module_load_data(image, call=call, placeholder_ok=False))
+
+
+@_output_first
+def cuLibraryLoadFromFile(p: int, name: int, jit_opts: int, jit_vals: int, n_jit: int,
+                          lib_opts: int, lib_vals: int, n_lib: int) -> None:
+    call = "cuLibraryLoadFromFile"
+    image = _read_file(call, name, _INVALID_VALUE)  # cuda.h lists no FILE_NOT_FOUND here
+    h = _in_some_context(lambda: backend().module_load_data(image, call=call, placeholder_ok=False))
+    _out(call, p, _U64, h)
 
 
 def cuModuleUnload(module: int) -> None:

@@ -240,3 +240,29 @@ def test_kernel_parameter_layout_comes_from_the_ptx_signature(folder):  # noqa: 
         assert r[0] == d.CUresult.CUDA_ERROR_INVALID_CONTEXT, r
         print("OK")
     """))
+
+
+def test_modules_and_libraries_load_from_files(folder, tmp_path):  # noqa: F811
+    # cuModuleLoad, cuLibraryLoadFromFile and cuModuleLoadFatBinary answered NOT_SUPPORTED
+    path = tmp_path / "k.ptx"
+    path.write_bytes(PTX + b"\0")
+    image = PTX + b"\0"
+    ok(run(folder, f"""
+        from cuda.bindings import driver as d
+        def chk(r):
+            r = r if isinstance(r, tuple) else (r,)
+            assert int(r[0]) == 0, r
+            return r[1] if len(r) == 2 else r[1:]
+        chk(d.cuInit(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
+        chk(d.cuCtxSetCurrent(ctx))
+        m = chk(d.cuModuleLoad({str(path).encode()!r}))
+        chk(d.cuModuleGetFunction(m, b"supply_k"))
+        lib = chk(d.cuLibraryLoadFromFile({str(path).encode()!r}, None, None, 0, None, None, 0))
+        chk(d.cuLibraryGetKernel(lib, b"supply_k"))
+        chk(d.cuModuleGetFunction(chk(d.cuModuleLoadFatBinary({image!r})), b"supply_k"))
+        missing = {str(tmp_path / "absent.ptx").encode()!r}
+        assert d.cuModuleLoad(missing)[0] == d.CUresult.CUDA_ERROR_FILE_NOT_FOUND
+        r = d.cuLibraryLoadFromFile(missing, None, None, 0, None, None, 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r   # cuda.h lists no FILE_NOT_FOUND
+        print("OK")
+    """))
