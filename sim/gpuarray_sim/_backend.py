@@ -66,8 +66,8 @@ from ._context_calls import SimContextCalls
 from ._core import _api, _locked
 from ._graph import SimGraphCalls
 from ._graph_build import SimGraphBuildCalls
-from ._memory_calls import SimMemoryCalls
 from ._managed_calls import SimManagedCalls
+from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
 from ._pool_calls import SimPoolCalls
 from ._stream_calls import SimStreamCalls

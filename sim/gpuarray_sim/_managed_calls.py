@@ -184,7 +184,7 @@ class SimManagedCalls(SimCore):
         n = len(ranges)
         firsts = [f for f, _, _ in locations]
         if not n or not locations or len(locations) > n or firsts[0] != 0 or \
-                any(b <= a for a, b in zip(firsts, firsts[1:])) or firsts[-1] >= n:
+                any(b <= a for a, b in zip(firsts, firsts[1:], strict=False)) or firsts[-1] >= n:
             raise CudaError(INVALID_VALUE, call, f"{n} operations with location indices {firsts} "
                                                  "(cuda.h: 0 first, increasing, below count)")
         ops = []
@@ -241,10 +241,10 @@ class SimManagedCalls(SimCore):
             if size <= 0 or size % 4:
                 raise CudaError(INVALID_VALUE, call, f"dataSize {size} (a non-zero multiple of 4)")
             mask = int(np.bitwise_and.reduce(p.accessed_by[pages]))
-            ids = [d for d in range(self.devices) if mask >> d & 1]
+            who = [d for d in range(self.devices) if mask >> d & 1]
             if mask >> _HOST_BIT & 1:
-                ids.append(DEVICE_CPU)
-            return (ids + [DEVICE_INVALID] * (size // 4))[:size // 4]
+                who.append(DEVICE_CPU)
+            return (who + [DEVICE_INVALID] * (size // 4))[:size // 4]
         if size != 4:
             raise CudaError(INVALID_VALUE, call, f"dataSize {size} for attribute {attr} (must be 4)")
         if attr == RANGE_READ_MOSTLY:

@@ -37,7 +37,6 @@ graph, as ``cuMemAllocAsync``'s (device memory only).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from gpuarray.errors import CudaError
 
