@@ -27,6 +27,7 @@ from typing import Any
 from gpuarray.errors import CudaError
 
 from . import _copy_calls, _module_calls
+from .._codes import NOT_SUPPORTED as _NOT_SUPPORTED
 from ._support import _I32, _INVALID_VALUE, _SIZE, _U32, _U64, _out, _output_first, _stream, backend
 
 _NOT_SUPPORTED = 801
@@ -409,9 +410,13 @@ def _mem_alloc(call: str, p: int, graph: int, deps: list[int], params: int) -> N
     if not params:
         raise CudaError(_INVALID_VALUE, call, "(NULL nodeParams)")
     m = _MemAllocParams.from_address(params)
-    if m.allocType != 1 or m.locType != 1:  # PINNED, on a DEVICE
+    if m.allocType not in (1, 2) or m.locType not in (1, 2, 3, 4):  # PINNED, MANAGED; DEVICE, HOST*
         raise CudaError(_INVALID_VALUE, call, f"allocation type {m.allocType} at location type "
-                                              f"{m.locType} (device memory is simulated)")
+                                              f"{m.locType}")
+    if m.allocType != 1 or m.locType != 1:  # what a driver serves, and the simulator does not
+        raise CudaError(_NOT_SUPPORTED, call, f"allocation type {m.allocType} at location type "
+                                              f"{m.locType}: graph allocation nodes of managed or "
+                                              "host memory are not simulated (device memory is)")
     if m.bytesize == 0:
         raise CudaError(_INVALID_VALUE, call, "bytesize 0")
     size = m.bytesize

@@ -72,6 +72,11 @@ REASONS: list[tuple[str, str]] = [
      "the race detector reports unordered accesses (CUDA_ERROR_UNKNOWN, the report on stderr): "
      "memory allocated stream-ordered on the legacy default stream and used on a non-blocking "
      "stream with no ordering after the allocation, and a graph test that makes a race on purpose"),
+    (r"test_device_launch|device_launch|test_graph_complete_options",
+     "instantiates a graph for device launch (CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH), which "
+     "the simulator does not model"),
+    (r"ltoir",
+     "loads LTO-IR (NVVM IR) into the driver: the simulator executes PTX only"),
     (r"members not covered by the wrapper mapping|has \d+ members, but expected|not covered by _CASES",
      "an enum coverage check between cuda.core 1.1.0 and cuda-bindings 13.5 (the wheels disagree; "
      "no driver call)"),
