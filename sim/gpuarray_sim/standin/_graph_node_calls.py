@@ -27,7 +27,6 @@ from typing import Any
 from gpuarray.errors import CudaError
 
 from . import _copy_calls, _module_calls
-from .._codes import NOT_SUPPORTED as _NOT_SUPPORTED
 from ._support import _I32, _INVALID_VALUE, _SIZE, _U32, _U64, _out, _output_first, _stream, backend
 
 _NOT_SUPPORTED = 801
