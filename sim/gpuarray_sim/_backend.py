@@ -7,8 +7,9 @@ other calls live in one module per group, each a subclass of ``SimCore``
 (``_core.py``: the state and the checks every call shares) that
 ``SimBackend`` combines: ``_memory_calls.py`` (allocations, copies,
 memsets), ``_stream_calls.py`` (streams, events, host callbacks),
-``_module_calls.py`` (modules, launches, IPC) and ``_graph.py`` (stream
-capture and graphs; the capture rules are in ``_capture.py``).  Subclasses rather than
+``_module_calls.py`` (modules, launches, IPC), ``_pool_calls.py`` (memory
+pools), ``_managed_calls.py`` (managed-memory advice) and ``_graph.py`` (stream capture and graphs; the capture rules are
+in ``_capture.py``).  Subclasses rather than
 module-level helpers so that every call stays a method of the backend, with
 the same name, lock and attributes as before the split.
 
@@ -65,8 +66,10 @@ from ._context_calls import SimContextCalls
 from ._core import _api, _locked
 from ._graph import SimGraphCalls
 from ._graph_build import SimGraphBuildCalls
+from ._managed_calls import SimManagedCalls
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
+from ._pool_calls import SimPoolCalls
 from ._stream_calls import SimStreamCalls
 from ._userobj import SimUserObjectCalls
 from ._visible import machine_uuid, parse_visible_devices
@@ -109,8 +112,8 @@ def _env_int(name: str, default: int | None, minimum: int) -> int | None:
     return value
 
 
-class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls, SimGraphBuildCalls,
-                 SimUserObjectCalls, SimContextCalls):
+class SimBackend(SimMemoryCalls, SimPoolCalls, SimManagedCalls, SimStreamCalls, SimModuleCalls,
+                 SimGraphCalls, SimGraphBuildCalls, SimUserObjectCalls, SimContextCalls):
     """CPU simulator of the driver interface.
 
     Parameters
@@ -327,6 +330,7 @@ class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls, 
         for s in self.sched.streams_by_ctx.get(id(ctx), ()):
             self.sched.host_observes(s.vc)
         self.sched.prune_streams(ctx)
+        self._release_pools()
 
     @_locked
     def ctx_enable_peer_access(self, peer_ctx: int) -> None:

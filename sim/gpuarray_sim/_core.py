@@ -100,6 +100,13 @@ class SimCore(Backend):
     #: Graph memory nodes of a capture (``_graph.py``; the memory calls use them).
     _capture_alloc: Any
     _capture_free: Any
+    #: Memory pools (``_pool_calls.py``; the memory calls allocate from and free to them).
+    _default_pool: Any
+    _current_device_pool: Any
+    _pool_alloc: Any
+    _pool_freed: Any
+    _free_pool_host: Any
+    _release_pools: Any
     #: Graphs by handle and user-object references (``_graph.py``, ``_userobj.py``).
     _graph: Any
     _take_user_refs: Any
@@ -137,7 +144,12 @@ class SimCore(Backend):
         self._smem_optin: dict[int, int] = {}
         #: Device variables of loaded images: (module, name) -> (address, size).
         self._globals: dict[tuple[int, str], tuple[int, int]] = {}
-        self._release_threshold = [0] * devices
+        #: Memory pools by handle, the current pool of each (allocation type, location
+        #: type, location id) that cuMemSetMemPool chose, and the default pools
+        #: (``_pool_calls.py``; made when first asked for).
+        self._pools: dict[int, Any] = {}
+        self._current_pools: dict[tuple[int, int, int], Any] = {}
+        self._default_pools: dict[tuple[int, int, int], Any] = {}
         self._ipc = SimIpc(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000

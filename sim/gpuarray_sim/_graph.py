@@ -85,6 +85,8 @@ class SimGraphExec:
         self.lanes: list[SimStream] = []
         #: References to its graph's user objects, taken at instantiation.
         self.user_refs: dict[int, int] = {}
+        #: The conditional handles its nodes use (its graph's; cuGraphExecUpdate's graph's after one).
+        self.cond_handles: list[Any] = list(graph.cond_handles)
 
 
 def topological(nodes: list[Node], call: str) -> list[Node]:
@@ -296,6 +298,17 @@ class SimGraphCalls(SimCore):
                     self._drop_graph(body)
         for a in g.allocations:
             release_if_unused(self, a)
+        self._release_cond_handles(g.cond_handles)
+
+    def _release_cond_handles(self, handles: list[Any]) -> None:
+        """Free the memory of the conditional ``handles`` that no graph or executable graph uses."""
+        for h in handles:
+            a = h.alloc
+            if (a.alive and all(x.destroyed and not x.execs for x in h.holders)
+                    and not self.sched.pending_touching(a.base, a.base + a.size)):
+                self.memory.free_device(a.base, "cuGraphDestroy")
+                a.freed_by = "cuGraphDestroy (a conditional handle of a destroyed graph)"
+                self._cond_handles.pop(h.address, None)
 
     @_locked
     def stream_is_capturing(self, stream: int) -> str:
@@ -414,7 +427,7 @@ class SimGraphCalls(SimCore):
         ex.launches += 1
         tag = f"(launch {ex.launches} of graph 0x{ex.graph.handle:x})"
         prev: list[Any] = [ex.last_op] if ex.last_op is not None and not ex.last_op.done else []
-        resets = [h for h in g.cond_handles if h.flags & _graph_build.COND_ASSIGN_DEFAULT]
+        resets = [h for h in ex.cond_handles if h.flags & _graph_build.COND_ASSIGN_DEFAULT]
         start = self.sched.enqueue(s, functools.partial(_reset_handles, resets) if resets else None,
                                    f"{call} {tag}", extra_deps=prev)
         ex.last_op = replay(self, ex, s, start, tag, map_graph_memory, unmap_graph_memory)
@@ -458,6 +471,10 @@ class SimGraphCalls(SimCore):
             a.event, a.params, a.body = b.event, b.params, b.body
             remap[b.handle] = a
         ex.copy_of = remap
+        ex.cond_handles = list(g.cond_handles)
+        for h in g.cond_handles:  # the executable graph uses them now: kept while it lives
+            if ex.graph not in h.holders:
+                h.holders.append(ex.graph)
         return "success", 0
 
     @_locked
@@ -470,6 +487,7 @@ class SimGraphCalls(SimCore):
         self._release_user_refs(ex.user_refs, "cuGraphExecDestroy", ex.last_op)
         for a in ex.graph.allocations:
             release_if_unused(self, a)
+        self._release_cond_handles(ex.graph.cond_handles + ex.cond_handles)
 
     @_locked
     def graph_destroy(self, graph: int) -> None:

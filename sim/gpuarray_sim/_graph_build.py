@@ -49,6 +49,9 @@ class SimCondHandle:
         self.address = alloc.base
         self.default = default
         self.flags = flags
+        #: The graphs that hold it (the one it was created for and its clones): its memory goes
+        #: when every one is destroyed and has no executable graph left.
+        self.holders: list[Any] = []
 
     def value(self) -> int:
         store = self.alloc.store
@@ -334,7 +337,9 @@ class SimGraphBuildCalls(SimCore):
         a = self.memory.alloc_device(g.ctx.device, 4, kind="graph", call=call)
         h = SimCondHandle(a, int(default) & 0xFFFF_FFFF, flags)
         h.set(h.default if flags & COND_ASSIGN_DEFAULT else 0)
-        g.cond_handles.append(h)
+        top = _root(g)  # a handle made for a conditional body belongs to the whole graph
+        top.cond_handles.append(h)
+        h.holders.append(top)
         self._cond_handles[h.address] = h
         return h.address
 
@@ -407,6 +412,8 @@ class SimGraphBuildCalls(SimCore):
         for n in g.nodes:
             copies[id(n)].deps = [copies[id(d)] for d in n.deps]
         c.cond_handles = list(g.cond_handles)
+        for h in c.cond_handles:
+            h.holders.append(c)
         return c
 
     @_locked

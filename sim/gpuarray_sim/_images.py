@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuarray.errors import CudaError
@@ -111,6 +111,9 @@ _CODES = {
     "cuModuleLoadData": _LOAD,
     "cuModuleLoadDataEx": _LOAD,
     "cuLibraryLoadData": _LOAD,
+    "cuModuleLoad": _LOAD,
+    "cuModuleLoadFatBinary": _LOAD,
+    "cuLibraryLoadFromFile": _LOAD,
     "cuLinkAddData": {"ptx": INVALID_PTX, "ptx_version": UNSUPPORTED_PTX_VERSION,
                       "binary": INVALID_IMAGE},
 }
@@ -237,6 +240,24 @@ def ptx_target(ptx: bytes) -> int:
     """The architecture of PTX text's ``.target`` (``sm_90`` -> 90; 0: none)."""
     t = re.search(rb"^\s*\.target\s+sm_(\d+)", _ptx_text(ptx), re.M)
     return int(t.group(1)) if t else 0
+
+
+#: Where the PTX of a cubin built without it may be known: callables taking the cubin's bytes
+#: and answering the PTX text the same compile made (None: not known).  The stand-in
+#: registers the one that asks what NVRTC made (``standin/_ptx_record.c``).
+PTX_FINDERS: list[Callable[[bytes], bytes | None]] = []
+
+
+def recorded_ptx(image: bytes) -> bytes | None:
+    """The PTX (without its NUL) that the compile which made cubin ``image`` made too, if a
+    :data:`PTX_FINDERS` entry knows it (None: not known, or not a cubin)."""
+    if not image.startswith(_cubin.ELF_MAGIC):
+        return None
+    for finder in PTX_FINDERS:
+        found = finder(image)
+        if found:
+            return found.split(b"\0", 1)[0]
+    return None
 
 
 def ptx_texts(image: bytes) -> list[bytes]:
@@ -375,12 +396,17 @@ class ForeignKernel:
     param_types: tuple[type, ...] = ()
     foreign = True
 
-    def __init__(self, name: str, has_ptx: bool = True) -> None:
+    def __init__(self, name: str, has_ptx: bool = True, unrunnable: str = "") -> None:
         self.name = name
         self.has_ptx = has_ptx
+        #: Why the PTX recorded for its cubin cannot run here ("": none was recorded).
+        self.unrunnable = unrunnable
 
     def error(self, call: str) -> CudaError:
         """The launch error: CUDA_ERROR_INVALID_IMAGE, saying why."""
+        if self.unrunnable:
+            return CudaError(INVALID_IMAGE, call, f"(kernel {self.name!r} comes from a cubin; "
+                                                  f"{self.unrunnable})")
         if not self.has_ptx:
             return CudaError(INVALID_IMAGE, call, f"(kernel {self.name!r} comes from a cubin with "
                                                   "no PTX: the simulator executes PTX. Load PTX "

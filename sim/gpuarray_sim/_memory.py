@@ -74,6 +74,16 @@ class Allocation:
     flags: int = 0
     #: ``CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`` as ``cuPointerSetAttribute`` set it.
     sync_memops: bool = False
+    #: The memory pool it came from (``_pools.SimPool``: stream-ordered allocations, and
+    #: pointers imported from another process's pool), and the bytes it counts there.
+    pool: Any = None
+    pool_bytes: int = 0
+    #: Shared memory behind it (the mapping of a pool file region, ``_pools.PoolFile``) and
+    #: the region's offset in the file (-1: none).
+    mapping: Any = None
+    file_offset: int = -1
+    #: What cuMemAdvise and prefetches recorded for managed memory (``_managed_calls.py``).
+    advice: Any = None
 
     @property
     def is_host(self) -> bool:
@@ -140,7 +150,9 @@ class AddressSpace:
 
     # ----------------------------------------------------------- device side
     def alloc_device(self, device: int, nbytes: int, kind: str = "device",
-                     call: str = "cuMemAlloc", owner: Any = None) -> Allocation:
+                     call: str = "cuMemAlloc", owner: Any = None,
+                     store: np.ndarray | None = None) -> Allocation:
+        """A new device allocation; ``store``: bytes that back it (shared memory), else fresh ones."""
         if nbytes <= 0:
             raise CudaError(INVALID_VALUE, call, f"size {nbytes} is not positive")
         if self.used[device] + nbytes > self.capacities[device]:
@@ -151,7 +163,10 @@ class AddressSpace:
                 f"{self.capacities[device]} bytes free)")
         base = self._next[device]
         self._next[device] += -(-nbytes // ALIGN) * ALIGN
-        if nbytes <= POISON_LIMIT:
+        if store is not None:
+            if nbytes <= POISON_LIMIT:
+                store[:] = 0xFF
+        elif nbytes <= POISON_LIMIT:
             store = np.full(nbytes, 0xFF, dtype=np.uint8)
         else:
             store = np.zeros(nbytes, dtype=np.uint8)  # lazily committed pages
@@ -192,14 +207,27 @@ class AddressSpace:
         self._insert(a)
         return a
 
-    def free_host(self, ptr: int) -> None:
+    def free_host(self, ptr: int, call: str = "cuMemFreeHost") -> Allocation:
         a = self.find(ptr)
         if a is None or a.kind != "pinned" or a.base != ptr or not a.alive:
-            raise CudaError(INVALID_VALUE, "cuMemFreeHost", f"0x{ptr:x} is not page-locked host memory from cuMemHostAlloc")
+            raise CudaError(INVALID_VALUE, call, f"0x{ptr:x} is not page-locked host memory from cuMemHostAlloc")
         a.alive = False
-        a.freed_by = "cuMemFreeHost"
+        a.freed_by = call
         self._remove(a)
         del self._host_buffers[ptr]
+        return a
+
+    def adopt_host(self, buf: Any, base: int, nbytes: int, owner: Any = None,
+                   kind: str = "pinned") -> Allocation:
+        """Page-locked host memory at ``base`` that ``buf`` (a mapping of shared memory) keeps.
+
+        What a host memory pool allocates and what an imported host pool
+        pointer maps: real, mapped host memory, freed by :meth:`free_host`.
+        """
+        a = Allocation(base, nbytes, -1, kind, None, mapped=True, owner=owner)
+        self._host_buffers[base] = buf
+        self._insert(a)
+        return a
 
     def register_host(self, ptr: int, nbytes: int, mapped: bool, owner: Any = None) -> Allocation:
         call = "cuMemHostRegister"

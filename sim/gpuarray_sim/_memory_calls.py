@@ -36,7 +36,7 @@ class SimMemoryCalls(SimCore):
     @_locked
     def mem_free(self, ptr: int) -> None:
         a = self.memory.find(int(ptr))
-        if a is not None and a.alive and a.kind == "ipc":
+        if a is not None and a.alive and a.kind == "ipc" and a.pool is None:
             raise CudaError(INVALID_VALUE, "cuMemFree", f"0x{int(ptr):x} is an IPC mapping: "
                                                         "close it with cuIpcCloseMemHandle")
         # The memory's context: the one it was allocated in (a primary
@@ -55,24 +55,19 @@ class SimMemoryCalls(SimCore):
         if a is not None and a.kind == "graph" and a.alive and a.base == ptr:
             free_graph_memory(self, a, "cuMemFree")
             return
+        if a is not None and a.is_host and a.pool is not None and a.alive and a.base == ptr:
+            self._free_pool_host(a, "cuMemFree")  # page-locked memory of a pool
+            return
         self.memory.free_device(int(ptr), "cuMemFree")
+        if a is not None and a.pool is not None:
+            self._pool_freed(a)
 
     @_locked
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         s = self._stream(stream, "cuMemAllocAsync")
-        self._fault("alloc", "cuMemAllocAsync")
-        if nbytes == 0:
-            # cuda.h states INVALID_VALUE for size 0 of cuMemAlloc and cuMemAllocManaged only;
-            # the stream-ordered calls give a 0-byte allocation: NULL, which frees as nothing
-            return 0
-        if s.capture is not None:  # an allocation node (_graph.py)
-            return self._capture_alloc(s, nbytes, "cuMemAllocAsync")
-        if self.sched.capturing:  # outside the capture: potentially unsafe (see _capture.py)
-            _capture.check_unsafe(self, "cuMemAllocAsync")
-        a = self.memory.alloc_device(s.ctx.device, int(nbytes), kind="pool", call="cuMemAllocAsync",
-                                     owner=s.ctx)
-        self.sched.enqueue(s, None, f"cuMemAllocAsync of 0x{a.base:x}", [(a.base, a.size, True)])
-        return a.base
+        # from the current pool of the stream's device (cuDeviceSetMemPool: _pool_calls.py)
+        return self._pool_alloc(self._current_device_pool(s.ctx.device), int(nbytes), s,
+                                "cuMemAllocAsync")
 
     @_locked
     def mem_free_async(self, ptr: int, stream: int) -> None:
@@ -90,19 +85,28 @@ class SimMemoryCalls(SimCore):
             self.sched.enqueue(s, lambda: unmap_graph_memory(self, a, "freed by cuMemFreeAsync"),
                                f"cuMemFreeAsync of 0x{a.base:x} (graph memory)", [(a.base, a.size, True)])
             return
-        if a is None or a.base != ptr or not a.alive or a.is_host:
+        if a is None or a.base != ptr or not a.alive or (a.is_host and a.pool is None):
             raise CudaError(INVALID_VALUE, "cuMemFreeAsync", f"0x{int(ptr):x} is not a live device allocation")
-        self.sched.enqueue(s, lambda: self.memory.free_device(a.base, "cuMemFreeAsync"),
-                           f"cuMemFreeAsync of 0x{a.base:x}", [(a.base, a.size, True)])
+
+        def free() -> None:
+            if a.is_host:  # page-locked memory of a host pool
+                self._free_pool_host(a, "cuMemFreeAsync")
+                return
+            self.memory.free_device(a.base, "cuMemFreeAsync")
+            if a.pool is not None:
+                self._pool_freed(a)
+
+        self.sched.enqueue(s, free, f"cuMemFreeAsync of 0x{a.base:x}", [(a.base, a.size, True)])
 
     @_api
     def mempool_set_release_threshold(self, ordinal: int, nbytes: int) -> None:
-        self._release_threshold[self._dev(ordinal, "cuMemPoolSetAttribute")] = int(nbytes)
+        d = self._dev(ordinal, "cuMemPoolSetAttribute")
+        self._default_pool(1, 1, d).release_threshold = int(nbytes)  # PINNED, DEVICE (_pools.py)
 
     @_api
     def mempool_release_threshold(self, ordinal: int) -> int:
         """Simulator only: the release threshold of device ``ordinal``'s default pool."""
-        return self._release_threshold[self._dev(ordinal, "cuMemPoolGetAttribute")]
+        return self._default_pool(1, 1, self._dev(ordinal, "cuMemPoolGetAttribute")).release_threshold
 
     @_locked
     def mem_get_info(self) -> tuple[int, int]:

@@ -20,6 +20,7 @@ kernel of an image with no PTX fails at launch (``_images.ForeignKernel``).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,7 +43,8 @@ from ._memory import Allocation, DeviceFault
 from ._race import Reports
 
 #: Calls whose cuda.h documentation lists CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
-_VERSION_CALLS = ("cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData")
+_VERSION_CALLS = ("cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData", "cuModuleLoad",
+                  "cuModuleLoadFatBinary", "cuLibraryLoadFromFile")
 
 
 class _KernelMemory:
@@ -80,8 +82,9 @@ class _KernelMemory:
     def live_grants(self) -> tuple[list, list]:
         """Grants for every live allocation this launch may touch, in address order.
 
-        The device memory of the launch's device and of its peers, mapped
-        page-locked memory and managed memory.  For kernels whose accesses
+        The device memory of the launch's device and of its peers, page-locked
+        memory of ``cuMemHostAlloc`` (all of it: unified addressing), mapped
+        registered memory and managed memory.  For kernels whose accesses
         are known only when they run (PTX): each access is checked against
         these.  Returns the grants and the buffers to keep alive.
         """
@@ -98,7 +101,9 @@ class _KernelMemory:
                     continue
                 host = a.store.ctypes.data
                 keep.append(a.store)
-            elif a.kind == "managed" or a.mapped:
+            elif a.kind in ("managed", "pinned") or a.mapped:
+                # cuda.h (unified addressing): memory of cuMemAllocHost/cuMemHostAlloc "is always
+                # directly accessible from all contexts on all devices", DEVICEMAP or not
                 host = a.base
                 keep.append(a)
             else:
@@ -134,24 +139,42 @@ class SimModuleCalls(SimCore):
             kind = _images.validate(image, placeholder_ok, cc=10 * major + minor)
         except _images.ImageError as e:
             raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
-        # PTX, or the PTX inputs the stand-in linker kept in its output, linked as one program
+        # PTX, or the PTX inputs the stand-in linker kept in its output, linked as one program;
+        # a cubin without PTX: the PTX its compile made, where known (_images.recorded_ptx)
         texts = [image] if kind == "ptx" else _images.ptx_texts(image)
+        recorded = _images.recorded_ptx(image) if kind == "elf" and not texts else None
         programs = []
-        if texts:
+        unrunnable = ""
+        if texts or recorded:
             from . import ptx
 
             try:
-                programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts)))
+                if recorded:
+                    programs.append(ptx.load(recorded))
+                else:
+                    programs.append(ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts)))
             except ptx.PtxError as e:
-                code = e.code
-                if code != 222 or call not in _VERSION_CALLS:
-                    code = _images.code_for(call, "ptx")
-                raise CudaError(code, call, f"({e.message})") from None
+                if recorded:  # the cubin loads, as on a GPU; its kernels fail at launch, saying why
+                    unrunnable = f"its PTX (from the compile that made the cubin): {e.message}"
+                else:
+                    code = e.code
+                    if code != 222 or call not in _VERSION_CALLS:
+                        code = _images.code_for(call, "ptx")
+                    raise CudaError(code, call, f"({e.message})") from None
         h = self._handle()
         self._modules[h] = (ctx, image)
         if programs:
             self._ptx_programs()[h] = programs
+        if unrunnable:
+            self._unrunnable()[h] = unrunnable
         return h
+
+    def _unrunnable(self) -> dict[int, str]:
+        """Loaded module handle -> why its recorded PTX cannot run on the PTX executor."""
+        got = self.__dict__.get("_unrunnable_modules")
+        if got is None:
+            got = self.__dict__.setdefault("_unrunnable_modules", {})
+        return got
 
     def _ptx_program(self, module: int, entry: str | None = None,
                      variable: str | None = None) -> Any:
@@ -177,6 +200,7 @@ class SimModuleCalls(SimCore):
         _sticky.check(entry[0], "cuModuleUnload")
         del self._modules[module]
         self._ptx_programs().pop(module, None)
+        self._unrunnable().pop(module, None)
         for h in [h for h, f in self._functions.items() if f[3] == module]:
             del self._functions[h]
             self._smem_optin.pop(h, None)
@@ -200,7 +224,8 @@ class SimModuleCalls(SimCore):
         if impl is None and program is not None:
             impl = program.kernel(name)  # runs on the PTX executor
         if impl is None:  # found, but not one of gpuarray's kernels: fails at launch
-            impl = _images.ForeignKernel(name, _images.ptx_of(entry[1], name) is not None)
+            impl = _images.ForeignKernel(name, _images.ptx_of(entry[1], name) is not None,
+                                         self._unrunnable().get(module, ""))
         h = self._handle()
         self._functions[h] = (entry[0], name, impl, module)
         return h
@@ -296,6 +321,35 @@ class SimModuleCalls(SimCore):
             sizes = {**_images.static_sizes(module[1] if module else b"", entry[1]),
                      "max_threads": None}
         return entry[1], entry[3], entry[0].device, sizes
+
+    @_locked
+    def function_params(self, func: int, call: str = "cuFuncGetParamInfo") -> list[tuple[int, int]]:
+        """``(offset, size)`` of each parameter of function handle ``func`` in the device-side
+        parameter layout (``cuFuncGetParamInfo``, ``cuKernelGetParamCount``...).
+
+        From the PTX signature of a PTX kernel (each ``.param`` at its alignment),
+        from the argument types of one of gpuarray's kernels; a kernel of a cubin
+        without PTX has no signature the simulator reads (``CUDA_ERROR_NOT_SUPPORTED``).
+        """
+        self._current(call, work=False)  # the kernel is looked up in the current context
+        entry = self._functions.get(func)
+        if entry is None:
+            raise CudaError(INVALID_VALUE, call, f"0x{int(func):x} is not a function or kernel")
+        program = self._ptx_program(entry[3], entry=entry[1])
+        if program is not None:
+            return [(off, size) for _name, size, _align, off in program.module.entries[entry[1]].params]
+        impl = entry[2]
+        if getattr(impl, "foreign", False):
+            raise CudaError(NOT_SUPPORTED, call, f"kernel {entry[1]!r} comes from a cubin without "
+                                                 "PTX: the simulator reads parameters from PTX")
+        out, off = [], 0
+        for t in impl.param_types:
+            size = ctypes.sizeof(t)
+            align = ctypes.alignment(t)
+            off = -(-off // align) * align
+            out.append((off, size))
+            off += size
+        return out
 
     @_locked
     def function_ptx_arch(self, func: int) -> int:

@@ -14,7 +14,7 @@ exception:
   (the machine device);
 - rows noted ``not simulated``: features an H100 has and the simulator does
   not model (virtual memory management, cluster launch, stream memory
-  operations, RDMA, multicast, sparse arrays, fabric/POSIX-fd handles, IPC
+  operations, RDMA, multicast, sparse arrays, fabric handles, IPC
   events...).  They answer 0, so code that asks takes the path of a device
   without the feature instead of calling what the simulator cannot serve;
 - everything the simulator checks against a limit (block and grid
@@ -139,7 +139,7 @@ ATTRIBUTES: tuple[tuple[int, str, int | str, str], ...] = (
     (100, 'pageable_memory_access_uses_host_page_tables', 0, ''),
     (101, 'direct_managed_mem_access_from_host', 0, ''),
     (102, 'virtual_address_management_supported', 0, 'not simulated'),
-    (103, 'handle_type_posix_file_descriptor_supported', 0, 'not simulated'),
+    (103, 'handle_type_posix_file_descriptor_supported', 1, 'memory pools (cuMemPoolExportToShareableHandle); cuMemCreate is not simulated'),
     (104, 'handle_type_win32_handle_supported', 0, ''),
     (105, 'handle_type_win32_kmt_handle_supported', 0, ''),
     (106, 'max_blocks_per_multiprocessor', 32, ''),
@@ -155,7 +155,7 @@ ATTRIBUTES: tuple[tuple[int, str, int | str, str], ...] = (
     (116, 'gpu_direct_rdma_supported', 0, 'not simulated'),
     (117, 'gpu_direct_rdma_flush_writes_options', 0, 'not simulated'),
     (118, 'gpu_direct_rdma_writes_ordering', 0, 'not simulated'),
-    (119, 'mempool_supported_handle_types', 0, 'not simulated'),
+    (119, 'mempool_supported_handle_types', 1, 'CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR'),
     (120, 'cluster_launch', 0, 'not simulated'),
     (121, 'deferred_mapping_cuda_array_supported', 0, 'not simulated'),
     (122, 'can_use_64_bit_stream_mem_ops', 0, 'not simulated'),
@@ -170,7 +170,7 @@ ATTRIBUTES: tuple[tuple[int, str, int | str, str], ...] = (
     (131, 'numa_id', -1, ''),
     (132, 'multicast_supported', 0, 'not simulated'),
     (133, 'mps_enabled', 0, ''),
-    (134, 'host_numa_id', -1, ''),
+    (134, 'host_numa_id', 0, 'the simulated host has NUMA node 0'),
     (135, 'd3d12_cig_supported', 0, ''),
     (136, 'mem_decompress_algorithm_mask', 0, ''),
     (137, 'mem_decompress_maximum_length', 0, ''),
@@ -178,9 +178,9 @@ ATTRIBUTES: tuple[tuple[int, str, int | str, str], ...] = (
     (139, 'gpu_pci_device_id', 0x233010de, ''),
     (140, 'gpu_pci_subsystem_id', 0x16c110de, ''),
     (141, 'host_numa_virtual_memory_management_supported', 0, ''),
-    (142, 'host_numa_memory_pools_supported', 0, ''),
+    (142, 'host_numa_memory_pools_supported', 1, ''),
     (143, 'host_numa_multinode_ipc_supported', 0, ''),
-    (144, 'host_memory_pools_supported', 0, ''),
+    (144, 'host_memory_pools_supported', 1, ''),
     (145, 'host_virtual_memory_management_supported', 0, ''),
     (146, 'host_alloc_dma_buf_supported', 0, ''),
     (147, 'only_partial_host_native_atomic_supported', 0, ''),

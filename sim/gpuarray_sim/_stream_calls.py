@@ -72,6 +72,7 @@ class SimStreamCalls(SimCore):
         if s.tail is not None:
             self._complete(s.tail, "cuStreamSynchronize")
         self.sched.host_observes(s.vc)
+        self._release_pools()
 
     @_locked
     def stream_wait_event(self, stream: int, event: int, external: bool = False) -> None:
@@ -172,6 +173,7 @@ class SimStreamCalls(SimCore):
         self._captured_event(ev, "cuEventSynchronize")
         if ev.op is not None:
             self._complete(ev.op, "cuEventSynchronize")
+        self._release_pools()
 
     @_locked
     def event_elapsed_time(self, start: int, end: int) -> float:

@@ -93,7 +93,7 @@ def test_unknown_name_is_refused_listing_the_names():
 def test_allocates_from_the_pool_with_a_raised_release_threshold(sim, pool):
     a = gpuarray.to_device(np.arange(10.0))
     assert _alloc(sim, a.ptr).kind == "pool"
-    assert sim._release_threshold[0] == PoolMemoryManager.release_threshold == 2**64 - 1
+    assert sim.mempool_release_threshold(0) == PoolMemoryManager.release_threshold == 2**64 - 1
     assert a.copy_to_host().tolist() == list(range(10))
 
 

@@ -27,14 +27,20 @@ of the bindings (name, version, flags) and whether it is served.
 
 nvJitLink is hidden from the command: the simulator executes PTX, and a
 cubin that nvJitLink linked (from numba-cuda's LTO-IR, say) carries none.
-:func:`build` also makes two empty libraries named ``libnvJitLink.so.12`` and
-``.13``, and :func:`environment` preloads them (``LD_PRELOAD``): cuda-pathfinder
-uses a library already loaded under its name, finds no ``__nvJitLinkVersion``
-in it, and numba-cuda and cuda.core then do what they do on a machine
-without nvJitLink -- link PTX through the driver (``cuLinkCreate``/
-``cuLinkAddData``), which hands the simulator the PTX.
-``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves nvJitLink visible (its cubins then
-fail at launch, saying how to get PTX).
+Where no nvJitLink is installed (nothing cuda-pathfinder would find:
+:func:`nvjitlink_findable`) nothing needs hiding, and the command sees the
+library as absent -- ``cuda.bindings.nvjitlink.version()`` raises
+``DynamicLibNotFoundError``, the error on which cuda.core 1.1's ``Linker``
+falls back to the driver.  Where one is installed, :func:`build` also makes
+two empty libraries named ``libnvJitLink.so.12`` and ``.13``, and
+:func:`environment` preloads them (``LD_PRELOAD``): cuda-pathfinder uses a
+library already loaded under its name, finds no ``__nvJitLinkVersion`` in
+it, and numba-cuda then does what it does on a machine without nvJitLink --
+link PTX through the driver (``cuLinkCreate``/``cuLinkAddData``), which
+hands the simulator the PTX.  (cuda.core 1.1 takes that missing function for
+an error rather than an absent library: the one case of a hidden nvJitLink
+that does not look absent.) ``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves
+nvJitLink visible (its cubins then fail at launch, saying how to get PTX).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from pathlib import Path
 from gpuarray._driver._userdir import untrusted_reason, user_cache_dir
 
 __all__ = ["StandinUnavailableError", "SOURCE", "active", "build", "environment", "run", "main",
-           "standin_dir"]
+           "nvjitlink_findable", "standin_dir"]
 
 #: The C source of the stand-in library.
 SOURCE = Path(__file__).with_name("_libcuda.c")
@@ -59,6 +65,10 @@ HEADERS = (Path(__file__).with_name("_libcuda_bridge.h"),)
 #: Its second translation unit, generated from cuda.h (sim/tools/cuda_h/gen.py): every
 #: entry point of cuda.h, NOT_SUPPORTED where ``SOURCE`` serves none.
 ENTRY_POINTS = Path(__file__).with_name("_cuda_h.c")
+#: The library that keeps the PTX of the cubins NVRTC makes (``_ptx_record.c``), preloaded
+#: into every process of the command: the simulator runs that PTX when such a cubin is loaded.
+PTX_RECORD_SOURCE = Path(__file__).with_name("_ptx_record.c")
+PTX_RECORD = "libgpuarray_ptx_record.so"
 #: Environment variable naming the stand-in's folder in processes that run over it.
 MARK = "GPUARRAY_STANDIN"
 _CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
@@ -68,6 +78,9 @@ _CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall"
 _LIBS = ("-ldl",)
 #: The empty libraries that hide nvJitLink from commands over the stand-in (cu12, cu13).
 _HIDE = ("libnvJitLink.so.12", "libnvJitLink.so.13")
+#: Their subfolder of the library's folder: out of ``LD_LIBRARY_PATH``, so that where they are
+#: not preloaded the system search does not find them either.
+_HIDE_DIR = "nvjitlink-hidden"
 #: ``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves nvJitLink visible.
 KEEP_NVJITLINK = "GPUARRAY_STANDIN_NVJITLINK"
 
@@ -124,17 +137,18 @@ def build(verbose: bool = False) -> Path:
     """
     cc = _compiler()
     source = (SOURCE.read_bytes() + ENTRY_POINTS.read_bytes()
-              + b"".join(h.read_bytes() for h in HEADERS))
+              + b"".join(h.read_bytes() for h in HEADERS) + PTX_RECORD_SOURCE.read_bytes())
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=60).stdout.splitlines()[:1]
     except (OSError, subprocess.SubprocessError) as e:
         raise StandinUnavailableError(f"the C compiler {cc!r} does not run: {e}") from e
-    key = hashlib.sha256(repr((source, cc, version, _CFLAGS, _LIBS, _HIDE)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((source, cc, version, _CFLAGS, _LIBS, _HIDE, _HIDE_DIR)).encode()).hexdigest()[:16]
     root = standin_dir()
     out = root / key
     lib = out / "libcuda.so.1"
-    if lib.is_file() and all((out / name).is_file() for name in _HIDE):
+    hidden = out / _HIDE_DIR
+    if lib.is_file() and all(f.is_file() for f in (*(hidden / n for n in _HIDE), out / PTX_RECORD)):
         _check_trusted(root)
         _check_trusted(out)
         return out
@@ -146,12 +160,21 @@ def build(verbose: bool = False) -> Path:
         print(f"gpuarray standin: building {lib} with {cc}", file=sys.stderr)
     try:
         _compile(cc, [*_CFLAGS, "-o", str(tmp), str(SOURCE), str(ENTRY_POINTS), *_LIBS])
+        record = out / f".{PTX_RECORD}.{os.getpid()}.tmp"
+        try:
+            _compile(cc, ["-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
+                          f"-Wl,-soname,{PTX_RECORD}", "-o", str(record), str(PTX_RECORD_SOURCE),
+                          *_LIBS])
+            os.replace(record, out / PTX_RECORD)
+        finally:
+            record.unlink(missing_ok=True)
+        os.makedirs(hidden, mode=0o700, exist_ok=True)
         for name in _HIDE:  # empty libraries that hide nvJitLink (see the module's docstring)
-            stub = out / f".{name}.{os.getpid()}.tmp"
+            stub = hidden / f".{name}.{os.getpid()}.tmp"
             try:
                 _compile(cc, ["-shared", "-fPIC", f"-Wl,-soname,{name}", "-x", "c", "-o",
                               str(stub), "-"], stdin="")
-                os.replace(stub, out / name)
+                os.replace(stub, hidden / name)
             finally:
                 stub.unlink(missing_ok=True)
         os.replace(tmp, lib)
@@ -166,6 +189,41 @@ def _compile(cc: str, args: list[str], stdin: str | None = None) -> None:
         raise StandinUnavailableError(
             f"building the stand-in driver failed ({cc}, exit {res.returncode}):\n"
             f"{res.stderr.strip()}")
+
+
+def nvjitlink_findable(env: Mapping[str, str]) -> bool:
+    """Whether a command run with ``env`` could find a real nvJitLink (so it must be hidden).
+
+    Where cuda-pathfinder looks (an NVIDIA wheel in ``sys.path``, ``CONDA_PREFIX``,
+    ``CUDA_PATH``/``CUDA_HOME``, ``LD_LIBRARY_PATH``) and the system's loader
+    cache (``ctypes.util.find_library``).  A command whose interpreter has other
+    site-packages than this one is judged by this one's.
+
+    Parameters
+    ----------
+    env : mapping
+        The command's environment.
+
+    Returns
+    -------
+    bool
+        True when some ``libnvJitLink.so.12``/``.13`` is there.
+    """
+    import ctypes.util
+
+    dirs = [Path(p) / "nvidia" / sub / "lib" for p in sys.path if p
+            for sub in ("cu13", "cu12", "nvjitlink")]
+    for var in ("CONDA_PREFIX", "CUDA_PATH", "CUDA_HOME"):
+        if env.get(var):
+            dirs += [Path(env[var]) / "lib", Path(env[var]) / "lib64"]
+    dirs += [Path(p) for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    ours = standin_dir().resolve()  # the stand-in's own hiding libraries do not count
+    for d in dirs:
+        for name in _HIDE:
+            f = d / name
+            if f.is_file() and ours not in f.resolve().parents:
+                return True
+    return ctypes.util.find_library("nvJitLink") is not None
 
 
 def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -183,16 +241,19 @@ def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str
     dict
         ``base`` with ``GPUARRAY_BACKEND=cuda``, ``folder`` first in
         ``LD_LIBRARY_PATH``, ``GPUARRAY_STANDIN`` set to ``folder``, and the
-        libraries that hide nvJitLink in ``LD_PRELOAD`` (unless
-        ``GPUARRAY_STANDIN_NVJITLINK=keep``).
+        library that keeps NVRTC's PTX and, where an nvJitLink is installed
+        (:func:`nvjitlink_findable`), the libraries that hide it in
+        ``LD_PRELOAD`` (unless ``GPUARRAY_STANDIN_NVJITLINK=keep``).
     """
     env = dict(os.environ if base is None else base)
     ld = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = str(folder) + (os.pathsep + ld if ld else "")
-    hide = [str(folder / name) for name in _HIDE if (folder / name).is_file()]
-    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide]
-    if env.get(KEEP_NVJITLINK) != "keep":
+    hide = [str(folder / _HIDE_DIR / name) for name in _HIDE if (folder / _HIDE_DIR / name).is_file()]
+    record = [str(folder / PTX_RECORD)] if (folder / PTX_RECORD).is_file() else []
+    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide + record]
+    if env.get(KEEP_NVJITLINK) != "keep" and nvjitlink_findable(env):
         pre = hide + pre
+    pre = record + pre
     if pre:
         env["LD_PRELOAD"] = ":".join(pre)
     else:

@@ -3,7 +3,7 @@
 One concern: the driver forms about the machine and its devices --
 ``cuInit``, the version, device enumeration and attributes (every
 ``CUdevice_attribute``, from the simulator's profile table
-``sim/_profile.py``), primary contexts, the default memory pool, the
+``sim/_profile.py``), primary contexts, the
 profiler switches, and ``cuGetErrorName``/``cuGetErrorString`` -- each
 named after its form and served by the simulator of ``_support.py``.
 """
@@ -20,8 +20,6 @@ from . import _context_calls, _support
 from ._support import (
     _I32,
     _INVALID_VALUE,
-    _MEMPOOL_RELEASE_THRESHOLD,
-    _POOL_BASE,
     _SIZE,
     _U32,
     _U64,
@@ -136,42 +134,6 @@ def cuDevicePrimaryCtxGetState(dev: int, pflags: int, pactive: int) -> None:
 
 def cuDevicePrimaryCtxSetFlags_v2(dev: int, flags: int) -> None:
     backend().primary_ctx_set_flags(_device("cuDevicePrimaryCtxSetFlags", dev), flags)
-
-
-def cuDeviceGetDefaultMemPool(p: int, dev: int) -> None:
-    d = _device("cuDeviceGetDefaultMemPool", dev)
-    _out("cuDeviceGetDefaultMemPool", p, _U64, _POOL_BASE + 0x10 * (d + 1))
-
-
-cuDeviceGetMemPool = cuDeviceGetDefaultMemPool  # no cuDeviceSetMemPool: the default is current
-
-
-def _pool_device(call: str, pool: int) -> int:
-    d = (pool - _POOL_BASE) // 0x10 - 1
-    if pool <= _POOL_BASE or (pool - _POOL_BASE) % 0x10 or not 0 <= d < backend().devices:
-        raise CudaError(_INVALID_VALUE, call, f"{pool:#x} is not a memory pool")
-    return d
-
-
-def cuMemPoolSetAttribute(pool: int, attr: int, value: int) -> None:
-    call = "cuMemPoolSetAttribute"
-    d = _pool_device(call, pool)
-    if _signed(attr) != _MEMPOOL_RELEASE_THRESHOLD:
-        # cuda.h lists SUCCESS and INVALID_VALUE only for this call
-        raise CudaError(_INVALID_VALUE, call, f"attribute {_signed(attr)} (the stand-in sets "
-                                              "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD only)")
-    if not value:
-        raise CudaError(_INVALID_VALUE, call, "(NULL value)")
-    backend().mempool_set_release_threshold(d, _U64.from_address(value).value)
-
-
-def cuMemPoolGetAttribute(pool: int, attr: int, value: int) -> None:
-    call = "cuMemPoolGetAttribute"
-    d = _pool_device(call, pool)
-    if _signed(attr) != _MEMPOOL_RELEASE_THRESHOLD:
-        raise CudaError(_INVALID_VALUE, call, f"attribute {_signed(attr)} (the stand-in reads "
-                                              "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD only)")
-    _out(call, value, _U64, backend().mempool_release_threshold(d))
 
 
 def cuProfilerStart() -> None:

@@ -409,9 +409,13 @@ def _mem_alloc(call: str, p: int, graph: int, deps: list[int], params: int) -> N
     if not params:
         raise CudaError(_INVALID_VALUE, call, "(NULL nodeParams)")
     m = _MemAllocParams.from_address(params)
-    if m.allocType != 1 or m.locType != 1:  # PINNED, on a DEVICE
+    if m.allocType not in (1, 2) or m.locType not in (1, 2, 3, 4):  # PINNED, MANAGED; DEVICE, HOST*
         raise CudaError(_INVALID_VALUE, call, f"allocation type {m.allocType} at location type "
-                                              f"{m.locType} (device memory is simulated)")
+                                              f"{m.locType}")
+    if m.allocType != 1 or m.locType != 1:  # what a driver serves, and the simulator does not
+        raise CudaError(_NOT_SUPPORTED, call, f"allocation type {m.allocType} at location type "
+                                              f"{m.locType}: graph allocation nodes of managed or "
+                                              "host memory are not simulated (device memory is)")
     if m.bytesize == 0:
         raise CudaError(_INVALID_VALUE, call, "bytesize 0")
     size = m.bytesize
@@ -430,6 +434,8 @@ def cuGraphAddMemAllocNode(p: int, graph: int, deps: int, n: int, params: int) -
 
 
 def _mem_free(call: str, p: int, graph: int, deps: list[int], dptr: int) -> None:
+    if not dptr:  # a free node frees a graph or stream-ordered allocation: NULL is none
+        raise CudaError(_INVALID_VALUE, call, "(NULL dptr: a free node needs an allocation)")
     _add_built(call, p, graph, deps, "mem_free",
                lambda stream: backend().mem_free_async(dptr, stream), dptr)
 

@@ -50,6 +50,10 @@ typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
 typedef unsigned long long cuuint64_t;
 typedef struct { char reserved[64]; } CUipcMemHandle;
+/* cuda.h's CUmemLocation: a type and a 4-byte union (id; localized device and domain), passed by
+ * value by cuMemAdvise_v2 and cuMemPrefetchAsync_v2 (the Python side reads both as ints) */
+typedef int CUmemLocationType;
+typedef struct { CUmemLocationType type; int id; } CUmemLocation;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_INITIALIZED 3
@@ -101,9 +105,14 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
     F3(fn##_ptsz, T1, C1, T2, C2, T3, C3)
 #define S4(fn, T1, C1, T2, C2, T3, C3, T4, C4) F4(fn, T1, C1, T2, C2, T3, C3, T4, C4) \
     F4(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4)
+#define S5(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5) \
+    F5(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5) F5(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5)
 #define S6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
     F6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
     F6(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6)
+#define S8(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8) \
+    F8(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8) \
+    F8(fn##_ptsz, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8)
 
 typedef void *H; /* any opaque handle or pointer */
 
@@ -217,12 +226,20 @@ F4(cuModuleGetGlobal_v2, CUdeviceptr *, P, size_t *, P, H, P, const char *, P)
 F8(cuLibraryLoadData, H *, P, const void *, P, H, P, H, P, unsigned int, U, H, P, H, P,
    unsigned int, U)
 F1(cuLibraryUnload, H, P)
+F8(cuLibraryLoadFromFile, H *, P, const char *, P, H, P, H, P, unsigned int, U, H, P, H, P,
+   unsigned int, U)
+F2(cuModuleLoad, H *, P, const char *, P)
+F2(cuModuleLoadFatBinary, H *, P, const void *, P)
 F2(cuLibraryGetModule, H *, P, H, P)
 F3(cuLibraryGetKernel, H *, P, H, P, const char *, P)
 F4(cuLibraryGetGlobal, CUdeviceptr *, P, size_t *, P, H, P, const char *, P)
 F2(cuKernelGetFunction, H *, P, H, P)
 F2(cuKernelGetName, const char **, P, H, P)
 F2(cuFuncGetName, const char **, P, H, P)
+F4(cuKernelGetParamInfo, H, P, size_t, U, size_t *, P, size_t *, P)
+F4(cuFuncGetParamInfo, H, P, size_t, U, size_t *, P, size_t *, P)
+F2(cuKernelGetParamCount, H, P, size_t *, P)
+F2(cuFuncGetParamCount, H, P, size_t *, P)
 F2(cuFuncGetModule, H *, P, H, P)
 F4(cuLinkCreate_v2, unsigned int, U, H, P, H, P, H *, P)
 F8(cuLinkAddData_v2, H, P, int, U, H, P, size_t, U, const char *, P, unsigned int, U, H, P,
@@ -352,6 +369,42 @@ F5(cuStreamUpdateCaptureDependencies_v2_ptsz, H, P, H *, P, const void *, P, siz
 F3(cuDeviceGetGraphMemAttribute, CUdevice, U, int, U, void *, P)
 F3(cuDeviceSetGraphMemAttribute, CUdevice, U, int, U, void *, P)
 F1(cuDeviceGraphMemTrim, CUdevice, U)
+
+/* Memory pools and managed memory (issue 45): _pool_calls.py, _managed_calls.py. */
+F2(cuDeviceSetMemPool, CUdevice, U, H, P)
+F3(cuMemGetDefaultMemPool, H *, P, CUmemLocation *, P, int, U)
+F3(cuMemGetMemPool, H *, P, CUmemLocation *, P, int, U)
+F3(cuMemSetMemPool, CUmemLocation *, P, int, U, H, P)
+F2(cuMemPoolCreate, H *, P, const void *, P)
+F1(cuMemPoolDestroy, H, P)
+F2(cuMemPoolTrimTo, H, P, size_t, U)
+F3(cuMemPoolSetAccess, H, P, const void *, P, size_t, U)
+F3(cuMemPoolGetAccess, int *, P, H, P, CUmemLocation *, P)
+F4(cuMemPoolExportToShareableHandle, void *, P, H, P, int, U, unsigned long long, U)
+F4(cuMemPoolImportFromShareableHandle, H *, P, void *, P, int, U, unsigned long long, U)
+F2(cuMemPoolExportPointer, void *, P, CUdeviceptr, U)
+F3(cuMemPoolImportPointer, CUdeviceptr *, P, H, P, void *, P)
+F5(cuMemRangeGetAttribute, void *, P, size_t, U, int, U, CUdeviceptr, U, size_t, U)
+F6(cuMemRangeGetAttributes, void **, P, size_t *, P, int *, P, size_t, U, CUdeviceptr, U,
+   size_t, U)
+F4(cuMemAdvise, CUdeviceptr, U, size_t, U, int, U, CUdevice, U)
+S4(cuMemPrefetchAsync, CUdeviceptr, U, size_t, U, CUdevice, U, H, P)
+S8(cuMemPrefetchBatchAsync, CUdeviceptr *, P, size_t *, P, size_t, U, CUmemLocation *, P,
+   size_t *, P, size_t, U, unsigned long long, U, H, P)
+S8(cuMemDiscardAndPrefetchBatchAsync, CUdeviceptr *, P, size_t *, P, size_t, U,
+   CUmemLocation *, P, size_t *, P, size_t, U, unsigned long long, U, H, P)
+S5(cuMemDiscardBatchAsync, CUdeviceptr *, P, size_t *, P, size_t, U, unsigned long long, U, H, P)
+/* The location is passed by value: its address is this frame's copy, read during the call. */
+EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc)
+{
+    unsigned long long a[] = {U(p), U(n), U(advice), P(&loc)};
+    return call("cuMemAdvise_v2", 4, a);
+}
+#define PREFETCH_V2(fn) \
+    EXPORT CUresult fn(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, H s) \
+    { unsigned long long a[] = {U(p), U(n), P(&loc), U(flags), P(s)}; return call(#fn, 5, a); }
+PREFETCH_V2(cuMemPrefetchAsync_v2)
+PREFETCH_V2(cuMemPrefetchAsync_v2_ptsz)
 
 /* The handle is passed by value (64 bytes): its address is this frame's copy,
  * read by the serving function during the call. */
@@ -528,6 +581,9 @@ static const Entry table[] = {
     E("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx),
     E("cuModuleGetGlobal", 3020, cuModuleGetGlobal_v2),
     E("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    E("cuLibraryLoadFromFile", 12000, cuLibraryLoadFromFile),
+    E("cuModuleLoad", 2000, cuModuleLoad),
+    E("cuModuleLoadFatBinary", 2000, cuModuleLoadFatBinary),
     E("cuLibraryUnload", 12000, cuLibraryUnload),
     E("cuLibraryGetModule", 12000, cuLibraryGetModule),
     E("cuLibraryGetKernel", 12000, cuLibraryGetKernel),
@@ -535,6 +591,10 @@ static const Entry table[] = {
     E("cuKernelGetFunction", 12000, cuKernelGetFunction),
     E("cuKernelGetName", 12030, cuKernelGetName),
     E("cuFuncGetName", 12030, cuFuncGetName),
+    E("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
+    E("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
+    E("cuKernelGetParamCount", 13000, cuKernelGetParamCount),
+    E("cuFuncGetParamCount", 13000, cuFuncGetParamCount),
     E("cuFuncGetModule", 11000, cuFuncGetModule),
     E("cuLinkCreate", 6050, cuLinkCreate_v2),
     E("cuLinkAddData", 6050, cuLinkAddData_v2),
@@ -652,6 +712,29 @@ static const Entry table[] = {
     E("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute),
     E("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute),
     E("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim),
+    /* Memory pools and managed memory (issue 45). */
+    E("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool),
+    E("cuMemGetDefaultMemPool", 13000, cuMemGetDefaultMemPool),
+    E("cuMemGetMemPool", 13000, cuMemGetMemPool),
+    E("cuMemSetMemPool", 13000, cuMemSetMemPool),
+    E("cuMemPoolCreate", 11020, cuMemPoolCreate),
+    E("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    E("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
+    E("cuMemPoolSetAccess", 11020, cuMemPoolSetAccess),
+    E("cuMemPoolGetAccess", 11020, cuMemPoolGetAccess),
+    E("cuMemPoolExportToShareableHandle", 11020, cuMemPoolExportToShareableHandle),
+    E("cuMemPoolImportFromShareableHandle", 11020, cuMemPoolImportFromShareableHandle),
+    E("cuMemPoolExportPointer", 11020, cuMemPoolExportPointer),
+    E("cuMemPoolImportPointer", 11020, cuMemPoolImportPointer),
+    E("cuMemRangeGetAttribute", 8000, cuMemRangeGetAttribute),
+    E("cuMemRangeGetAttributes", 8000, cuMemRangeGetAttributes),
+    E("cuMemAdvise", 8000, cuMemAdvise),
+    E("cuMemAdvise", 12020, cuMemAdvise_v2),
+    ES("cuMemPrefetchAsync", 8000, cuMemPrefetchAsync),
+    ES("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2),
+    ES("cuMemPrefetchBatchAsync", 13000, cuMemPrefetchBatchAsync),
+    ES("cuMemDiscardAndPrefetchBatchAsync", 13000, cuMemDiscardAndPrefetchBatchAsync),
+    ES("cuMemDiscardBatchAsync", 13000, cuMemDiscardBatchAsync),
 };
 
 static int tracing = -1; /* GPUARRAY_STANDIN_TRACE=1: log every request to stderr */

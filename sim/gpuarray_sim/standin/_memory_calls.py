@@ -28,7 +28,6 @@ from .._codes import NOT_SUPPORTED as _NOT_SUPPORTED
 from ._support import (
     _I32,
     _INVALID_VALUE,
-    _POOL_BASE,
     _SIZE,
     _U32,
     _U64,
@@ -57,18 +56,6 @@ def cuMemFree_v2(ptr: int) -> None:
 @_output_first
 def cuMemAllocAsync(p: int, nbytes: int, stream: int, ptsz: bool = False) -> None:
     _out("cuMemAllocAsync", p, _U64, backend().mem_alloc_async(nbytes, _stream(stream, ptsz)))
-
-
-@_output_first
-def cuMemAllocFromPoolAsync(p: int, nbytes: int, pool: int, stream: int, ptsz: bool = False) -> None:
-    call = "cuMemAllocFromPoolAsync"
-    b = backend()
-    s = _stream(stream, ptsz)
-    ctx = b.stream_get_ctx(s)
-    dev = b._ctx_by_handle(ctx, call).device
-    if pool != _POOL_BASE + 0x10 * (dev + 1):  # only the default pools exist
-        raise CudaError(_INVALID_VALUE, call, f"{pool:#x} is not the memory pool of device {dev}")
-    _out(call, p, _U64, b.mem_alloc_async(nbytes, s))
 
 
 def cuMemFreeAsync(ptr: int, stream: int, ptsz: bool = False) -> None:
@@ -195,14 +182,14 @@ def _attribute(b: Any, a: Any, attr: int, ptr: int) -> tuple[Any, Any] | None:
         return _SIZE, a.size
     if attr == 13:  # MAPPED: graph memory of a graph not launched yet is reserved, not backed
         return _BOOL, a.mapped_now
-    if attr == 14:  # ALLOWED_HANDLE_TYPES: none (no cuMemCreate)
-        return _U64, 0
+    if attr == 14:  # ALLOWED_HANDLE_TYPES: those of the pool it came from (no cuMemCreate)
+        return _U64, a.pool.handle_types if a.pool is not None and not a.pool.imported else 0
     if attr == 15:  # IS_GPU_DIRECT_RDMA_CAPABLE
         return _BOOL, False
     if attr == 16:  # ACCESS_FLAGS
         return _U32, _ACCESS_READWRITE
-    if attr == 17:  # MEMPOOL_HANDLE: the default pool of stream-ordered allocations
-        return _U64, _POOL_BASE + 0x10 * (a.device + 1) if a.kind == "pool" else 0
+    if attr == 17:  # MEMPOOL_HANDLE: the pool of stream-ordered (or pool-imported) memory
+        return _U64, b.pool_handle_of(a)
     if attr == 21:  # IS_HW_DECOMPRESS_CAPABLE
         return _BOOL, False
     if attr == 22:  # LOCALITY_DOMAIN_ORDINAL

@@ -16,9 +16,11 @@ image has no size argument: its header says it, and it is read through
 a crash.  The linker's output is an ELF cubin holding its PTX and cubin
 inputs in sections of their own (``sim/_cubin.link_image``), so the kernels
 of each input are found in it and the simulator executes its PTX (several
-PTX inputs linked as one program).  A kernel of a cubin without PTX resolves
-and fails at launch with ``CUDA_ERROR_INVALID_IMAGE``, saying how to get
-PTX.  Function attributes come from the kernel's PTX (static sizes,
+PTX inputs linked as one program).  A cubin without PTX that NVRTC made in
+this process runs from the PTX of the same compile (``_ptx_record.c``
+keeps it; :func:`_nvrtc_ptx` asks for it); a kernel of any other cubin
+without PTX resolves and fails at launch with ``CUDA_ERROR_INVALID_IMAGE``,
+saying how to get PTX.  Function attributes come from the kernel's PTX (static sizes,
 ``.maxntid``); ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` is the simulator's (48 KiB
 less the static size, or the opt-in, checked against
 ``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``); the ``cuKernel*`` forms check their
@@ -36,6 +38,7 @@ from typing import Any
 from gpuarray.errors import CudaError
 
 from .. import _cubin, _images
+from .._codes import FILE_NOT_FOUND as _FILE_NOT_FOUND
 from .._codes import INVALID_HANDLE as _INVALID_HANDLE
 from ._support import (
     _I32,
@@ -53,6 +56,31 @@ from ._support import (
 )
 
 _STRINGS: dict[bytes, Any] = {}
+
+
+# ------------------------------------------------------- NVRTC's own PTX
+_RECORD: list[Any] = []  # gpuarray_standin_cubin_ptx of the preloaded _ptx_record.c (None: absent)
+
+
+def _nvrtc_ptx(image: bytes) -> bytes | None:
+    """The PTX NVRTC made in this process with cubin ``image`` (exactly these bytes), else None."""
+    if not _RECORD:
+        fn = getattr(ctypes.CDLL(None), "gpuarray_standin_cubin_ptx", None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+            fn.restype = ctypes.c_size_t
+        _RECORD.append(fn)
+    fn = _RECORD[0]
+    if fn is None:
+        return None
+    n = fn(image, len(image), None, 0)
+    if not n:
+        return None
+    buf = ctypes.create_string_buffer(n)
+    return buf.raw[:n] if fn(image, len(image), buf, n) == n else None
+
+
+_images.PTX_FINDERS.append(_nvrtc_ptx)
 
 
 # ----------------------------------------------------------------- images
@@ -118,6 +146,39 @@ def cuModuleLoadData(p: int, image: int) -> None:
 @_output_first
 def cuModuleLoadDataEx(p: int, image: int, n: int, options: int, values: int) -> None:
     _out("cuModuleLoadDataEx", p, _U64, _load("cuModuleLoadDataEx", image))  # JIT options: no JIT
+
+
+@_output_first
+def cuModuleLoadFatBinary(p: int, image: int) -> None:
+    _out("cuModuleLoadFatBinary", p, _U64, _load("cuModuleLoadFatBinary", image))
+
+
+def _read_file(call: str, name: int, missing: int) -> bytes:
+    """The bytes of the image file whose path is the C string at ``name``."""
+    if not name:
+        raise CudaError(_INVALID_VALUE, call, "(NULL file name)")
+    path = os.fsdecode(ctypes.string_at(name))
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise CudaError(missing, call, f"{path!r} cannot be read ({e.strerror})") from None
+
+
+@_output_first
+def cuModuleLoad(p: int, name: int) -> None:
+    call = "cuModuleLoad"
+    image = _read_file(call, name, _FILE_NOT_FOUND)
+    _out(call, p, _U64, backend().module_load_data(image, call=call, placeholder_ok=False))
+
+
+@_output_first
+def cuLibraryLoadFromFile(p: int, name: int, jit_opts: int, jit_vals: int, n_jit: int,
+                          lib_opts: int, lib_vals: int, n_lib: int) -> None:
+    call = "cuLibraryLoadFromFile"
+    image = _read_file(call, name, _INVALID_VALUE)  # cuda.h lists no FILE_NOT_FOUND here
+    h = _in_some_context(lambda: backend().module_load_data(image, call=call, placeholder_ok=False))
+    _out(call, p, _U64, h)
 
 
 def cuModuleUnload(module: int) -> None:
@@ -194,6 +255,39 @@ def cuFuncGetName(p: int, func: int) -> None:
     if not func:  # cuda.h: CUDA_ERROR_INVALID_VALUE "if name or hfunc is NULL"
         raise CudaError(_INVALID_VALUE, "cuFuncGetName", "(NULL function)")
     _str_out("cuFuncGetName", p, backend().function_info(func)[0].encode(), _STRINGS)
+
+
+def _param_info(call: str, func: int, index: int, offset: int, size: int) -> None:
+    if not func or not offset:  # cuda.h: SUCCESS, INVALID_VALUE (paramSize may be NULL)
+        raise CudaError(_INVALID_VALUE, call, "(NULL function or paramOffset)")
+    params = backend().function_params(func, call)
+    if index >= len(params):
+        raise CudaError(_INVALID_VALUE, call, f"parameter {index} (the kernel takes {len(params)})")
+    _out(call, offset, _SIZE, params[index][0])
+    if size:
+        _out(call, size, _SIZE, params[index][1])
+
+
+def cuKernelGetParamInfo(kernel: int, index: int, offset: int, size: int) -> None:
+    _param_info("cuKernelGetParamInfo", kernel, index, offset, size)
+
+
+def cuFuncGetParamInfo(func: int, index: int, offset: int, size: int) -> None:
+    _param_info("cuFuncGetParamInfo", func, index, offset, size)
+
+
+def _param_count(call: str, func: int, p: int) -> None:
+    if not func or not p:
+        raise CudaError(_INVALID_VALUE, call, "(NULL function or paramCount)")
+    _out(call, p, _SIZE, len(backend().function_params(func, call)))
+
+
+def cuKernelGetParamCount(kernel: int, p: int) -> None:
+    _param_count("cuKernelGetParamCount", kernel, p)
+
+
+def cuFuncGetParamCount(func: int, p: int) -> None:
+    _param_count("cuFuncGetParamCount", func, p)
 
 
 def cuFuncGetModule(p: int, func: int) -> None:

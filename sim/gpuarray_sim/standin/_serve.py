@@ -7,6 +7,8 @@ per process (``_support.py``), one handler per driver form, in one
 module per concern: ``_device_calls.py`` (initialisation, devices, primary
 contexts, error strings), ``_context_calls.py`` (the current context and
 its stack), ``_memory_calls.py`` (allocations, pointer queries, IPC),
+``_pool_calls.py`` (memory pools), ``_managed_calls.py`` (managed-memory
+advice, prefetches, range attributes),
 ``_copy_calls.py`` (copies and memsets), ``_stream_calls.py`` (streams,
 events, callbacks), ``_module_calls.py`` (modules, libraries, the linker,
 kernels, launches) and ``_graph_calls.py`` (stream capture and graphs).
@@ -57,8 +59,10 @@ from . import (
     _device_calls,
     _graph_calls,
     _graph_node_calls,
+    _managed_calls,
     _memory_calls,
     _module_calls,
+    _pool_calls,
     _stream_calls,
     _support,
 )
@@ -75,8 +79,8 @@ _tls = threading.local()
 #: ``GPUARRAY_STANDIN_TRACE=errors``: print the simulator's message of each failed call.
 _TRACE_ERRORS = os.environ.get("GPUARRAY_STANDIN_TRACE", "") == "errors"
 
-_MODULES = (_device_calls, _context_calls, _memory_calls, _copy_calls, _stream_calls,
-            _module_calls, _graph_calls, _graph_node_calls)
+_MODULES = (_device_calls, _context_calls, _memory_calls, _pool_calls, _managed_calls,
+            _copy_calls, _stream_calls, _module_calls, _graph_calls, _graph_node_calls)
 
 #: The handler of each driver form, by name (the ``_*_calls.py`` modules).
 _HANDLERS: dict[str, Callable[..., None]] = {

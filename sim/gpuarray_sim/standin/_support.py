@@ -109,8 +109,6 @@ def _with_ctx(ctx: int, fn: Callable[[], Any]) -> Any:
 
 _U32, _I32, _U64, _SIZE = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t
 
-_MEMPOOL_RELEASE_THRESHOLD = 4
-_POOL_BASE = 0x7E00_0000  # default mem pool handle of device d: _POOL_BASE + 0x10 * (d + 1)
 
 
 def _str_out(call: str, ptr: int, text: bytes, keep: dict[bytes, Any]) -> None:

@@ -79,3 +79,34 @@ def test_a_read_after_the_launch_on_the_launch_stream_is_ordered_after_every_bra
     b.graph_launch(ex, s)
     b.memset_d8_async(d, 5, 64, s)  # after the launch on its stream: no race with branch 1
     assert _host(b, d, 64, s).tolist() == [5] * 64
+
+
+def test_a_conditional_handle_lives_while_a_graph_or_executable_graph_uses_it(b):
+    # its 4 bytes of device memory used to stay allocated (and the handle known) forever
+    used = b.memory.used[0]
+    g = b.graph_create()
+    h = b.cond_handle_create(g, 1, 1)
+    clone = b.graph_clone(g)
+    b.graph_destroy(g)
+    assert b.memory.find(h).alive                # the clone holds it
+    ex = b.graph_instantiate(clone)
+    b.graph_destroy(clone)
+    assert b.memory.find(h).alive                # the executable graph uses it
+    b.graph_exec_destroy(ex)
+    a = b.memory.find(h)
+    assert a is None or not a.alive
+    assert h not in b._cond_handles and b.memory.used[0] == used
+
+
+def test_a_conditional_handle_made_for_a_body_graph_serves_a_node_in_that_body(b):
+    # cuda.core makes the inner handle of a nested conditional with the outer body's graph;
+    # the node that used it was refused ("not one of this graph's")
+    g = b.graph_create()
+    outer = b.cond_handle_create(g, 1, 1)
+    _node, bodies = b.graph_add_conditional(g, [], outer, 0, 1)
+    inner = b.cond_handle_create(bodies[0], 1, 1)
+    _inner_node, inner_bodies = b.graph_add_conditional(bodies[0], [], inner, 0, 1)
+    assert len(inner_bodies) == 1
+    b.graph_exec_destroy(b.graph_instantiate(g))
+    b.graph_destroy(g)
+    assert inner not in b._cond_handles and outer not in b._cond_handles

@@ -408,3 +408,17 @@ def test_destroyed_handles_are_invalid_value(b):
     assert code_of(b.graph_launch, ex, s) == 1
     assert code_of(b.graph_exec_destroy, ex) == 1
     assert code_of(b.graph_destroy, g) == 1
+
+
+@pytest.mark.parametrize("mode", ["global", "thread_local"])
+def test_destroying_another_graph_during_a_capture_keeps_the_capture(b, mode):
+    # cuda.core's suite (run on GPUs) does this: a graph of an earlier builder is destroyed
+    # while the next builder captures on the same thread (cuGraphDestroy answered 900 and
+    # invalidated the capture)
+    s = b.stream_create(non_blocking=True)
+    b.stream_begin_capture(s, "global")
+    old = ends_valid(b, s)
+    b.stream_begin_capture(s, mode)
+    b.graph_destroy(old)
+    assert b.stream_is_capturing(s) == "active"
+    b.graph_destroy(b.stream_end_capture(s))

@@ -896,3 +896,28 @@ def test_trap_is_a_sticky_launch_failure_naming_it(b):
     with pytest.raises(CudaError) as e:
         launch(b, MISC, "tr", [])
     assert e.value.code == 719 and "trap" in str(e.value)
+
+
+def test_a_kernel_reaches_page_locked_memory_through_its_host_pointer(b):
+    # cuda.h (unified addressing): memory of cuMemAllocHost/cuMemHostAlloc is "always directly
+    # accessible from all contexts on all devices", DEVICEMAP or not; a PTX kernel was refused
+    # it (700, sticky) -- cuda.core's graph tests write to such memory from kernels
+    text = HEAD + """.visible .entry bump(.param .u64 p)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd1, [p];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.global.u32 %r1, [%rd2];
+    add.s32 %r2, %r1, 1;
+    st.global.u32 [%rd2], %r2;
+    ret;
+}
+"""
+    for mapped in (False, True):
+        host = b.mem_host_alloc(4, mapped=mapped)
+        ctypes.c_int32.from_address(host).value = 41
+        launch(b, text, "bump", [u64(host)])
+        b.ctx_synchronize()
+        assert ctypes.c_int32.from_address(host).value == 42
+        b.mem_free_host(host)

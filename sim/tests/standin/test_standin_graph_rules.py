@@ -129,6 +129,35 @@ def test_function_names_of_null_are_invalid_value(folder):  # noqa: F811
     """)
 
 
+def test_a_managed_memory_allocation_node_is_not_supported(folder):  # noqa: F811
+    # a driver serves it; the simulator does not model it, so NOT_SUPPORTED (cuda.h lists it for
+    # cuGraphAddMemAllocNode), not INVALID_VALUE as if the parameters were wrong
+    _go(folder, """
+        g = chk(d.cuGraphCreate(0))
+        p = d.CUDA_MEM_ALLOC_NODE_PARAMS()
+        p.poolProps.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_MANAGED
+        p.poolProps.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        p.poolProps.location.id = 0
+        p.bytesize = 64
+        r = d.cuGraphAddMemAllocNode(g, None, 0, p)
+        assert r[0] == d.CUresult.CUDA_ERROR_NOT_SUPPORTED, r
+        p.poolProps.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        chk(d.cuGraphAddMemAllocNode(g, None, 0, p))
+        print("OK")
+    """)
+
+
+def test_a_free_node_of_null_is_invalid_value(folder):  # noqa: F811
+    # it was accepted (a free node freeing nothing); cuda.core's GraphDefinition.deallocate(0)
+    # expects the driver's error
+    _go(folder, """
+        g = chk(d.cuGraphCreate(0))
+        r = d.cuGraphAddMemFreeNode(g, None, 0, 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r
+        print("OK")
+    """)
+
+
 def test_a_graph_built_node_by_node_runs_and_reports_its_shape(folder):  # noqa: F811
     _go(folder, """
         s = chk(d.cuStreamCreate(1))

@@ -3,13 +3,18 @@
 The simulator executes PTX.  Under ``python -m gpuarray standin`` nvJitLink
 is hidden (empty libraries under its names, preloaded), so numba-cuda and
 cuda.core link PTX through the driver, which hands it to the simulator; the
-stand-in linker's output keeps each PTX input; a kernel of a cubin with no
-PTX fails at launch saying how to get PTX.
+stand-in linker's output keeps each PTX input; a cubin NVRTC made in the
+process runs from the PTX of the same compile (issue 45); a kernel of any
+other cubin with no PTX fails at launch saying how to get PTX.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from gpuarray_sim import SimBackend, _cubin, _images
@@ -22,21 +27,41 @@ PTX = (b".version 9.0\n.target sm_90\n.address_size 64\n"
        b".visible .entry supply_k(.param .u64 p)\n{\n ret;\n}\n")
 
 
-def test_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder):  # noqa: F811
+def test_an_installed_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(_standin, "nvjitlink_findable", lambda env: True)
     env = _standin.environment(folder, {"LD_PRELOAD": "/x/other.so"})
     pre = env["LD_PRELOAD"].split(":")
-    assert pre[-1] == "/x/other.so" and {p.rsplit("/", 1)[-1] for p in pre[:-1]} == {
-        "libnvJitLink.so.12", "libnvJitLink.so.13"}
+    record = str(folder / _standin.PTX_RECORD)  # NVRTC's PTX kept for its cubins: always first
+    assert pre[0] == record and pre[-1] == "/x/other.so"
+    assert {p.rsplit("/", 1)[-1] for p in pre[1:-1]} == {"libnvJitLink.so.12", "libnvJitLink.so.13"}
     kept = _standin.environment(folder, {"GPUARRAY_STANDIN_NVJITLINK": "keep"})
-    assert "LD_PRELOAD" not in kept
+    assert kept["LD_PRELOAD"] == record
     again = _standin.environment(folder, {**env, "GPUARRAY_STANDIN_NVJITLINK": "keep"})
-    assert again["LD_PRELOAD"] == "/x/other.so"   # from within a command over the stand-in
-    # in the command, the library found under nvJitLink's name has no nvJitLink in it
-    ok(run(folder, """
+    assert again["LD_PRELOAD"] == f"{record}:/x/other.so"   # from within a command over the stand-in
+    # in such a command, the library found under nvJitLink's name has no nvJitLink in it
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import ctypes, os
         lib = ctypes.CDLL("libnvJitLink.so.13", mode=os.RTLD_NOLOAD)
         assert not hasattr(lib, "__nvJitLinkVersion") and not hasattr(lib, "nvJitLinkCreate")
         print("OK")
+    """)], capture_output=True, text=True, timeout=120, env=env)
+    ok(res)
+
+
+def test_with_no_nvjitlink_installed_the_command_sees_it_absent(folder):  # noqa: F811
+    # cuda.core 1.1's Linker falls back to the driver on DynamicLibNotFoundError only; the empty
+    # libraries preloaded before made version() raise FunctionNotFoundError, so every Linker failed
+    if _standin.nvjitlink_findable(os.environ):
+        pytest.skip("an nvJitLink is installed here: the stand-in hides it with empty libraries")
+    env = _standin.environment(folder)
+    assert not any("nvJitLink" in p for p in env.get("LD_PRELOAD", "").split(":"))
+    ok(run(folder, """
+        from cuda.bindings import nvjitlink
+        from cuda.pathfinder import DynamicLibNotFoundError
+        try:
+            nvjitlink.version()
+        except DynamicLibNotFoundError:
+            print("OK")
     """))
 
 
@@ -55,6 +80,9 @@ def test_a_kernel_of_a_cubin_without_ptx_says_how_to_get_ptx():
                                       {}, ["--gpu-architecture=sm_90"], "cubin")
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"NVRTC cannot compile here: {e}")
+    # other bytes than this process's compile made: over the stand-in, the PTX of that
+    # compile was kept (_ptx_record.c), and its exact bytes would run from it
+    cubin = cubin[:-1] + bytes([cubin[-1] ^ 0xFF])
     b = SimBackend()
     b.init()
     b.ctx_set_current(b.primary_ctx_retain(0))
@@ -107,6 +135,41 @@ _CALLEE = b""".version 9.0
 """
 
 
+def test_a_cubin_nvrtc_made_in_the_process_runs_from_the_ptx_of_the_same_compile(folder):  # noqa: F811
+    # cuda.core's Program.compile("cubin") (-arch=sm_90): machine code only.  Over the stand-in the
+    # preloaded recorder kept the PTX NVRTC made with it, and the simulator runs that; a cubin the
+    # process did not compile (other bytes) still fails at launch, saying why.
+    ok(run(folder, """
+        import ctypes
+        from cuda.bindings import driver as d, nvrtc
+        def chk(r):
+            r = r if isinstance(r, tuple) else (r,)
+            assert int(r[0]) == 0, r
+            return r[1] if len(r) == 2 else r[1:]
+        src = b'extern "C" __global__ void rec_k(int *x, int v) { x[threadIdx.x] = v + threadIdx.x; }'
+        prog = chk(nvrtc.nvrtcCreateProgram(src, b"rec.cu", 0, [], []))
+        chk(nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=sm_90"]))
+        n = chk(nvrtc.nvrtcGetCUBINSize(prog)); cubin = b" " * n
+        chk(nvrtc.nvrtcGetCUBIN(prog, cubin))
+        assert b".entry" not in cubin   # no PTX in it
+        chk(d.cuInit(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
+        chk(d.cuCtxSetCurrent(ctx))
+        f = chk(d.cuModuleGetFunction(chk(d.cuModuleLoadData(cubin)), b"rec_k"))
+        out = chk(d.cuMemAlloc(16))
+        x, v = ctypes.c_uint64(int(out)), ctypes.c_int(40)
+        args = (ctypes.c_void_p * 2)(ctypes.addressof(x), ctypes.addressof(v))
+        chk(d.cuLaunchKernel(f, 1, 1, 1, 4, 1, 1, 0, 0, ctypes.addressof(args), 0))
+        host = (ctypes.c_int * 4)()
+        chk(d.cuMemcpyDtoH(ctypes.addressof(host), out, 16))
+        assert list(host) == [40, 41, 42, 43], list(host)
+        other = bytearray(cubin); other[-1] ^= 0xFF   # bytes no compile here made
+        g = chk(d.cuModuleGetFunction(chk(d.cuModuleLoadData(bytes(other))), b"rec_k"))
+        r = d.cuLaunchKernel(g, 1, 1, 1, 1, 1, 1, 0, 0, ctypes.addressof(args), 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_IMAGE, r
+        print("OK")
+    """))
+
+
 def test_ptx_inputs_that_call_each_other_are_linked_into_one_program():
     image = _cubin.link_image([("ptx", _CALLER + b"\0"), ("ptx", _CALLEE + b"\0")], 90)
     assert _images.ptx_texts(image) == [_CALLER, _CALLEE]
@@ -147,3 +210,62 @@ print("OK")
 def test_a_cuda_core_program_compiled_to_ptx_runs(folder):  # noqa: F811
     pytest.importorskip("cuda.core", reason="cuda.core is not installed (.venv-peers has it)")
     ok(run(folder, _CUDA_CORE))
+
+
+def test_kernel_parameter_layout_comes_from_the_ptx_signature(folder):  # noqa: F811
+    # cuFuncGetParamInfo / cuKernelGetParamInfo and the counts answered NOT_SUPPORTED before
+    ok(run(folder, """
+        from cuda.bindings import driver as d
+        def chk(r):
+            r = r if isinstance(r, tuple) else (r,)
+            assert int(r[0]) == 0, r
+            return r[1] if len(r) == 2 else r[1:]
+        ptx = b'''.version 8.0
+        .target sm_90
+        .address_size 64
+        .visible .entry layout_k(.param .u8 a, .param .u64 b, .param .align 16 .b8 c[24], .param .f32 d)
+        { ret; }
+        '''
+        chk(d.cuInit(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
+        chk(d.cuCtxSetCurrent(ctx))
+        f = chk(d.cuModuleGetFunction(chk(d.cuModuleLoadData(ptx + b"\\0")), b"layout_k"))
+        got = [tuple(int(v) for v in chk(d.cuFuncGetParamInfo(f, i))) for i in range(4)]
+        assert got == [(0, 1), (8, 8), (16, 24), (40, 4)], got
+        assert int(chk(d.cuFuncGetParamCount(f))) == 4
+        lib = chk(d.cuLibraryLoadData(ptx + b"\\0", None, None, 0, None, None, 0))
+        k = chk(d.cuLibraryGetKernel(lib, b"layout_k"))
+        assert tuple(int(v) for v in chk(d.cuKernelGetParamInfo(k, 2))) == (16, 24)
+        assert int(chk(d.cuKernelGetParamCount(k))) == 4
+        r = d.cuFuncGetParamInfo(f, 4)          # past the last parameter
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r
+        chk(d.cuCtxSetCurrent(None))            # the kernel is looked up in the current context
+        r = d.cuKernelGetParamInfo(k, 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_CONTEXT, r
+        print("OK")
+    """))
+
+
+def test_modules_and_libraries_load_from_files(folder, tmp_path):  # noqa: F811
+    # cuModuleLoad, cuLibraryLoadFromFile and cuModuleLoadFatBinary answered NOT_SUPPORTED
+    path = tmp_path / "k.ptx"
+    path.write_bytes(PTX + b"\0")
+    image = PTX + b"\0"
+    ok(run(folder, f"""
+        from cuda.bindings import driver as d
+        def chk(r):
+            r = r if isinstance(r, tuple) else (r,)
+            assert int(r[0]) == 0, r
+            return r[1] if len(r) == 2 else r[1:]
+        chk(d.cuInit(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
+        chk(d.cuCtxSetCurrent(ctx))
+        m = chk(d.cuModuleLoad({str(path).encode()!r}))
+        chk(d.cuModuleGetFunction(m, b"supply_k"))
+        lib = chk(d.cuLibraryLoadFromFile({str(path).encode()!r}, None, None, 0, None, None, 0))
+        chk(d.cuLibraryGetKernel(lib, b"supply_k"))
+        chk(d.cuModuleGetFunction(chk(d.cuModuleLoadFatBinary({image!r})), b"supply_k"))
+        missing = {str(tmp_path / "absent.ptx").encode()!r}
+        assert d.cuModuleLoad(missing)[0] == d.CUresult.CUDA_ERROR_FILE_NOT_FOUND
+        r = d.cuLibraryLoadFromFile(missing, None, None, 0, None, None, 0)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r   # cuda.h lists no FILE_NOT_FOUND
+        print("OK")
+    """))
