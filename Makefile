@@ -95,7 +95,7 @@ test-numba-driver: $(PEERS_VENV)/.stamp
 	$(PEERS_VENV)/bin/python sim/tools/numba_driver/run.py
 	$(PEERS_VENV)/bin/python -m gpuarray standin -- $(PEERS_VENV)/bin/python -m pytest -q \
 	    -p no:cacheprovider tests/interop/test_peers_driver_api.py tests/interop/test_peers_capture.py \
-	    tests/interop/test_numba_kernels_page.py sim/tests/standin/test_standin_ptx_supply.py $(PYTEST_ARGS)
+	    tests/interop/test_numba_kernels_page.py sim/tests/standin/test_standin_ptx_supply.py sim/tests/standin/test_standin_cuda_core_graphs.py $(PYTEST_ARGS)
 
 # gpuarray's kernels from the PTX NVRTC makes with a GPU build's options, run by
 # the simulator's PTX executor (GPUARRAY_SIM_KERNELS=ptx), against NumPy: with

@@ -64,6 +64,7 @@ from ._codes import INVALID_CONTEXT
 from ._context_calls import SimContextCalls
 from ._core import _api, _locked
 from ._graph import SimGraphCalls
+from ._graph_build import SimGraphBuildCalls
 from ._memory_calls import SimMemoryCalls
 from ._module_calls import SimModuleCalls
 from ._stream_calls import SimStreamCalls
@@ -108,7 +109,7 @@ def _env_int(name: str, default: int | None, minimum: int) -> int | None:
     return value
 
 
-class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls,
+class SimBackend(SimMemoryCalls, SimStreamCalls, SimModuleCalls, SimGraphCalls, SimGraphBuildCalls,
                  SimUserObjectCalls, SimContextCalls):
     """CPU simulator of the driver interface.
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
@@ -87,6 +88,20 @@ NEEDS_CONTEXT = frozenset({"mem_alloc", "mem_host_alloc", "mem_host_register",
                            "mem_alloc_managed", "module_load_data"})
 
 _ids = itertools.count(1)
+#: Graph node handles (``CUgraphNode``), and the live nodes by handle.
+_node_ids = itertools.count(0x6E00_0000, 0x20)
+NODES: weakref.WeakValueDictionary[int, Node] = weakref.WeakValueDictionary()
+#: The node type of captured work, by the call that queued it.
+_NODE_TYPES = {
+    "kernel": "kernel",
+    "cuMemcpyHtoDAsync": "memcpy", "cuMemcpyDtoHAsync": "memcpy", "cuMemcpyDtoDAsync": "memcpy",
+    "cuMemcpy2DAsync": "memcpy", "cuMemcpyAsync": "memcpy", "cuMemcpyPeerAsync": "memcpy",
+    "cuMemsetD8Async": "memset", "cuMemsetD16Async": "memset", "cuMemsetD32Async": "memset",
+    "cuMemsetD2D8Async": "memset", "cuMemsetD2D16Async": "memset", "cuMemsetD2D32Async": "memset",
+    "cuMemAllocAsync": "mem_alloc", "cuMemAllocFromPoolAsync": "mem_alloc",
+    "cuMemFreeAsync": "mem_free",
+}
+_KIND_TYPES = {"wait": "wait_event", "alloc": "mem_alloc", "free": "mem_free", "op": "kernel"}
 
 
 class Node:
@@ -100,7 +115,8 @@ class Node:
     each lane on a stream of its own, so unordered branches run concurrently).
     """
 
-    __slots__ = ("kind", "fn", "desc", "accesses", "deps", "on_ready", "alloc", "event", "lane")
+    __slots__ = ("kind", "fn", "desc", "accesses", "deps", "on_ready", "alloc", "event", "lane",
+                 "handle", "ntype", "graph", "params", "body", "__weakref__")
     #: Queued work returned by ``Scheduler.enqueue`` says whether it was captured.
     captured = True
     done = False
@@ -118,6 +134,16 @@ class Node:
         self.alloc = alloc
         self.event = event
         self.lane = 0
+        #: Its ``CUgraphNode`` handle, its ``CUgraphNodeType`` (cuda.h's name, lower case:
+        #: ``"kernel"``, ``"memcpy"``...), the graph it is in, what the stand-in keeps of the
+        #: parameters it was made with, and the graphs it holds (a child graph node's one,
+        #: a conditional node's bodies: ``_graph_build.py``).
+        self.handle = next(_node_ids)
+        self.ntype = _NODE_TYPES.get(desc.split(" ", 1)[0], _KIND_TYPES.get(kind, kind))
+        self.graph: Any = None
+        self.params: Any = None
+        self.body: Any = None
+        NODES[self.handle] = self
 
 
 class SimCapture:
@@ -133,6 +159,11 @@ class SimCapture:
         self.streams: list[SimStream] = [origin]
         self.status = "active"
         self.reason = ""
+        #: ``cuStreamBeginCaptureToGraph``: the graph is the caller's (never dropped here).
+        self.to_graph = False
+        #: A node made by the explicit graph API (``_graph_build.py``): pageable host memory
+        #: is allowed (a memcpy node re-reads and rewrites it at every launch).
+        self.explicit = False
 
     def describe(self) -> str:
         return (f"the {self.mode} capture #{self.id} begun on {self.origin.describe()} "
@@ -221,7 +252,8 @@ def add_node(cap: SimCapture, stream: SimStream, node: Node, call: str) -> Node:
     """Append ``node`` to ``cap`` as the new tail of ``stream`` (901 if it was invalidated)."""
     if cap.status != "active":
         raise_invalidated(cap, call)
-    node.lane = cap.streams.index(stream)
+    node.lane = cap.streams.index(stream) if stream in cap.streams else 0
+    node.graph = cap.graph
     cap.graph.nodes.append(node)
     stream.cap_deps = [node]
     return node

@@ -151,6 +151,11 @@ class SimCore(Backend):
         self._captures: dict[int, Any] = {}
         self._graphs: dict[int, Any] = {}
         self._execs: dict[int, Any] = {}
+        #: Conditional handles (``_graph_build.py``), by handle (their device address).
+        self._cond_handles: dict[int, Any] = {}
+        #: Graph memory mapped now, and its high watermark, per device (``_graph.py``).
+        self._graph_mem_used = [0] * devices
+        self._graph_mem_high = [0] * devices
         #: User objects (``_userobj.py``) and the driver thread their destructors run on.
         self._user_objects: dict[int, Any] = {}
         self._user_object_worker = _hostfn.Worker()

@@ -21,14 +21,16 @@ left mapped stays valid after the graph is destroyed, until it is freed.
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gpuarray.errors import CudaError
 
-from . import _capture, _codes
+from . import _capture, _codes, _graph_build
 from ._capture import Node, SimCapture
 from ._core import INVALID_VALUE, SimContext, SimCore, _api, _locked
 from ._memory import POISON_LIMIT, Allocation
@@ -51,6 +53,13 @@ class SimGraph:
         self.unfreed: set[int] = set()
         #: References it owns to user objects (``_userobj.py``): handle -> count.
         self.user_refs: dict[int, int] = {}
+        #: The node holding it, for a child graph or a conditional node's body.
+        self.owner: Node | None = None
+        #: Its conditional handles (``_graph_build.py``).
+        self.cond_handles: list[Any] = []
+        #: For a clone: each node's handle -> the handle of the node it copies.
+        self.clone_of: dict[int, int] = {}
+        self.origin: SimGraph | None = None
 
     @property
     def allocations(self) -> list[Allocation]:
@@ -64,7 +73,11 @@ class SimGraphExec:
         self.handle = handle
         self.graph = graph
         self.ctx = graph.ctx
-        self.nodes = list(graph.nodes)
+        #: Its own copies of the graph's nodes, child graphs inlined, in topological order,
+        #: each on a lane (``_replay.py``); ``copy_of``: graph node handle -> its copy.
+        self.copy_of: dict[int, Node] = {}
+        self.nodes = flatten(graph, self.copy_of, INVALID_VALUE)
+        assign_lanes(self.nodes)
         self.auto_free = auto_free
         self.last_op: Any = None
         self.launches = 0
@@ -74,12 +87,88 @@ class SimGraphExec:
         self.user_refs: dict[int, int] = {}
 
 
+def topological(nodes: list[Node], call: str) -> list[Node]:
+    """``nodes`` in an order where each follows its dependencies (insertion order otherwise)."""
+    index = {id(n): i for i, n in enumerate(nodes)}
+    indeg = {id(n): len(n.deps) for n in nodes}
+    users: dict[int, list[Node]] = {}
+    for n in nodes:
+        for d in n.deps:
+            users.setdefault(id(d), []).append(n)
+    ready = [n for n in nodes if not n.deps]
+    out: list[Node] = []
+    while ready:
+        ready.sort(key=lambda n: index[id(n)], reverse=True)
+        n = ready.pop()
+        out.append(n)
+        for m in users.get(id(n), ()):
+            indeg[id(m)] -= 1
+            if indeg[id(m)] == 0:
+                ready.append(m)
+    if len(out) != len(nodes):
+        raise CudaError(INVALID_VALUE, call, "the graph has a cycle")
+    return out
+
+
+def flatten(g: SimGraph, copy_of: dict[int, Node], code: int,
+            call: str = "cuGraphInstantiate") -> list[Node]:
+    """Copies of ``g``'s nodes in topological order, each child graph replaced by its nodes
+    (its roots after the child node's dependencies, its dependents after its leaves)."""
+    out: list[Node] = []
+    ends: dict[int, list[Node]] = {}  # id(original) -> the copies that complete it
+    for n in topological(g.nodes, call):
+        deps = [c for d in n.deps for c in ends[id(d)]]
+        if n.kind == "child":
+            sub_map: dict[int, Node] = {}
+            sub = flatten(n.body, sub_map, code, call)
+            used = {id(d) for m in sub for d in m.deps}
+            for m in sub:
+                if not m.deps:
+                    m.deps = list(deps)
+            out.extend(sub)
+            leaves = [m for m in sub if id(m) not in used]
+            ends[id(n)] = leaves if sub else deps
+            copy_of.update(sub_map)
+            continue
+        m = _graph_build.copy_node(n)
+        m.deps = deps
+        if n.kind == "cond":  # its bodies, as runs of work (``_replay.run_conditional``)
+            m.body = [flatten(b, copy_of, code, call) for b in n.body]
+        m.handle = n.handle  # an executable graph's node is named by its graph node's handle
+        copy_of[n.handle] = m
+        out.append(m)
+        ends[id(n)] = [m]
+    return out
+
+
+def assign_lanes(nodes: list[Node]) -> None:
+    """Put each node on a lane (a chain of the DAG): the lane of its first dependency whose
+    lane it would continue, else a new one.  Nodes on one lane are ordered by edges, so
+    running a lane as one stream adds no order the graph does not have."""
+    tails: list[Node | None] = []
+    for n in nodes:
+        lane = next((d.lane for d in n.deps if tails[d.lane] is d), None)
+        if lane is None:
+            lane = 0 if not tails else len(tails)
+            tails.append(None)
+        n.lane = lane
+        tails[lane] = n
+
+
+def _reset_handles(handles: list[Any]) -> None:
+    """A launch starts: conditional handles made with CU_GRAPH_COND_ASSIGN_DEFAULT take it."""
+    for h in handles:
+        h.set(h.default)
+
+
 def map_graph_memory(b: SimCore, a: Allocation) -> None:
     """An allocation node of a launch runs: the reserved address gets fresh memory."""
     if not a.unmapped:  # left mapped by the last launch: auto-free-on-launch frees it first
         unmap_graph_memory(b, a, "freed by CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH")
     mem = b.memory
     mem.used[a.device] += a.size
+    b._graph_mem_used[a.device] += a.size
+    b._graph_mem_high[a.device] = max(b._graph_mem_high[a.device], b._graph_mem_used[a.device])
     a.store = (np.full(a.size, 0xFF, np.uint8) if a.size <= POISON_LIMIT
                else np.zeros(a.size, np.uint8))
     a.unmapped = ""
@@ -89,6 +178,7 @@ def unmap_graph_memory(b: SimCore, a: Allocation, why: str) -> None:
     if a.unmapped:
         return
     b.memory.used[a.device] -= a.size
+    b._graph_mem_used[a.device] -= a.size
     a.store = None
     a.races.clear()
     a.unmapped = why
@@ -126,10 +216,22 @@ def free_graph_memory(b: SimCore, a: Allocation, call: str) -> None:
 class SimGraphCalls(SimCore):
     """Capture and graph calls of the simulator."""
 
+    #: The graph nodes a list of CUgraphNode handles names (``_graph_build.py``).
+    _deps: Any
+
     # ------------------------------------------------------------ capture
+    def _new_graph(self, ctx: SimContext, register: bool = True) -> SimGraph:
+        g = SimGraph(self._handle(), ctx)
+        if register:
+            self._graphs[g.handle] = g
+        return g
+
     @_locked
-    def stream_begin_capture(self, stream: int, mode: str = "global") -> None:
-        call = "cuStreamBeginCapture"
+    def stream_begin_capture(self, stream: int, mode: str = "global", graph: int | None = None,
+                             deps: Sequence[int] = ()) -> None:
+        """``cuStreamBeginCapture``; with ``graph``, ``cuStreamBeginCaptureToGraph``: the
+        capture appends to that graph, its first work after the nodes ``deps``."""
+        call = "cuStreamBeginCapture" if graph is None else "cuStreamBeginCaptureToGraph"
         if mode not in _capture.MODES:
             raise CudaError(INVALID_VALUE, call, f"capture mode {mode!r} (one of {_capture.MODES})")
         s = self._stream(stream, call)
@@ -139,9 +241,16 @@ class SimGraphCalls(SimCore):
         if s.capture is not None:
             raise CudaError(INVALID_VALUE, call, f"{s.describe()} is already capturing "
                                                  f"({s.capture.describe()})")
-        cap = SimCapture(s, mode, SimGraph(self._handle(), s.ctx))
+        if graph is None:
+            cap = SimCapture(s, mode, SimGraph(self._handle(), s.ctx))
+            first: list[Node] = []
+        else:
+            g = self._graph(graph, call)
+            first = self._deps(g, deps, call)
+            cap = SimCapture(s, mode, g)
+            cap.to_graph = True
         self._captures[cap.id] = cap
-        s.capture, s.cap_deps = cap, []
+        s.capture, s.cap_deps = cap, first
         self.sched.capturing += 1
 
     @_locked
@@ -163,10 +272,12 @@ class SimGraphCalls(SimCore):
         del self._captures[cap.id]
         self.sched.capturing -= 1
         if cap.status != "active":
-            self._drop_graph(cap.graph)
+            if not cap.to_graph:
+                self._drop_graph(cap.graph)
             _capture.raise_invalidated(cap, call)
         if loose:
-            self._drop_graph(cap.graph)
+            if not cap.to_graph:
+                self._drop_graph(cap.graph)
             raise CudaError(_codes.STREAM_CAPTURE_UNJOINED, call,
                             f"{cap.describe()}: work captured on {', '.join(t.describe() for t in loose)} "
                             "was not joined back into the origin stream (record an event there "
@@ -178,6 +289,11 @@ class SimGraphCalls(SimCore):
         refs, g.user_refs = g.user_refs, {}
         self._release_user_refs(refs, "cuGraphDestroy", None)
         g.destroyed = True
+        for n in g.nodes:  # the graphs its nodes hold go with it
+            for body in (n.body if isinstance(n.body, list) else [n.body] if n.body else []):
+                if not body.destroyed:
+                    self._graphs.pop(body.handle, None)
+                    self._drop_graph(body)
         for a in g.allocations:
             release_if_unused(self, a)
 
@@ -202,6 +318,26 @@ class SimGraphCalls(SimCore):
         return cap.status, cap.id if cap.status == "active" else 0
 
     @_locked
+    def capture_dependencies(self, stream: int) -> list[int]:
+        """The nodes the next work captured on ``stream`` will depend on (its handles)."""
+        s = self._stream(stream, "cuStreamGetCaptureInfo")
+        return [] if s.capture is None else [n.handle for n in s.cap_deps]
+
+    @_locked
+    def stream_update_capture_dependencies(self, stream: int, deps: Sequence[int],
+                                           replace: bool) -> None:
+        """``cuStreamUpdateCaptureDependencies``: add to (or, ``replace``, set) the set."""
+        call = "cuStreamUpdateCaptureDependencies"
+        s = self._stream(stream, call)
+        cap = s.capture
+        if cap is None:
+            raise CudaError(_codes.ILLEGAL_STATE, call, f"{s.describe()} is not capturing")
+        if cap.status != "active":
+            _capture.raise_invalidated(cap, call)
+        nodes = self._deps(cap.graph, deps, call)
+        s.cap_deps = nodes if replace else s.cap_deps + [n for n in nodes if n not in s.cap_deps]
+
+    @_locked
     def capture_graph(self, stream: int) -> int:
         """Simulator only: the handle of the graph ``stream``'s active capture builds (0: none)."""
         s = self._stream(stream, "cuStreamGetCaptureInfo")
@@ -219,6 +355,8 @@ class SimGraphCalls(SimCore):
     # ------------------------------------------------------------- graphs
     def _graph(self, graph: int, call: str) -> SimGraph:
         g = self._graphs.get(graph)
+        if g is None:  # the graph a capture in progress builds (cuStreamGetCaptureInfo's)
+            g = next((c.graph for c in self._captures.values() if c.graph.handle == graph), None)
         if g is None:
             raise CudaError(INVALID_VALUE, call, f"0x{int(graph):x} is not a graph (destroyed?)")
         return g
@@ -276,8 +414,51 @@ class SimGraphCalls(SimCore):
         ex.launches += 1
         tag = f"(launch {ex.launches} of graph 0x{ex.graph.handle:x})"
         prev: list[Any] = [ex.last_op] if ex.last_op is not None and not ex.last_op.done else []
-        start = self.sched.enqueue(s, None, f"{call} {tag}", extra_deps=prev)
+        resets = [h for h in g.cond_handles if h.flags & _graph_build.COND_ASSIGN_DEFAULT]
+        start = self.sched.enqueue(s, functools.partial(_reset_handles, resets) if resets else None,
+                                   f"{call} {tag}", extra_deps=prev)
         ex.last_op = replay(self, ex, s, start, tag, map_graph_memory, unmap_graph_memory)
+
+    @_locked
+    def graph_mem_usage(self, device: int) -> tuple[int, int]:
+        """Graph memory of ``device`` mapped now, and the most ever (``CU_GRAPH_MEM_ATTR_*``)."""
+        return self._graph_mem_used[device], self._graph_mem_high[device]
+
+    @_locked
+    def graph_mem_reset_high(self, device: int) -> None:
+        self._graph_mem_high[device] = self._graph_mem_used[device]
+
+    @_locked
+    def graph_exec_update(self, graph_exec: int, graph: int) -> tuple[str, int]:
+        """``cuGraphExecUpdate``: give ``graph_exec`` the work of ``graph``, whose topology
+        must be its graph's; returns (``CUgraphExecUpdateResult`` name, node to blame)."""
+        call = "cuGraphExecUpdate"
+        ex = self._exec(graph_exec, call)
+        g = self._graph(graph, call)
+        copy_of: dict[int, Node] = {}
+        try:
+            nodes = flatten(g, copy_of, INVALID_VALUE, call)
+        except CudaError:
+            return "error_topology_changed", 0
+        old = ex.nodes
+        if len(nodes) != len(old):
+            return "error_topology_changed", 0
+        pos = {id(n): i for i, n in enumerate(old)}
+        new_pos = {id(n): i for i, n in enumerate(nodes)}
+        for a, b in zip(old, nodes, strict=False):
+            if sorted(pos[id(d)] for d in a.deps) != sorted(new_pos[id(d)] for d in b.deps):
+                return "error_topology_changed", b.handle
+            if a.ntype != b.ntype or a.kind != b.kind:
+                return "error_node_type_changed", b.handle
+            if a.kind in ("alloc", "free") and a.alloc is not b.alloc:
+                return "error_not_supported", b.handle
+        remap: dict[int, Node] = {}
+        for a, b in zip(old, nodes, strict=False):
+            a.fn, a.desc, a.accesses, a.on_ready = b.fn, b.desc, b.accesses, b.on_ready
+            a.event, a.params, a.body = b.event, b.params, b.body
+            remap[b.handle] = a
+        ex.copy_of = remap
+        return "success", 0
 
     @_locked
     def graph_exec_destroy(self, graph_exec: int) -> None:
@@ -293,6 +474,13 @@ class SimGraphCalls(SimCore):
     @_locked
     def graph_destroy(self, graph: int) -> None:
         g = self._graph(graph, "cuGraphDestroy")
+        if g.owner is not None and g.owner.graph is not None and not g.owner.graph.destroyed:
+            raise CudaError(INVALID_VALUE, "cuGraphDestroy", f"graph 0x{graph:x} belongs to "
+                                                             f"node 0x{g.owner.handle:x}")
+        for c in self._captures.values():
+            if c.graph is g:
+                raise CudaError(INVALID_VALUE, "cuGraphDestroy", f"graph 0x{graph:x} is being "
+                                                                 f"captured into ({c.describe()})")
         del self._graphs[graph]
         self._drop_graph(g)
 

@@ -61,6 +61,10 @@ class SimMemoryCalls(SimCore):
     def mem_alloc_async(self, nbytes: int, stream: int) -> int:
         s = self._stream(stream, "cuMemAllocAsync")
         self._fault("alloc", "cuMemAllocAsync")
+        if nbytes == 0:
+            # cuda.h states INVALID_VALUE for size 0 of cuMemAlloc and cuMemAllocManaged only;
+            # the stream-ordered calls give a 0-byte allocation: NULL, which frees as nothing
+            return 0
         if s.capture is not None:  # an allocation node (_graph.py)
             return self._capture_alloc(s, nbytes, "cuMemAllocAsync")
         if self.sched.capturing:  # outside the capture: potentially unsafe (see _capture.py)
@@ -73,6 +77,8 @@ class SimMemoryCalls(SimCore):
     @_locked
     def mem_free_async(self, ptr: int, stream: int) -> None:
         s = self._stream(stream, "cuMemFreeAsync")
+        if ptr == 0:  # the 0-byte allocation of cuMemAllocAsync(0)
+            return
         a = self.memory.find(int(ptr))
         if s.capture is not None:  # a free node (_graph.py)
             self._capture_free(s, a, int(ptr), "cuMemFreeAsync")
@@ -194,7 +200,8 @@ class SimMemoryCalls(SimCore):
         pinned = self.memory.host_kind(src_host, nbytes)
         if not pinned:
             self._refuse_pageable(s, call, "from")
-        data = None if pinned else read_host(src_host, nbytes)
+        # pageable: read now (a node of the explicit graph API re-reads it at each launch)
+        data = None if pinned or s.capture is not None else read_host(src_host, nbytes)
 
         def run():
             a, off = self._mem_rw(dst, nbytes)
@@ -224,14 +231,14 @@ class SimMemoryCalls(SimCore):
         poison = self._poisoner(dst_host, nbytes, None) if pinned else None
         op = self.sched.enqueue(s, run, f"{call} of {nbytes} bytes from 0x{src:x}", acc,
                                 on_ready=poison[1] if poison else None)
-        if not pinned:  # pageable destination: returns once the copy is done
+        if not pinned and not op.captured:  # pageable destination: returns once the copy is done
             self._complete(op, call, own=True)
         elif poison is not None and not op.captured:
             poison[0]()
 
     def _refuse_pageable(self, s: SimStream, call: str, direction: str) -> None:
         """A copy {direction} pageable host memory on a capturing stream: 900 (see _capture.py)."""
-        if s.capture is not None:
+        if s.capture is not None and not s.capture.explicit:
             _capture.refuse(self, _codes.STREAM_CAPTURE_UNSUPPORTED, call, [s.capture],
                             f"{direction} pageable host memory on a capturing stream (a graph "
                             "would re-read it at every launch)")
@@ -309,7 +316,7 @@ class SimMemoryCalls(SimCore):
         if (not src_is_device and pinned_src is None) or (not dst_is_device and pinned_dst is None):
             self._refuse_pageable(s, call, "to or from")
         snapshot = None
-        if not src_is_device and pinned_src is None:
+        if not src_is_device and pinned_src is None and s.capture is None:
             snapshot = read_host(src, src_span)
 
         def rows(buf: np.ndarray, pitch: int) -> np.ndarray:
@@ -346,7 +353,7 @@ class SimMemoryCalls(SimCore):
             poison = self._poisoner(dst, dst_span, mask)
         op = self.sched.enqueue(s, run, f"{call} of {height}x{width_bytes} bytes", acc,
                                 on_ready=poison[1] if poison else None)
-        if not dst_is_device and pinned_dst is None:
+        if not dst_is_device and pinned_dst is None and not op.captured:
             self._complete(op, call, own=True)
         elif poison is not None and not op.captured:
             poison[0]()

@@ -372,7 +372,10 @@ class SimModuleCalls(SimCore):
         work: Any = lambda: run(mem, g, b, shared_mem, snap)  # noqa: E731
         if hasattr(impl, "program"):  # reports the ranges it touched when it has run
             work = Reports(work)
-        self.sched.enqueue(s, work, f"kernel {name}", acc)
+        op = self.sched.enqueue(s, work, f"kernel {name}", acc)
+        if op.captured:  # a kernel node (_capture.Node): what cuGraphKernelNodeGetParams reports
+            node: Any = op
+            node.params = ("launch", func, grid, block, shared_mem, list(params))
 
     def _ptx_launch(self, impl: Any, name: str, module: int, ctx: SimContext,
                     block: tuple[int, ...], shared_mem: int, call: str) -> Any:

@@ -60,6 +60,14 @@ def replay(b: Any, ex: Any, s: Any, start: Any, tag: str, map_memory: Any, unmap
             if deps:  # the host function waits for its edges first
                 sched.enqueue(lane, None, f"{desc}: its dependencies", extra_deps=deps)
             b._queue_host_fn(lane, n.fn, desc)
+        elif n.kind in ("empty", "record"):
+            op = sched.enqueue(lane, None, desc, extra_deps=deps)
+            if n.kind == "record" and not n.event.destroyed:
+                ev = n.event
+                ev.op, ev.vc, ev.capture, ev.cap_deps = op, dict(op.vc), None, []
+        elif n.kind == "cond":
+            sched.enqueue(lane, functools.partial(run_conditional, n), desc,
+                          body_accesses(n), extra_deps=deps)
         elif n.kind == "wait":
             ev = n.event
             if ev.op is not None and not ev.destroyed:
@@ -73,3 +81,47 @@ def replay(b: Any, ex: Any, s: Any, start: Any, tag: str, map_memory: Any, unmap
     if tails:
         sched.enqueue(s, None, f"end of {tag.strip('()')}: its branches joined", extra_deps=tails)
     return s.tail
+
+
+def _body_nodes(n: Any) -> list[list[Any]]:
+    """The work of each body graph of conditional node ``n`` of an executable graph, in
+    topological order (its bodies flattened at instantiation: ``_graph.flatten``)."""
+    return n.body
+
+
+def body_accesses(n: Any) -> list[tuple[int, int, bool]]:
+    """What a conditional node's bodies may touch: the node's accesses, for the race detector."""
+    out: list[tuple[int, int, bool]] = []
+    for nodes in _body_nodes(n):
+        for m in nodes:
+            out.extend(body_accesses(m) if m.kind == "cond" else m.accesses)
+    return out
+
+
+def _run_body(nodes: list[Any]) -> None:
+    for m in nodes:
+        if m.kind == "cond":
+            run_conditional(m)
+        elif m.fn is not None:
+            if m.on_ready is not None:
+                m.on_ready()
+            m.fn()
+
+
+def run_conditional(n: Any) -> None:
+    """A conditional node runs: its handle's value picks the body (``if``/``switch``) or
+    repeats it (``while``); the body's work runs in order, inside this node's work."""
+    handle, kind = n.params[:2]
+    bodies = _body_nodes(n)
+    if kind == "while":
+        while handle.value():
+            _run_body(bodies[0])
+        return
+    v = handle.value()
+    if kind == "if":
+        if v:
+            _run_body(bodies[0])
+        elif len(bodies) == 2:
+            _run_body(bodies[1])
+    elif v < len(bodies):
+        _run_body(bodies[v])

@@ -47,8 +47,13 @@ class SimStreamCalls(SimCore):
             raise CudaError(INVALID_HANDLE, "cuStreamDestroy", f"cannot destroy default stream {stream}")
         s = self._stream(stream, "cuStreamDestroy")
         if s.capture is not None:
-            _capture.refuse(self, _codes.STREAM_CAPTURE_UNSUPPORTED, "cuStreamDestroy", [s.capture],
-                            "of a stream in a capture")
+            if s.capture.origin is s:  # the origin: the capture cannot end any more
+                _capture.refuse(self, _codes.STREAM_CAPTURE_UNSUPPORTED, "cuStreamDestroy",
+                                [s.capture], "of the stream a capture began on")
+            # a stream forked into a capture (cuda.core's GraphBuilder.join destroys its
+            # forks once joined): it leaves the capture; work it did not join back still
+            # fails cuStreamEndCapture with ..._UNJOINED
+            s.capture = None
         del self._streams[stream]
         self.sched.forget_stream(s)
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 from ._ast import Instr, Sym, Vec
 from ._context import FuncCtx, cname
 from ._opbase import type_of
+from ._ops_graph import GRAPH_CALLS, graph_call
 
 __all__ = ["BUILTIN_CALLS"]
 
-#: External functions the executor provides itself.
-BUILTIN_CALLS = ("vprintf", "__assertfail")
+#: External functions the executor provides itself (the device runtime's graph calls:
+#: ``_ops_graph.py``).
+BUILTIN_CALLS = ("vprintf", "__assertfail", *GRAPH_CALLS)
 
 
 # -------------------------------------------------------- control, sync
@@ -164,6 +166,8 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
             raise ctx.error("vprintf called with other than (format, arguments)")
         return (f"ptx::store<uint32_t>({ptrs[0]}, (uint32_t)ptx::vprintf(T, "
                 f"ptx::load<uint64_t>({ptrs[1]}), ptx::load<uint64_t>({ptrs[2]}), {it.line}));")
+    if callee in GRAPH_CALLS:
+        return graph_call(ctx, callee, ptrs, len(rets), len(params), it.line)
     if callee == "__assertfail":
         return f"T->rt->line = {it.line}; T->rt->fault(T->rt, 710, 0, 0, 0);"
     g = ctx.tr.module.functions.get(callee)

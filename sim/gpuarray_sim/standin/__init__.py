@@ -56,6 +56,9 @@ __all__ = ["StandinUnavailableError", "SOURCE", "active", "build", "environment"
 SOURCE = Path(__file__).with_name("_libcuda.c")
 #: The headers it includes (next to it): part of the build's key, shipped with it.
 HEADERS = (Path(__file__).with_name("_libcuda_bridge.h"),)
+#: Its second translation unit, generated from cuda.h (sim/tools/cuda_h/gen.py): every
+#: entry point of cuda.h, NOT_SUPPORTED where ``SOURCE`` serves none.
+ENTRY_POINTS = Path(__file__).with_name("_cuda_h.c")
 #: Environment variable naming the stand-in's folder in processes that run over it.
 MARK = "GPUARRAY_STANDIN"
 _CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
@@ -120,7 +123,8 @@ def build(verbose: bool = False) -> Path:
         output is in the message).
     """
     cc = _compiler()
-    source = SOURCE.read_bytes() + b"".join(h.read_bytes() for h in HEADERS)
+    source = (SOURCE.read_bytes() + ENTRY_POINTS.read_bytes()
+              + b"".join(h.read_bytes() for h in HEADERS))
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=60).stdout.splitlines()[:1]
@@ -141,7 +145,7 @@ def build(verbose: bool = False) -> Path:
     if verbose:
         print(f"gpuarray standin: building {lib} with {cc}", file=sys.stderr)
     try:
-        _compile(cc, [*_CFLAGS, "-o", str(tmp), str(SOURCE), *_LIBS])
+        _compile(cc, [*_CFLAGS, "-o", str(tmp), str(SOURCE), str(ENTRY_POINTS), *_LIBS])
         for name in _HIDE:  # empty libraries that hide nvJitLink (see the module's docstring)
             stub = out / f".{name}.{os.getpid()}.tmp"
             try:

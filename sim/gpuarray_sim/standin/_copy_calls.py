@@ -18,6 +18,7 @@ only then.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 from gpuarray._driver._base import STREAM_LEGACY
 from gpuarray.errors import CudaError
@@ -58,8 +59,10 @@ def cuMemcpyDtoD_v2(dst: int, src: int, n: int) -> None:
 
 
 def _is_device(address: int) -> bool:
+    """Device (or managed) memory: copies to and from it are device copies (unified
+    addressing; a managed range is not pageable host memory, in a capture too)."""
     a = backend().allocation_of(address)
-    return a is not None and not a.is_host and a.kind != "managed"
+    return a is not None and not a.is_host
 
 
 def cuMemcpyAsync(dst: int, src: int, n: int, stream: int, ptsz: bool = False) -> None:
@@ -131,6 +134,25 @@ def cuMemcpy2DAsync_v2(pcopy: int, stream: int, ptsz: bool = False) -> None:
     dst, dst_dev = _side(p, "dst")
     backend().memcpy_2d_async(dst, p.dstPitch, dst_dev, src, p.srcPitch, src_dev,
                               p.WidthInBytes, p.Height, _stream(stream, ptsz))
+
+
+def memcpy3d_as_2d(call: str, c: ctypes.Structure) -> Callable[[int], None]:
+    """A ``CUDA_MEMCPY3D`` of depth 1 (a memcpy node's): the 2-D copy it is, on a stream."""
+    p = _Memcpy2D()
+    for f, *_ in _Memcpy2D._fields_:
+        setattr(p, f, getattr(c, f))
+    if p.Height <= 1:  # one row: its pitch is never used (a 1-D copy leaves it 0)
+        p.Height = 1
+        p.srcPitch = p.srcPitch or p.WidthInBytes + p.srcXInBytes
+        p.dstPitch = p.dstPitch or p.WidthInBytes + p.dstXInBytes
+    src, src_dev = _side(p, "src")
+    dst, dst_dev = _side(p, "dst")
+
+    def copy(stream: int) -> None:
+        backend().memcpy_2d_async(dst, p.dstPitch, dst_dev, src, p.srcPitch, src_dev,
+                                  p.WidthInBytes, p.Height or 1, stream)
+
+    return copy
 
 
 def cuMemcpy2D_v2(pcopy: int) -> None:

@@ -11,15 +11,16 @@ Python owners alive with them) are the simulator's (``sim/_userobj.py``);
 their destructors are called through the C function pointer, on a driver
 thread.
 
-``cuStreamGetCaptureInfo`` answers the status, the capture id and the graph
-being built; the simulator does not hand out graph nodes, so the dependency
-set it reports is empty (a caller that builds nodes by hand on that set
-gets no dependency edges: such code needs a GPU to be judged).
+``cuStreamGetCaptureInfo`` answers the status, the capture id, the graph
+being built and the set of nodes the next captured work will depend on
+(``cuStreamUpdateCaptureDependencies`` changes it: ``_graph_node_calls.py``);
+edge data is reported as default edges.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 
 from gpuarray._driver._base import CAPTURE_MODES, CAPTURE_STATUSES
 from gpuarray.errors import CudaError
@@ -35,6 +36,9 @@ from ._support import (
     _stream,
     backend,
 )
+
+#: The dependency arrays ``cuStreamGetCaptureInfo`` last handed each thread.
+_tls_arrays = threading.local()
 
 #: ``CUDA_GRAPH_INSTANTIATE_FLAG_*`` of cuda.h: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 #: USE_NODE_PRIORITY.
@@ -83,11 +87,18 @@ def _capture_info(call: str, stream: int, pstatus: int, pid: int, pgraph: int, p
         _U64.from_address(pid).value = cid
     if pgraph:
         _U64.from_address(pgraph).value = b.capture_graph(s)
-    for p in (pdeps, pedges):
-        if p:
-            _U64.from_address(p).value = 0  # no node handles (see the module docstring)
+    deps = b.capture_dependencies(s)
+    # cuda.h: the arrays "may be invalidated by the next API call to the stream": each
+    # thread's last ones are kept
+    arr = (_U64 * max(1, len(deps)))(*deps)
+    edges = (ctypes.c_uint64 * max(1, len(deps)))()
+    _tls_arrays.keep = (arr, edges)
+    if pdeps:
+        _U64.from_address(pdeps).value = ctypes.addressof(arr) if deps else 0
+    if pedges:
+        _U64.from_address(pedges).value = ctypes.addressof(edges) if deps else 0
     if pcount:
-        _SIZE.from_address(pcount).value = 0
+        _SIZE.from_address(pcount).value = len(deps)
 
 
 def cuStreamGetCaptureInfo_v2(stream: int, pstatus: int, pid: int, pgraph: int, pdeps: int,

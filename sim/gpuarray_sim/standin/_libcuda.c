@@ -17,9 +17,16 @@
  * (cuCtxSynchronize, cuCtxGetDevice at 13000): each form has its own wrapper.
  * With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the stream-ordered calls
  * resolve to their _ptsz forms (a NULL stream means the per-thread stream).
- * A name not in the table is not resolved (CUDA_ERROR_NOT_FOUND): the
- * bindings raise FunctionNotFoundError naming it when it is called; nothing
- * ever calls a NULL pointer.
+ * A name cuda.h declares that the table does not serve resolves to a
+ * function answering CUDA_ERROR_NOT_SUPPORTED (the generated _cuda_h.c, the
+ * library's second translation unit, lists every form of cuda.h 13.x); a
+ * name cuda.h does not have is not resolved (CUDA_ERROR_NOT_FOUND).
+ *
+ * Exports: every wrapper here is defined under its ABI name (cuMemAlloc_v2,
+ * cuMemcpyAsync_ptsz...) with default visibility, as the real library
+ * exports them, for loaders that dlsym() them (CuPy, PyCUDA, ctypes users);
+ * _cuda_h.c defines every other symbol of cuda.h as a weak alias of the
+ * NOT_SUPPORTED function, which these strong definitions replace.
  *
  * No Python headers and no libpython link: the few C-API functions used (all
  * in the stable ABI) are looked up at run time in the running interpreter.
@@ -60,30 +67,30 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
 #define U(x) ((unsigned long long)(x))
 #define P(x) ((unsigned long long)(uintptr_t)(x))
 
-#define F0(fn) static CUresult w_##fn(void) { return call(#fn, 0, NULL); }
-#define F1(fn, T1, C1) static CUresult w_##fn(T1 a1) \
+#define F0(fn) EXPORT CUresult fn(void) { return call(#fn, 0, NULL); }
+#define F1(fn, T1, C1) EXPORT CUresult fn(T1 a1) \
     { unsigned long long a[] = {C1(a1)}; return call(#fn, 1, a); }
-#define F2(fn, T1, C1, T2, C2) static CUresult w_##fn(T1 a1, T2 a2) \
+#define F2(fn, T1, C1, T2, C2) EXPORT CUresult fn(T1 a1, T2 a2) \
     { unsigned long long a[] = {C1(a1), C2(a2)}; return call(#fn, 2, a); }
-#define F3(fn, T1, C1, T2, C2, T3, C3) static CUresult w_##fn(T1 a1, T2 a2, T3 a3) \
+#define F3(fn, T1, C1, T2, C2, T3, C3) EXPORT CUresult fn(T1 a1, T2 a2, T3 a3) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3)}; return call(#fn, 3, a); }
 #define F4(fn, T1, C1, T2, C2, T3, C3, T4, C4) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4)}; return call(#fn, 4, a); }
 
 #define F5(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5)}; return call(#fn, 5, a); }
 #define F6(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6)}; \
       return call(#fn, 6, a); }
 #define F7(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6), C7(a7)}; \
       return call(#fn, 7, a); }
 #define F8(fn, T1, C1, T2, C2, T3, C3, T4, C4, T5, C5, T6, C6, T7, C7, T8, C8) \
-    static CUresult w_##fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7, T8 a8) \
+    EXPORT CUresult fn(T1 a1, T2 a2, T3 a3, T4 a4, T5 a5, T6 a6, T7 a7, T8 a8) \
     { unsigned long long a[] = {C1(a1), C2(a2), C3(a3), C4(a4), C5(a5), C6(a6), C7(a7), \
                                 C8(a8)}; return call(#fn, 8, a); }
 
@@ -268,7 +275,7 @@ F2(cuUserObjectRelease, H, P, unsigned int, U)
 F4(cuGraphRetainUserObject, H, P, H, P, unsigned int, U, unsigned int, U)
 F3(cuGraphReleaseUserObject, H, P, H, P, unsigned int, U)
 #define CAPTURE_INFO(fn, n, ...) \
-    static CUresult w_##fn(H s, int *st, cuuint64_t *id, H *g, H *deps, __VA_ARGS__) \
+    EXPORT CUresult fn(H s, int *st, cuuint64_t *id, H *g, H *deps, __VA_ARGS__) \
     { unsigned long long a[] = {P(s), P(st), P(id), P(g), P(deps), CAPTURE_INFO_TAIL_##n}; \
       return call(#fn, n, a); }
 #define CAPTURE_INFO_TAIL_6 P(count)
@@ -278,16 +285,84 @@ CAPTURE_INFO(cuStreamGetCaptureInfo_v2_ptsz, 6, size_t *count)
 CAPTURE_INFO(cuStreamGetCaptureInfo_v3, 7, H *edges, size_t *count)
 CAPTURE_INFO(cuStreamGetCaptureInfo_v3_ptsz, 7, H *edges, size_t *count)
 
+
+/* Explicit graphs (issue 45): served by _graph_node_calls.py. */
+F2(cuGraphCreate, H *, P, unsigned int, U)
+F2(cuGraphClone, H *, P, H, P)
+F3(cuGraphNodeFindInClone, H *, P, H, P, H, P)
+F3(cuGraphGetNodes, H, P, H *, P, size_t *, P)
+F3(cuGraphGetRootNodes, H, P, H *, P, size_t *, P)
+F4(cuGraphGetEdges, H, P, H *, P, H *, P, size_t *, P)
+F5(cuGraphGetEdges_v2, H, P, H *, P, H *, P, H, P, size_t *, P)
+F3(cuGraphNodeGetDependencies, H, P, H *, P, size_t *, P)
+F4(cuGraphNodeGetDependencies_v2, H, P, H *, P, H, P, size_t *, P)
+F3(cuGraphNodeGetDependentNodes, H, P, H *, P, size_t *, P)
+F4(cuGraphNodeGetDependentNodes_v2, H, P, H *, P, H, P, size_t *, P)
+F4(cuGraphAddDependencies, H, P, const H *, P, const H *, P, size_t, U)
+F5(cuGraphAddDependencies_v2, H, P, const H *, P, const H *, P, const void *, P, size_t, U)
+F4(cuGraphRemoveDependencies, H, P, const H *, P, const H *, P, size_t, U)
+F5(cuGraphRemoveDependencies_v2, H, P, const H *, P, const H *, P, const void *, P, size_t, U)
+F1(cuGraphDestroyNode, H, P)
+F2(cuGraphNodeGetType, H, P, int *, P)
+F3(cuGraphDebugDotPrint, H, P, const char *, P, unsigned int, U)
+F5(cuGraphAddKernelNode, H *, P, H, P, const H *, P, size_t, U, const void *, P)
+F5(cuGraphAddKernelNode_v2, H *, P, H, P, const H *, P, size_t, U, const void *, P)
+F6(cuGraphAddMemsetNode, H *, P, H, P, const H *, P, size_t, U, const void *, P, H, P)
+F6(cuGraphAddMemcpyNode, H *, P, H, P, const H *, P, size_t, U, const void *, P, H, P)
+F5(cuGraphAddHostNode, H *, P, H, P, const H *, P, size_t, U, const void *, P)
+F4(cuGraphAddEmptyNode, H *, P, H, P, const H *, P, size_t, U)
+F5(cuGraphAddChildGraphNode, H *, P, H, P, const H *, P, size_t, U, H, P)
+F5(cuGraphAddEventRecordNode, H *, P, H, P, const H *, P, size_t, U, H, P)
+F5(cuGraphAddEventWaitNode, H *, P, H, P, const H *, P, size_t, U, H, P)
+F5(cuGraphAddMemAllocNode, H *, P, H, P, const H *, P, size_t, U, void *, P)
+F5(cuGraphAddMemFreeNode, H *, P, H, P, const H *, P, size_t, U, CUdeviceptr, U)
+F5(cuGraphConditionalHandleCreate, cuuint64_t *, P, H, P, H, P, unsigned int, U, unsigned int, U)
+F5(cuGraphAddNode, H *, P, H, P, const H *, P, size_t, U, void *, P)
+F6(cuGraphAddNode_v2, H *, P, H, P, const H *, P, const void *, P, size_t, U, void *, P)
+F2(cuGraphKernelNodeGetParams, H, P, void *, P)
+F2(cuGraphKernelNodeGetParams_v2, H, P, void *, P)
+F2(cuGraphKernelNodeSetParams, H, P, const void *, P)
+F2(cuGraphKernelNodeSetParams_v2, H, P, const void *, P)
+F2(cuGraphMemsetNodeGetParams, H, P, void *, P)
+F2(cuGraphMemsetNodeSetParams, H, P, const void *, P)
+F2(cuGraphMemcpyNodeGetParams, H, P, void *, P)
+F2(cuGraphMemcpyNodeSetParams, H, P, const void *, P)
+F2(cuGraphHostNodeGetParams, H, P, void *, P)
+F2(cuGraphHostNodeSetParams, H, P, const void *, P)
+F2(cuGraphMemAllocNodeGetParams, H, P, void *, P)
+F2(cuGraphMemFreeNodeGetParams, H, P, CUdeviceptr *, P)
+F2(cuGraphChildGraphNodeGetGraph, H, P, H *, P)
+F2(cuGraphEventRecordNodeGetEvent, H, P, H *, P)
+F2(cuGraphEventWaitNodeGetEvent, H, P, H *, P)
+F2(cuGraphEventRecordNodeSetEvent, H, P, H, P)
+F2(cuGraphEventWaitNodeSetEvent, H, P, H, P)
+F2(cuGraphNodeGetParams, H, P, void *, P)
+F2(cuGraphNodeSetParams, H, P, void *, P)
+F3(cuGraphExecNodeSetParams, H, P, H, P, void *, P)
+F3(cuGraphExecKernelNodeSetParams_v2, H, P, H, P, const void *, P)
+F4(cuGraphExecMemsetNodeSetParams, H, P, H, P, const void *, P, H, P)
+F4(cuGraphExecMemcpyNodeSetParams, H, P, H, P, const void *, P, H, P)
+F3(cuGraphExecEventRecordNodeSetEvent, H, P, H, P, H, P)
+F3(cuGraphExecEventWaitNodeSetEvent, H, P, H, P, H, P)
+F3(cuGraphExecUpdate_v2, H, P, H, P, void *, P)
+S6(cuStreamBeginCaptureToGraph, H, P, H, P, const H *, P, const void *, P, size_t, U, int, U)
+S4(cuStreamUpdateCaptureDependencies, H, P, H *, P, size_t, U, unsigned int, U)
+F5(cuStreamUpdateCaptureDependencies_v2, H, P, H *, P, const void *, P, size_t, U, unsigned int, U)
+F5(cuStreamUpdateCaptureDependencies_v2_ptsz, H, P, H *, P, const void *, P, size_t, U, unsigned int, U)
+F3(cuDeviceGetGraphMemAttribute, CUdevice, U, int, U, void *, P)
+F3(cuDeviceSetGraphMemAttribute, CUdevice, U, int, U, void *, P)
+F1(cuDeviceGraphMemTrim, CUdevice, U)
+
 /* The handle is passed by value (64 bytes): its address is this frame's copy,
  * read by the serving function during the call. */
-static CUresult w_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
 {
     unsigned long long a[] = {P(pdptr), P(&handle), U(flags)};
     return call("cuIpcOpenMemHandle_v2", 3, a);
 }
 
 #define LAUNCH(fn) \
-    static CUresult w_##fn(H f, unsigned int gx, unsigned int gy, unsigned int gz, \
+    EXPORT CUresult fn(H f, unsigned int gx, unsigned int gy, unsigned int gz, \
                            unsigned int bx, unsigned int by, unsigned int bz, \
                            unsigned int shared, H stream, void **params, void **extra) \
     { \
@@ -306,6 +381,13 @@ EXPORT CUresult cuGetExportTable(const void **table, const void *id)
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, int *);
+
+/* _cuda_h.c (generated from cuda.h): the forms of every entry point, and the
+ * function that answers those not modelled. */
+typedef struct { const char *name; int version; } GaForm;
+extern const GaForm ga_cuda_h_forms[];
+extern const size_t ga_cuda_h_nforms;
+int ga_not_supported(void);
 EXPORT CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
 
 /* ---------------------------------------------------------------- table */
@@ -316,8 +398,8 @@ typedef struct {
     void *ptsz;        /* its per-thread-default-stream form, or NULL */
 } Entry;
 
-#define E(name, ver, w) {name, ver, (void *)w_##w, NULL}
-#define ES(name, ver, w) {name, ver, (void *)w_##w, (void *)w_##w##_ptsz}
+#define E(name, ver, w) {name, ver, (void *)w, NULL}
+#define ES(name, ver, w) {name, ver, (void *)w, (void *)w##_ptsz}
 
 static const Entry table[] = {
     E("cuInit", 2000, cuInit),
@@ -491,6 +573,71 @@ static const Entry table[] = {
     E("cuUserObjectRelease", 11030, cuUserObjectRelease),
     E("cuGraphRetainUserObject", 11030, cuGraphRetainUserObject),
     E("cuGraphReleaseUserObject", 11030, cuGraphReleaseUserObject),
+    /* Explicit graphs (issue 45). */
+    E("cuGraphCreate", 10000, cuGraphCreate),
+    E("cuGraphClone", 10000, cuGraphClone),
+    E("cuGraphNodeFindInClone", 10000, cuGraphNodeFindInClone),
+    E("cuGraphGetNodes", 10000, cuGraphGetNodes),
+    E("cuGraphGetRootNodes", 10000, cuGraphGetRootNodes),
+    E("cuGraphGetEdges", 10000, cuGraphGetEdges),
+    E("cuGraphGetEdges", 12030, cuGraphGetEdges_v2),
+    E("cuGraphNodeGetDependencies", 10000, cuGraphNodeGetDependencies),
+    E("cuGraphNodeGetDependencies", 12030, cuGraphNodeGetDependencies_v2),
+    E("cuGraphNodeGetDependentNodes", 10000, cuGraphNodeGetDependentNodes),
+    E("cuGraphNodeGetDependentNodes", 12030, cuGraphNodeGetDependentNodes_v2),
+    E("cuGraphAddDependencies", 10000, cuGraphAddDependencies),
+    E("cuGraphAddDependencies", 12030, cuGraphAddDependencies_v2),
+    E("cuGraphRemoveDependencies", 10000, cuGraphRemoveDependencies),
+    E("cuGraphRemoveDependencies", 12030, cuGraphRemoveDependencies_v2),
+    E("cuGraphDestroyNode", 10000, cuGraphDestroyNode),
+    E("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
+    E("cuGraphDebugDotPrint", 11030, cuGraphDebugDotPrint),
+    E("cuGraphAddKernelNode", 10000, cuGraphAddKernelNode),
+    E("cuGraphAddKernelNode", 12000, cuGraphAddKernelNode_v2),
+    E("cuGraphAddMemsetNode", 10000, cuGraphAddMemsetNode),
+    E("cuGraphAddMemcpyNode", 10000, cuGraphAddMemcpyNode),
+    E("cuGraphAddHostNode", 10000, cuGraphAddHostNode),
+    E("cuGraphAddEmptyNode", 10000, cuGraphAddEmptyNode),
+    E("cuGraphAddChildGraphNode", 10000, cuGraphAddChildGraphNode),
+    E("cuGraphAddEventRecordNode", 11010, cuGraphAddEventRecordNode),
+    E("cuGraphAddEventWaitNode", 11010, cuGraphAddEventWaitNode),
+    E("cuGraphAddMemAllocNode", 11040, cuGraphAddMemAllocNode),
+    E("cuGraphAddMemFreeNode", 11040, cuGraphAddMemFreeNode),
+    E("cuGraphConditionalHandleCreate", 12030, cuGraphConditionalHandleCreate),
+    E("cuGraphAddNode", 12020, cuGraphAddNode),
+    E("cuGraphAddNode", 12030, cuGraphAddNode_v2),
+    E("cuGraphKernelNodeGetParams", 10000, cuGraphKernelNodeGetParams),
+    E("cuGraphKernelNodeGetParams", 12000, cuGraphKernelNodeGetParams_v2),
+    E("cuGraphKernelNodeSetParams", 10000, cuGraphKernelNodeSetParams),
+    E("cuGraphKernelNodeSetParams", 12000, cuGraphKernelNodeSetParams_v2),
+    E("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
+    E("cuGraphMemsetNodeSetParams", 10000, cuGraphMemsetNodeSetParams),
+    E("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
+    E("cuGraphMemcpyNodeSetParams", 10000, cuGraphMemcpyNodeSetParams),
+    E("cuGraphHostNodeGetParams", 10000, cuGraphHostNodeGetParams),
+    E("cuGraphHostNodeSetParams", 10000, cuGraphHostNodeSetParams),
+    E("cuGraphMemAllocNodeGetParams", 11040, cuGraphMemAllocNodeGetParams),
+    E("cuGraphMemFreeNodeGetParams", 11040, cuGraphMemFreeNodeGetParams),
+    E("cuGraphChildGraphNodeGetGraph", 10000, cuGraphChildGraphNodeGetGraph),
+    E("cuGraphEventRecordNodeGetEvent", 11010, cuGraphEventRecordNodeGetEvent),
+    E("cuGraphEventWaitNodeGetEvent", 11010, cuGraphEventWaitNodeGetEvent),
+    E("cuGraphEventRecordNodeSetEvent", 11010, cuGraphEventRecordNodeSetEvent),
+    E("cuGraphEventWaitNodeSetEvent", 11010, cuGraphEventWaitNodeSetEvent),
+    E("cuGraphNodeGetParams", 13020, cuGraphNodeGetParams),
+    E("cuGraphNodeSetParams", 12020, cuGraphNodeSetParams),
+    E("cuGraphExecNodeSetParams", 12020, cuGraphExecNodeSetParams),
+    E("cuGraphExecKernelNodeSetParams", 12000, cuGraphExecKernelNodeSetParams_v2),
+    E("cuGraphExecMemsetNodeSetParams", 10020, cuGraphExecMemsetNodeSetParams),
+    E("cuGraphExecMemcpyNodeSetParams", 10020, cuGraphExecMemcpyNodeSetParams),
+    E("cuGraphExecEventRecordNodeSetEvent", 11010, cuGraphExecEventRecordNodeSetEvent),
+    E("cuGraphExecEventWaitNodeSetEvent", 11010, cuGraphExecEventWaitNodeSetEvent),
+    E("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),
+    ES("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph),
+    ES("cuStreamUpdateCaptureDependencies", 11030, cuStreamUpdateCaptureDependencies),
+    ES("cuStreamUpdateCaptureDependencies", 12030, cuStreamUpdateCaptureDependencies_v2),
+    E("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute),
+    E("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute),
+    E("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim),
 };
 
 static int tracing = -1; /* GPUARRAY_STANDIN_TRACE=1: log every request to stderr */
@@ -505,15 +652,29 @@ static void *lookup(const char *symbol, int version, cuuint64_t flags)
             best = e;
     }
     void *fn = NULL;
-    if (best != NULL)
+    const char *what = "not found";
+    if (best != NULL) {
         fn = ((flags & PER_THREAD_FLAG) && best->ptsz) ? best->ptsz : best->fn;
+        what = "served";
+    } else {
+        /* A form cuda.h has that the simulator does not model: it is there, and
+         * every call answers CUDA_ERROR_NOT_SUPPORTED (_cuda_h.c). */
+        for (size_t i = 0; i < ga_cuda_h_nforms; i++) {
+            if (ga_cuda_h_forms[i].version <= version
+                && strcmp(ga_cuda_h_forms[i].name, symbol) == 0) {
+                fn = (void *)ga_not_supported;
+                what = "not modelled: CUDA_ERROR_NOT_SUPPORTED";
+                break;
+            }
+        }
+    }
     if (tracing < 0) {
         const char *t = getenv("GPUARRAY_STANDIN_TRACE");
-        tracing = t != NULL && t[0] != '\0' && strcmp(t, "0") != 0;
+        tracing = t != NULL && t[0] != '\0' && strcmp(t, "0") != 0 && strcmp(t, "errors") != 0;
     }
     if (tracing)
         fprintf(stderr, "gpuarray stand-in: cuGetProcAddress(%s, %d, flags=%llu) -> %s\n",
-                symbol, version, flags, fn ? "served" : "not found");
+                symbol, version, flags, what);
     return fn;
 }
 
@@ -533,6 +694,9 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cu
     return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }
 
-/* Also exported under their own names, for loaders that dlsym() them. */
-EXPORT CUresult cuInit(unsigned int flags) { return w_cuInit(flags); }
-EXPORT CUresult cuDriverGetVersion(int *v) { return w_cuDriverGetVersion(v); }
+EXPORT CUresult cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int version,
+                                         cuuint64_t flags, int *status)
+{
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+}
+

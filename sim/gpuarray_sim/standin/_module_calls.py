@@ -185,10 +185,15 @@ def cuKernelGetFunction(p: int, kernel: int) -> None:
 
 
 def cuKernelGetName(p: int, kernel: int) -> None:
+    if not kernel:  # cuda.h: CUDA_ERROR_INVALID_VALUE "if name or hfunc is NULL"
+        raise CudaError(_INVALID_VALUE, "cuKernelGetName", "(NULL kernel)")
     _str_out("cuKernelGetName", p, backend().function_info(kernel)[0].encode(), _STRINGS)
 
 
-cuFuncGetName = cuKernelGetName
+def cuFuncGetName(p: int, func: int) -> None:
+    if not func:  # cuda.h: CUDA_ERROR_INVALID_VALUE "if name or hfunc is NULL"
+        raise CudaError(_INVALID_VALUE, "cuFuncGetName", "(NULL function)")
+    _str_out("cuFuncGetName", p, backend().function_info(func)[0].encode(), _STRINGS)
 
 
 def cuFuncGetModule(p: int, func: int) -> None:

@@ -38,6 +38,7 @@ Conventions
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import traceback
@@ -54,6 +55,7 @@ from . import (
     _copy_calls,
     _device_calls,
     _graph_calls,
+    _graph_node_calls,
     _memory_calls,
     _module_calls,
     _stream_calls,
@@ -69,9 +71,11 @@ _NOT_INITIALIZED = 3
 INTERRUPTED = -2
 
 _tls = threading.local()
+#: ``GPUARRAY_STANDIN_TRACE=errors``: print the simulator's message of each failed call.
+_TRACE_ERRORS = os.environ.get("GPUARRAY_STANDIN_TRACE", "") == "errors"
 
 _MODULES = (_device_calls, _context_calls, _memory_calls, _copy_calls, _stream_calls,
-            _module_calls, _graph_calls)
+            _module_calls, _graph_calls, _graph_node_calls)
 
 #: The handler of each driver form, by name (the ``_*_calls.py`` modules).
 _HANDLERS: dict[str, Callable[..., None]] = {
@@ -137,6 +141,8 @@ def serve(name: str, args: tuple[int, ...]) -> int:
         return 0
     except CudaError as e:
         _keep(e)
+        if _TRACE_ERRORS:
+            print(f"gpuarray stand-in driver: {name}: {e}", file=sys.stderr)
         if e.code in _sticky.STICKY_CODES or e.code == _INVALID_IMAGE:
             _report_fault(e)  # the caller sees only the code: say what the simulator saw
         return e.code

@@ -52,16 +52,6 @@ def ok(res: subprocess.CompletedProcess) -> str:
     return res.stdout
 
 
-def test_library_exports_only_the_driver_entry_points(folder):
-    out = subprocess.run(["nm", "-D", "--defined-only", str(folder / "libcuda.so.1")],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip(f"nm is not available: {out.stderr.strip()}")
-    names = {line.split()[-1] for line in out.stdout.splitlines() if " T " in line}
-    assert names == {"cuGetProcAddress_v2", "cuGetProcAddress", "cuInit", "cuDriverGetVersion",
-                     "cuGetExportTable"}
-
-
 def test_cli_info_says_the_cuda_backend_runs_over_the_standin(folder):
     e = _standin.environment(folder)
     e.pop("CUDA_VISIBLE_DEVICES", None)
@@ -331,16 +321,14 @@ def test_per_thread_default_stream_forms(folder):
     assert "flags=2) -> served" in res.stderr  # the bindings asked for the _ptsz forms
 
 
-def test_a_function_the_standin_lacks_fails_naming_itself(folder):
+def test_a_function_the_standin_does_not_model_answers_not_supported(folder):
+    # issue 45: every function of cuda.h is there; what the simulator does not model
+    # refuses every call with CUDA_ERROR_NOT_SUPPORTED (a caller's "unsupported" path runs)
     ok(run(folder, """
         from cuda.bindings import driver
         b.init()
-        try:
-            driver.cuCtxResetPersistingL2Cache()
-        except Exception as e:
-            assert 'cuCtxResetPersistingL2Cache' in str(e), repr(e)
-        else:
-            raise AssertionError('an unserved function did not fail')
+        err, = driver.cuCtxResetPersistingL2Cache()
+        assert err == driver.CUresult.CUDA_ERROR_NOT_SUPPORTED, err
         print('OK')
     """))
 
