@@ -21,6 +21,10 @@ may be stricter than a driver, never more lenient.  Two checks:
   only with ``.pred``; ``cvt``, ``ld`` and ``st`` may use wider integer
   registers for integer types ("Operand size exceeding instruction-type
   size"); an integer literal is not a float operand;
+* ld/st/ldu's modifiers: one of those ptxas was asked about (``_forms.MODSET``)
+  that it never accepts with the opcode (``_forms.MODS``: ``st.sat``,
+  ``ld.aligned``...) is refused, and so is an operand count it does not take
+  (``_forms.BASEARITY``, forms without a cache-hint or level qualifier);
 * the operands themselves (``_operands``): the count (``_forms.ARITY``),
   ld/st/ldu's state space, vector width and type (``_forms.LDST``), the
   guard a predicate, an address register an integer or bit one, immediate
@@ -36,7 +40,7 @@ from collections.abc import Sequence
 
 from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
 from ._errors import PtxError
-from ._forms import ARITY, LDST, LEGAL, MINVER
+from ._forms import ARITY, BASEARITY, LDST, LEGAL, MINVER, MODS, MODSET
 from ._types import CTYPE
 
 __all__ = ["check", "problems", "form_key", "ldst_key"]
@@ -168,6 +172,37 @@ def ldst_key(it: Instr) -> str | None:
     return f"{it.base}.{space}.{vec}.{types[0]}"
 
 
+_SCOPES = frozenset({"cta", "gpu", "sys", "cluster"})
+_ORDERS = frozenset({"relaxed", "acquire", "release"})
+_CACHE = frozenset({"ca", "cg", "cs", "lu", "cv", "wb", "wt"})
+
+
+def _memory_order(it: Instr) -> str | None:
+    """ld/st's memory-order qualifiers as ptxas combines them (each modifier once;
+    ``.weak``, ``.volatile`` or ``.relaxed``/``.acquire``/``.release`` with one scope, the
+    last not with a cache operator or ``.nc``; a scope only with one of those; one cache
+    operator; ``.nc`` in ``.global`` only): ``sim/tests/ptx/test_ptx_check.py`` checks
+    these rules against ptxas's verdicts on the probes of ``sim/tools/ptx_forms/gen.py``."""
+    if len(set(it.mods)) != len(it.mods):
+        return f"{it.opcode}: a modifier given twice"
+    mods = set(it.mods)
+    orders, scopes = mods & _ORDERS, mods & _SCOPES
+    if "nc" in mods and "global" not in mods:
+        return f"{it.opcode}: .nc needs the .global state space"
+    if orders and (mods & (_CACHE | {"nc"})):
+        return f"{it.opcode}: .{min(orders)} cannot be combined with a cache operator or .nc"
+    sem = len(orders) + ("volatile" in mods) + ("weak" in mods)
+    if sem > 1:
+        return f"{it.opcode}: more than one of .weak, .volatile, .relaxed, .acquire, .release"
+    if orders and len(scopes) != 1:
+        return f"{it.opcode}: .{min(orders)} needs one scope (.cta, .cluster, .gpu, .sys)"
+    if scopes and not orders:
+        return f"{it.opcode}: a scope without .relaxed, .acquire or .release"
+    if len(mods & _CACHE) > 1:
+        return f"{it.opcode}: more than one cache operator"
+    return None
+
+
 def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
     """Operand rules of ptxas beyond the types: guard, count, ld/st, addresses, immediates."""
     if it.pred is not None and regs.get(it.pred.name, "pred") != "pred":
@@ -177,6 +212,19 @@ def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
     if counts is not None and len(it.args) not in counts:
         return (f"{it.opcode}: {len(it.args)} operands; ptxas takes "
                 f"{' or '.join(str(n) for n in sorted(counts))} (arguments mismatch)")
+    taken = MODS.get(it.base)
+    if taken is not None:
+        bad = [m for m in it.mods if m in MODSET and m not in taken]
+        if bad:
+            return (f"{it.opcode}: modifier .{bad[0]}, which {it.base} does not take (illegal "
+                    "modifier)")
+        why = _memory_order(it)
+        if why is not None:
+            return why
+        counts = BASEARITY.get(it.base)
+        if counts is not None and not any("::" in m for m in it.mods) and len(it.args) not in counts:
+            return (f"{it.opcode}: {len(it.args)} operands; ptxas takes "
+                    f"{' or '.join(str(n) for n in sorted(counts))} (arguments mismatch)")
     k = ldst_key(it)
     if k is not None and LDST.get(k) is False:
         return (f"{it.opcode}: state space, vector width or type that {it.base} does not take "

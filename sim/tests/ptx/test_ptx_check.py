@@ -127,6 +127,16 @@ REFUSED = [
     ("ld.global.u32 %r0, [%p0];", "as an address"),
     ("bar.sync 16;", "out of the range"),
     ("bar.sync 1, 33;", "multiple of the warp size"),
+    # ld/st's modifiers as ptxas combines them, warp collectives without .sync (part 2)
+    ("st.global.sat.u32 [%a0], %r0;", "modifier .sat, which st does not take"),
+    ("ld.relaxed.global.u32 %r0, [%a0];", "needs one scope"),
+    ("ld.gpu.global.u32 %r0, [%a0];", "a scope without"),
+    ("ld.shared.nc.u32 %r0, [%a0];", ".nc needs the .global state space"),
+    ("ld.volatile.relaxed.gpu.global.u32 %r0, [%a0];", "more than one of"),
+    ("ld.global.ca.cg.u32 %r0, [%a0];", "more than one cache operator"),
+    ("ld.relaxed.gpu.global.ca.u32 %r0, [%a0];", "cannot be combined with a cache operator"),
+    ("st.global.u32 [%a0], %r0, %r1;", "3 operands"),
+    ("shfl.idx.b32 %r0, %r1, %r2, %r3;", "shfl does not take"),
 ]
 REGS = (".reg .b16 %h<3>; .reg .f64 %d<3>; .reg .u32 %r<3>; .reg .b32 %b<3>; .reg .f32 %f<3>;"
         " .reg .s32 %s<3>; .reg .pred %p<2>; .reg .b64 %a<2>;")
