@@ -228,7 +228,7 @@ class SimIpc:
         mem._next[dev] += -(-size // ALIGN) * ALIGN
         store = np.ndarray((size,), dtype=np.uint8, buffer=shm.buf)
         a = Allocation(base, size, dev, "ipc", store,
-                       slack=max(0, min(len(shm.buf), -(-size // ALIGN) * ALIGN) - size))
+                       slack=max(0, min(shm.size, -(-size // ALIGN) * ALIGN) - size))
         mem._insert(a)
         imp = _Import(bytes(handle), a, shm)
         self._imports[key] = imp
