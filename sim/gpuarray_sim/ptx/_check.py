@@ -4,7 +4,7 @@ One concern: between parsing and translation, refuse (218,
 ``CUDA_ERROR_INVALID_PTX``, naming the PTX line and the reason) every
 instruction a driver's JIT (``ptxas``) would refuse at
 ``cuModuleLoadData`` although the translator could run it -- the simulator
-may be stricter than a driver, never more lenient.  Two checks:
+may be stricter than a driver, never more lenient.  The checks:
 
 * the instruction's spelling: for each opcode of :data:`._forms.LEGAL`
   (the arithmetic, logic, compare, select and convert instructions), the
@@ -19,12 +19,16 @@ may be stricter than a driver, never more lenient.  Two checks:
   operand -- same size, and ``.f`` only with ``.f``/``.b``, ``.s``/``.u``
   with ``.s``/``.u``/``.b``, ``f16x2``/``bf16x2`` with ``.b32``, predicates
   only with ``.pred``; ``cvt``, ``ld`` and ``st`` may use wider integer
-  registers for integer types ("Operand size exceeding instruction-type
-  size"); an integer literal is not a float operand;
+  registers for integer types, and ``ld``/``st`` of a bit-size type any
+  register at least as wide, floats too ("Operand size exceeding
+  instruction-type size"); an integer literal is not a float operand;
 * ld/st/ldu's modifiers: one of those ptxas was asked about (``_forms.MODSET``)
   that it never accepts with the opcode (``_forms.MODS``: ``st.sat``,
   ``ld.aligned``...) is refused, and so is an operand count it does not take
-  (``_forms.BASEARITY``, forms without a cache-hint or level qualifier);
+  (``_forms.BASEARITY``, forms without a cache-hint or level qualifier); the
+  memory-order qualifiers combine as ptxas allows (``_memory_order``); a
+  variable's address only in its own state space (generic: ``.global``,
+  ``.shared`` or ``.local`` ones), never a store to a kernel parameter;
 * the operands themselves (``_operands``): the count (``_forms.ARITY``),
   ld/st/ldu's state space, vector width and type (``_forms.LDST``), the
   guard a predicate, an address register an integer or bit one, immediate
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
+from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Sym, Vec
 from ._errors import PtxError
 from ._forms import ARITY, BASEARITY, LDST, LEGAL, MINVER, MODS, MODSET
 from ._types import CTYPE
@@ -75,6 +79,8 @@ def _compatible(want: str, have: str, relaxed: bool) -> bool:
     if relaxed and have[0] == "b" and _SIZE[have] >= _SIZE[want]:
         return True  # cvt: a wider bit-size register holds any type
     kw, kh = want[0], have[0]
+    if relaxed and kw == "b" and not fixed and _SIZE[have] >= _SIZE[want]:
+        return True  # ld/st of a bit-size type: any register at least as wide, floats too
     if want == "f16x2":
         return have in ("b32", "f16x2")
     if want == "bf16x2":
@@ -203,7 +209,30 @@ def _memory_order(it: Instr) -> str | None:
     return None
 
 
-def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
+_GENERIC = frozenset({"global", "shared", "local"})  # what a generic address may name
+
+
+def _symbol_space(it: Instr, syms: dict[str, str]) -> str | None:
+    """ld/st/ldu of a variable's address in another state space than the variable's (a
+    generic one names only .global, .shared or .local variables); st to an entry's
+    parameter, which is read-only."""
+    if it.base not in ("ld", "st", "ldu"):
+        return None
+    for a in it.args:
+        if isinstance(a, Addr) and isinstance(a.base, Sym) and a.base.name in syms:
+            have = syms[a.base.name]
+            spaces = [m.split("::")[0] for m in it.mods if m.split("::")[0] in _LDST_SPACES]
+            want = spaces[0] if spaces else ""
+            if want != have.removeprefix("entry ") and not (want == "" and have in _GENERIC):
+                return (f"{it.opcode}: {a.base.name} is a .{have.removeprefix('entry ')} "
+                        f"variable, not in the instruction's {'.' + want if want else 'generic'} "
+                        "state space (state space mismatch)")
+            if it.base == "st" and have == "entry param":
+                return f"{it.opcode}: {a.base.name} is a kernel parameter, which is read-only"
+    return None
+
+
+def _operands(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | None = None) -> str | None:
     """Operand rules of ptxas beyond the types: guard, count, ld/st, addresses, immediates."""
     if it.pred is not None and regs.get(it.pred.name, "pred") != "pred":
         return (f"{it.opcode}: the guard {it.pred.name} is a .{regs[it.pred.name]} register, "
@@ -225,6 +254,11 @@ def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
         if counts is not None and not any("::" in m for m in it.mods) and len(it.args) not in counts:
             return (f"{it.opcode}: {len(it.args)} operands; ptxas takes "
                     f"{' or '.join(str(n) for n in sorted(counts))} (arguments mismatch)")
+    if it.base == "bra" and it.args and not isinstance(it.args[0], Sym):
+        return f"{it.opcode}: a label expected as the target (a register target is brx.idx's)"
+    why = _symbol_space(it, syms or {})
+    if why is not None:
+        return why
     k = ldst_key(it)
     if k is not None and LDST.get(k) is False:
         return (f"{it.opcode}: state space, vector width or type that {it.base} does not take "
@@ -248,13 +282,13 @@ def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
     return None
 
 
-def _instr(it: Instr, regs: dict[str, str | None]) -> str | None:
+def _instr(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | None = None) -> str | None:
     """Why ptxas refuses ``it`` (None: it does not)."""
     legal = LEGAL.get(it.base)
     if legal is not None and form_key(it) not in legal:
         return (f"{it.opcode}: a modifier, rounding mode or type that {it.base} does not take "
                 "(not a form a driver's PTX JIT accepts)")
-    why = _operands(it, regs)
+    why = _operands(it, regs, syms)
     if why is not None:
         return why
     if (it.base == "setp" and it.args and isinstance(it.args[0], Vec)
@@ -296,12 +330,16 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
                 out.append((fn.line, f".{d} {', '.join(map(str, vals))} of {fn.name}: ptxas "
                                      "expects positive non-zero values"))
         regs = _reg_types(fn)
+        syms = {g.name: g.space for g in m.globals.values()}
+        syms.update((p.name, "entry param" if fn.kind == "entry" else "param") for p in fn.params)
+        syms.update((d.name, d.space) for d in fn.body or []
+                    if isinstance(d, Decl) and d.space in ("local", "shared", "param"))
         for it in fn.body or []:
             if isinstance(it, Decl) and it.space == "reg" and it.type not in REG_TYPES:
                 out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
                                      "such register"))
             elif isinstance(it, Instr):
-                why = _instr(it, regs)
+                why = _instr(it, regs, syms)
                 if why is not None:
                     out.append((it.line, why))
     return out

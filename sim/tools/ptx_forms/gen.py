@@ -28,7 +28,11 @@ import tempfile
 HEAD = ".version 9.0\n.target sm_90\n.address_size 64\n"
 REGTYPES = ("pred", "b16", "u16", "s16", "f16", "b32", "u32", "s32", "f32", "b64", "u64",
             "s64", "f64", "u8", "s8", "b8", "f16x2")
-PREAMBLE = "".join(f"  .reg .{t} %{t}_<4>;\n" for t in REGTYPES)
+PREAMBLE = "".join(f"  .reg .{t} %{t}_<4>;\n" for t in REGTYPES) + "  .local .u32 l_var;\n"
+#: A variable of each state space for the address probes (``l_var`` is in the preamble, the
+#: kernel parameter ``k_p`` in the entry's list).
+VARS = ".global .u32 g_var;\n.shared .u32 s_var;\n.const .u32 c_var;\n"
+SYMBOLS = ("g_var", "s_var", "c_var", "l_var", "k_p")
 #: The register an operand of instruction type ``t`` naturally lives in.
 NATURAL = {"s8": "s16", "u8": "u16", "b8": "b16", "bf16": "b16", "bf16x2": "b32",
            "f16x2": "b32"}
@@ -340,10 +344,19 @@ def _operand_forms() -> list[str]:
                     addr = "[%b64_1]" if sp != ".param" else "[%b64_1]"
                     add(f"{op}{sp}{v}.{t} {val}, {addr};" if op != "st" else
                         f"{op}{sp}{v}.{t} {addr}, {val};")
-    for t in ("u8", "u16", "u32", "u64", "f32", "f64", "s32"):
+    for t in ("u8", "u16", "u32", "u64", "f32", "f64", "s32", "b8", "b16", "b32", "b64"):
         for rt in REGTYPES:  # register widths: a register narrower or of another kind
             add(f"ld.global.{t} %{rt}_0, [%b64_1];")
             add(f"st.global.{t} [%b64_1], %{rt}_0;")
+    for sym in SYMBOLS:  # a variable's state space against the instruction's
+        for sp in LDST_SPACES:
+            for off in ("", "+4"):
+                add(f"ld{sp}.u32 %u32_0, [{sym}{off}];")
+                add(f"st{sp}.u32 [{sym}{off}], %u32_0;")
+                add(f"ldu{sp}.u32 %u32_0, [{sym}{off}];")
+    for form in ("bra $k_end;", "bra.uni $k_end;", "bra $k_end, $k_end;", "bra.uni $k_end, $k_end;",
+                 "bra;", "bra %b64_1;", "@%pred_0 bra $k_end;", "@%pred_0 bra $k_end, $k_end;"):
+        add(form)  # bra's operand: one label
     for rt in REGTYPES:  # the address operand's register
         add(f"ld.global.u32 %u32_0, [%{rt}_1];")
         add(f"ld.global.u32 %u32_0, [%{rt}_1+8];")
@@ -474,11 +487,12 @@ def _natural_args(tmpl: str, n: int) -> list[str]:
 def module(forms: list[str]) -> str:
     """One kernel holding ``forms``, the first on line ``FIRST`` and one a line."""
     body = "".join(f"  {f}\n" for f in forms)
-    return (HEAD + ".visible .entry k()\n{\n" + PREAMBLE + body + "$k_end:\n  ret;\n}\n")
+    return (HEAD + VARS + ".visible .entry k(.param .u32 k_p)\n{\n" + PREAMBLE + body
+            + "$k_end:\n  ret;\n}\n")
 
 
 #: The PTX line of the first form in :func:`module`.
-FIRST = HEAD.count("\n") + 3 + PREAMBLE.count("\n")
+FIRST = HEAD.count("\n") + VARS.count("\n") + 3 + PREAMBLE.count("\n")
 _ERR = re.compile(r", line (\d+); (error|fatal)\s*: (.*)")
 
 
@@ -571,7 +585,7 @@ def legal_text(forms: list[str], verdicts: list[str], heads: list[str]) -> str:
             keys = legal.setdefault(it.base, set())
             if v == "ok":
                 keys.add(form_key(it))
-        if f in arity and v == "ok":
+        if (f in arity or it.base in CONTROL) and v == "ok":
             counts.setdefault(form_key(it), set()).add(len(it.args))
         k = ldst_key(it)
         if k is not None:  # accepted with some register of the probes
