@@ -68,6 +68,8 @@ def form_key(it: Instr) -> str:
 
 def _compatible(want: str, have: str, relaxed: bool) -> bool:
     """Whether a register of type ``have`` may be an operand of type ``want``."""
+    if want == "pred~":  # vote's predicate operands: ptxas takes an .f16x2 register too
+        return have in ("pred", "f16x2")
     if want == "pred" or have == "pred":
         return want == have
     fixed = want.startswith("=")  # an operand type the instruction's type does not set
@@ -143,6 +145,16 @@ def _roles(it: Instr) -> Sequence[str | None]:
              "neg", "and", "or", "xor", "not", "cnot", "brev", "copysign", "sqrt", "rcp",
              "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc", "cvta"):
         return [t] * n
+    # the warp collectives: a member mask (and match's result) is an integer or bit register
+    if b == "shfl":  # shfl.sync.mode.b32 d[|p], a, b, c, membermask
+        return [t, t, "b32", "b32", "=u32"]
+    if b == "vote":  # vote.sync.mode.pred d, {!}a, membermask (.ballot: a .b32 d); ptxas
+        # also takes an .f16x2 register for .pred ones of .all/.any/.uni ("pred~")
+        return (["pred~", "pred~", "=u32"] if t == "pred" else [t, "pred", "=u32"])
+    if b == "match":  # match.mode.sync.type d[|p], a, membermask
+        return ["=u32", t, "=u32"]
+    if b == "redux":  # redux.sync.op.type d, a, membermask: integer registers only
+        return ["=u" + t[1:], "=u" + t[1:], "=u32"]
     return []
 
 
@@ -298,7 +310,7 @@ def _instr(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | None =
     for k, (role, a) in enumerate(zip(_roles(it), it.args, strict=False)):
         if role is None:
             continue
-        want = role.lstrip("=")
+        want = role.lstrip("=").rstrip("~")
         if isinstance(a, Reg):
             have = regs.get(a.name)
             if have is not None and not _compatible(role, have, relaxed):

@@ -142,6 +142,13 @@ REFUSED = [
     (".shared .u32 sv; ld.u32 %r0, [sv+4]; ld.local.u32 %r0, [sv];", "state space mismatch"),
     ("bra $end, $end;", "2 operands"),
     ("bra %a0;", "a label expected"),
+    ("match.any.sync.b32 %r0, %p0, %r1;", "register %p0 of type .pred"),
+    ("match.any.sync.b32 %r0, %r1, %d0;", "register %d0 of type .f64"),
+    ("redux.sync.min.u32 %d0, %r1, %r2;", "register %d0 of type .f64"),
+    ("redux.sync.and.b32 %f0, %r1, %r2;", "register %f0 of type .f32"),
+    ("vote.sync.ballot.b32 %r0, %p0, %f0;", "register %f0 of type .f32"),
+    ("shfl.sync.idx.b32 %r0, %r1, 0, 31, %f0;", "register %f0 of type .f32"),
+    ("sad.rz.u32 %r0, %r1, %r2, %r0;", "sad does not take"),
 ]
 REGS = (".reg .b16 %h<3>; .reg .f64 %d<3>; .reg .u32 %r<3>; .reg .b32 %b<3>; .reg .f32 %f<3>;"
         " .reg .s32 %s<3>; .reg .pred %p<2>; .reg .b64 %a<2>;")

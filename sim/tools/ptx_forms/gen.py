@@ -227,6 +227,25 @@ def _collective_forms() -> list[str]:
         for t in ("u32", "s32", "b32", "u64"):
             for m in extra:
                 add(f"redux.sync{op}{m}.{t} %{t}_0, %{t}_1, %b32_2;")
+    for rt in REGTYPES:  # each operand of each collective a register of every kind
+        r = f"%{rt}_3"
+        for k in range(5):
+            ops = ["%b32_0", "%b32_1", "%b32_2", "%b32_3", "%b32_0"]
+            ops[k] = r
+            add(f"shfl.sync.idx.b32 {', '.join(ops)};")
+        for k in range(3):
+            for head, ops in (("vote.sync.all.pred", ["%pred_0", "%pred_1", "%b32_2"]),
+                              ("vote.sync.ballot.b32", ["%b32_0", "%pred_1", "%b32_2"]),
+                              ("match.any.sync.b32", ["%b32_0", "%b32_1", "%b32_2"]),
+                              ("match.any.sync.b64", ["%b32_0", "%b64_1", "%b32_2"]),
+                              ("redux.sync.add.u32", ["%u32_0", "%u32_1", "%b32_2"]),
+                              ("redux.sync.and.b32", ["%b32_0", "%b32_1", "%b32_2"])):
+                ops = list(ops)
+                ops[k] = r
+                add(f"{head} {', '.join(ops)};")
+    for m in ("", ".rn", ".rz", ".sat", ".hi", ".lo", ".ftz"):  # sad takes no modifier
+        for t in INT + ("b32", "f32"):
+            add(f"sad{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)};")
     for to in ("", ".to"):
         for sp in ("", ".global", ".shared", ".local", ".const", ".param"):
             for t in ("u32", "u64", "s64", "b64", "s32", "b32", "f64"):

@@ -8,7 +8,8 @@ judges it, and so does the simulator's loader (``gpuarray_sim.ptx.load``:
 parse and check).  ptxas refusing what the loader accepts, or accepting
 what the loader refuses with 218 (``CUDA_ERROR_INVALID_PTX``), is a
 disagreement (the loader may still refuse at launch, with 200, an
-instruction the executor does not implement: that is a load).
+instruction the executor does not implement: that is a load).  A mutant
+ptxas crashes on (it dies of a signal) has no verdict: it is counted apart.
 """
 
 from __future__ import annotations
@@ -109,24 +110,32 @@ class Verdicts:
     """Mutants judged, the confusion matrix of the two verdicts and the disagreements."""
 
     tried: int = 0
+    #: mutants ptxas crashed on (no verdict: left out of the matrix), with an example
+    crashed: int = 0
+    crash_example: str = ""
     #: ``matrix[(ptxas accepts, loader accepts)]``: how many mutants had those verdicts
     matrix: dict[tuple[bool, bool], int] = field(default_factory=dict)
     disagreements: list[str] = field(default_factory=list)
 
     def add(self, other: Verdicts) -> None:
         self.tried += other.tried
+        self.crashed += other.crashed
+        self.crash_example = self.crash_example or other.crash_example
         for k, n in other.matrix.items():
             self.matrix[k] = self.matrix.get(k, 0) + n
         self.disagreements += other.disagreements
 
 
-def _ptxas_accepts(text: str, workdir: Path) -> tuple[bool, str]:
+def _ptxas_accepts(text: str, workdir: Path) -> tuple[bool | None, str]:
+    """ptxas's verdict and its first message; None when it crashed (a signal: no verdict)."""
     src = workdir / "mutant.ptx"
     src.write_text(text, encoding="utf-8")
     r = subprocess.run([ptxas() or "ptxas", "-arch=sm_90", str(src), "-o", str(workdir / "mutant.cubin")],
                        capture_output=True, text=True, timeout=120)
     if r.returncode == 0:
         return True, ""
+    if r.returncode < 0:
+        return None, f"ptxas died of signal {-r.returncode}"
     lines = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
     return False, (lines[0] if lines else f"exit status {r.returncode}").replace(str(src), "mutant.ptx")
 
@@ -176,6 +185,10 @@ def judge(text: str, n: int, seed: int, workdir: Path) -> Verdicts:
         mtext, what = m
         v.tried += 1
         ok_ptxas, why_ptxas = _ptxas_accepts(mtext, workdir)
+        if ok_ptxas is None:
+            v.crashed += 1
+            v.crash_example = v.crash_example or f"seed {seed} {what}"
+            continue
         ok_sim, why_sim = _loader_accepts(mtext)
         v.matrix[ok_ptxas, ok_sim] = v.matrix.get((ok_ptxas, ok_sim), 0) + 1
         if ok_ptxas and not ok_sim:

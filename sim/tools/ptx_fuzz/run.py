@@ -257,7 +257,8 @@ def report(counts: Counts, wall: float) -> str:
         lines.append(f"mutants: {m.tried} judged; ptxas accepts / loader accepts {g((True, True), 0)}, "
                      f"ptxas accepts / loader refuses {g((True, False), 0)}, ptxas refuses / loader "
                      f"accepts {g((False, True), 0)}, ptxas refuses / loader refuses "
-                     f"{g((False, False), 0)}")
+                     f"{g((False, False), 0)}; ptxas crashed on {m.crashed} (no verdict"
+                     + (f", e.g. {m.crash_example})" if m.crashed else ")"))
     lines.append(f"ptx_fuzz: {counts.programs} programs, {counts.kernels} kernels run "
                  f"({counts.kernels * gen.THREADS} threads, {counts.outputs} outputs compared), "
                  f"{len(counts.differences)} differences, {len(counts.failures)} failures; "
