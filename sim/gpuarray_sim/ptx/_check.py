@@ -246,6 +246,8 @@ def _symbol_space(it: Instr, syms: dict[str, str]) -> str | None:
 
 def _operands(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | None = None) -> str | None:
     """Operand rules of ptxas beyond the types: guard, count, ld/st, addresses, immediates."""
+    if it.pred is not None and it.pred.name not in regs:
+        return f"{it.opcode}: the guard {it.pred.name} is not a declared register"
     if it.pred is not None and regs.get(it.pred.name, "pred") != "pred":
         return (f"{it.opcode}: the guard {it.pred.name} is a .{regs[it.pred.name]} register, "
                 "not a predicate (predicate expression expected)")
@@ -342,6 +344,8 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
                 out.append((fn.line, f".{d} {', '.join(map(str, vals))} of {fn.name}: ptxas "
                                      "expects positive non-zero values"))
         regs = _reg_types(fn)
+        for p in fn.params + fn.rets:  # a .func's .reg parameters are registers too
+            regs.setdefault(p.name, None)
         syms = {g.name: g.space for g in m.globals.values()}
         syms.update((p.name, "entry param" if fn.kind == "entry" else "param") for p in fn.params)
         syms.update((d.name, d.space) for d in fn.body or []

@@ -149,6 +149,7 @@ REFUSED = [
     ("vote.sync.ballot.b32 %r0, %p0, %f0;", "register %f0 of type .f32"),
     ("shfl.sync.idx.b32 %r0, %r1, 0, 31, %f0;", "register %f0 of type .f32"),
     ("sad.rz.u32 %r0, %r1, %r2, %r0;", "sad does not take"),
+    ("@%q7 add.f32 %f0, %f1, %f2;", "not a declared register"),
 ]
 REGS = (".reg .b16 %h<3>; .reg .f64 %d<3>; .reg .u32 %r<3>; .reg .b32 %b<3>; .reg .f32 %f<3>;"
         " .reg .s32 %s<3>; .reg .pred %p<2>; .reg .b64 %a<2>;")
