@@ -143,7 +143,7 @@ def _roles(it: Instr) -> Sequence[str | None]:
         return [_wide(t), t, t, _wide(t)]
     if b in ("mov", "add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "abs",
              "neg", "and", "or", "xor", "not", "cnot", "brev", "copysign", "sqrt", "rcp",
-             "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc", "cvta"):
+             "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc", "cvta", "sad"):
         return [t] * n
     # the warp collectives: a member mask (and match's result) is an integer or bit register
     if b == "shfl":  # shfl.sync.mode.b32 d[|p], a, b, c, membermask
@@ -241,6 +241,26 @@ def _symbol_space(it: Instr, syms: dict[str, str]) -> str | None:
                         "state space (state space mismatch)")
             if it.base == "st" and have == "entry param":
                 return f"{it.opcode}: {a.base.name} is a kernel parameter, which is read-only"
+    return None
+
+
+def _registers_of(it: Instr) -> list[Reg]:
+    """The registers ``it`` names: operands, vector and pair items, address bases."""
+    out: list[Reg] = []
+    for a in it.args:
+        items = a.items if isinstance(a, Vec) else (a.base if isinstance(a, Addr) else a,)
+        out += [x for x in items if isinstance(x, Reg)]
+    return out
+
+
+def _undeclared(it: Instr, regs: dict[str, str | None], families: dict[str, int]) -> str | None:
+    """A register of a declared family (``.reg .pred %p<3>``) beyond its count (``%p3``):
+    ptxas refuses it; special registers (``%tid.x``, ``%pm0``...) are no family's."""
+    for r in _registers_of(it):
+        stem = r.name.rstrip("0123456789")
+        if r.name not in regs and stem != r.name and stem in families:
+            return (f"{it.opcode}: register {r.name} is not declared (.reg {stem}<"
+                    f"{families[stem]}> declares {stem}0..{stem}{families[stem] - 1})")
     return None
 
 
@@ -346,6 +366,10 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
         regs = _reg_types(fn)
         for p in fn.params + fn.rets:  # a .func's .reg parameters are registers too
             regs.setdefault(p.name, None)
+        families: dict[str, int] = {}
+        for d in fn.body or []:
+            if isinstance(d, Decl) and d.space == "reg" and d.count:
+                families[d.name] = max(families.get(d.name, 0), d.count)
         syms = {g.name: g.space for g in m.globals.values()}
         syms.update((p.name, "entry param" if fn.kind == "entry" else "param") for p in fn.params)
         syms.update((d.name, d.space) for d in fn.body or []
@@ -355,7 +379,7 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
                 out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
                                      "such register"))
             elif isinstance(it, Instr):
-                why = _instr(it, regs, syms)
+                why = _undeclared(it, regs, families) or _instr(it, regs, syms)
                 if why is not None:
                     out.append((it.line, why))
     return out

@@ -136,7 +136,7 @@ REFUSED = [
     ("ld.global.ca.cg.u32 %r0, [%a0];", "more than one cache operator"),
     ("ld.relaxed.gpu.global.ca.u32 %r0, [%a0];", "cannot be combined with a cache operator"),
     ("st.global.u32 [%a0], %r0, %r1;", "3 operands"),
-    ("shfl.idx.b32 %r0, %r1, %r2, %r3;", "shfl does not take"),
+    ("shfl.idx.b32 %r0, %r1, %r2, %r1;", "shfl does not take"),
     # what the ptxas-judged mutants of the fuzzer found loading (part 2)
     (".local .u32 lv; ld.global.u32 %r0, [lv];", "state space mismatch"),
     (".shared .u32 sv; ld.u32 %r0, [sv+4]; ld.local.u32 %r0, [sv];", "state space mismatch"),
@@ -150,6 +150,9 @@ REFUSED = [
     ("shfl.sync.idx.b32 %r0, %r1, 0, 31, %f0;", "register %f0 of type .f32"),
     ("sad.rz.u32 %r0, %r1, %r2, %r0;", "sad does not take"),
     ("@%q7 add.f32 %f0, %f1, %f2;", "not a declared register"),
+    ("add.f32 %f0, %f3, %f1;", "register %f3 is not declared"),
+    ("cvt.u64.u32 %a0, %p2;", "register %p2 is not declared"),
+    ("sad.u32 %r0, %r1, %a0, %r2;", "register %a0 of type .b64"),
 ]
 REGS = (".reg .b16 %h<3>; .reg .f64 %d<3>; .reg .u32 %r<3>; .reg .b32 %b<3>; .reg .f32 %f<3>;"
         " .reg .s32 %s<3>; .reg .pred %p<2>; .reg .b64 %a<2>;")

@@ -243,6 +243,9 @@ def _collective_forms() -> list[str]:
                 ops = list(ops)
                 ops[k] = r
                 add(f"{head} {', '.join(ops)};")
+    for rt in REGTYPES:  # sad's operands: registers of its type's size and kind
+        add(f"sad.u32 %u32_0, %u32_1, %{rt}_2, %u32_3;")
+        add(f"sad.s64 %{rt}_0, %s64_1, %s64_2, %s64_3;")
     for m in ("", ".rn", ".rz", ".sat", ".hi", ".lo", ".ftz"):  # sad takes no modifier
         for t in INT + ("b32", "f32"):
             add(f"sad{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)};")
