@@ -100,11 +100,12 @@ test-numba-driver: $(PEERS_VENV)/.stamp
 # gpuarray's kernels from the PTX NVRTC makes with a GPU build's options, run by
 # the simulator's PTX executor (GPUARRAY_SIM_KERNELS=ptx), against NumPy: with
 # `make test` (host build against NumPy) the kernels are compared three ways.
-# The race detector sees the ranges a PTX launch touched (sim/_race.py), so its
-# test runs in this mode too.
+# The race detector judges the ranges a PTX launch touched at the call that
+# races (sim/gpuarray_sim/_race.py), so its tests run in this mode too.
 test-ptx-kernels: $(VENV)/.stamp-test,$(CUDA_EXTRA)
 	GPUARRAY_BACKEND=sim GPUARRAY_SIM_KERNELS=ptx $(VPY) -m pytest $(XDIST) -q \
-	    sim/tests/hostrt/test_kernels_reference.py $(PYTEST_ARGS)
+	    sim/tests/hostrt/test_kernels_reference.py sim/tests/backend/test_race_detector.py \
+	    $(PYTEST_ARGS)
 
 # A CI-sized selection of numba-cuda's kernel tests (numba.cuda.tests.cudapy,
 # 0.30.4, unmodified) over the stand-in; every failure listed with its reason

@@ -4,9 +4,13 @@
 interpreter for each of ``pass``, ``import numpy``, ``import gpuarray``,
 ``import cuda.core`` and ``import numba.cuda`` (the peers where installed;
 ``make .venv-peers/.stamp`` has them), round after round in a rotating order,
-and times each process from start to exit.  It prints the minimum and the
+and times each process from start to exit, started with ``-S`` as an
+installed wheel imports (an editable install's finder, run by ``site``,
+loads ``pathlib`` before the clock starts).  It prints the minimum and the
 median of every command and each one's excess over ``import numpy`` (PERF.md:
-``import gpuarray`` at most NumPy's import + 30 ms, whole-process minima).
+``import gpuarray`` at most NumPy's import + 30 ms, whole-process minima), in
+wall time and in the process's CPU time (user + system), which a machine
+shared with other work inflates less.
 Bytecode is written by an untimed warm-up round; ``GPUARRAY_BACKEND`` is left
 as set (importing gpuarray never initialises CUDA either way).
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,19 +37,29 @@ COMMANDS = {
 }
 
 
-def _run(python: str, code: str, env: dict[str, str]) -> float:
+def _run(python: str, code: str, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) milliseconds of one process running ``code``."""
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    r = subprocess.run([python, "-c", code], env=env, capture_output=True, cwd=ROOT)
+    # -S: no site, so no editable install's finder, which would load pathlib and urllib
+    # before the clock starts and hide their cost to an installed wheel's import.
+    r = subprocess.run([python, "-S", "-c", code], env=env, capture_output=True, cwd=ROOT)
     t = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
         raise RuntimeError(r.stderr.decode(errors="replace").strip().splitlines()[-1])
-    return t * 1e3
+    cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+    return t * 1e3, cpu * 1e3
 
 
-def measure(python: str, rounds: int) -> dict[str, list[float]]:
-    """Milliseconds per whole process, per command that runs here."""
+def measure(python: str, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """(wall, CPU) milliseconds per whole process, per command that runs here."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    # python -S (see _run): the checkout's gpuarray, the interpreter's site-packages.
+    where = subprocess.run([python, "-c", "import sysconfig; p = sysconfig.get_paths(); "
+                            "print(p['purelib']); print(p['platlib'])"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(ROOT), *where]))
     names = []
     for name, code in COMMANDS.items():
         try:
@@ -52,7 +67,7 @@ def measure(python: str, rounds: int) -> dict[str, list[float]]:
             names.append(name)
         except RuntimeError as e:
             print(f"{name}: skipped ({e})", file=sys.stderr)
-    times: dict[str, list[float]] = {n: [] for n in names}
+    times: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             times[name].append(_run(python, COMMANDS[name], env))
@@ -65,11 +80,13 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args()
     times = measure(args.python, args.rounds)
-    base = min(times["import numpy"])
     print(f"whole-process ms, {args.rounds} interleaved rounds ({args.python})")
-    print(f"{'command':<20} {'min':>8} {'median':>8} {'min - numpy':>12}")
-    for name, ts in times.items():
-        print(f"{name:<20} {min(ts):8.1f} {statistics.median(ts):8.1f} {min(ts) - base:12.1f}")
+    for i, what in enumerate(("wall", "CPU (user + system)")):
+        base = min(t[i] for t in times["import numpy"])
+        print(f"{what:<20} {'min':>8} {'median':>8} {'min - numpy':>12}")
+        for name, ts in times.items():
+            col = [t[i] for t in ts]
+            print(f"{name:<20} {min(col):8.1f} {statistics.median(col):8.1f} {min(col) - base:12.1f}")
     return 0
 
 

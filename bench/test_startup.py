@@ -33,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,7 @@ def _median(xs: list[float]) -> float | None:
 
 def _slowest_modules(env: dict[str, str], n: int = 8) -> list[tuple[str, float]]:
     """The gpuarray modules with the largest self time in one ``-X importtime`` run (ms)."""
-    r = _python("import numpy, gpuarray", env, "-X", "importtime")
+    r = _python("import numpy, gpuarray", env, "-S", "-X", "importtime")
     rows = []
     for line in r.stderr.splitlines():
         parts = line.split("|")
@@ -109,13 +110,23 @@ def _rounds() -> int:
     return 15 if FULL else 5
 
 
-def test_import_time(benchmark):
+def _wheel_env() -> dict[str, str]:
+    """For ``python -S``: as an installed wheel imports, without site and so without an
+    editable install's finder (which loads pathlib and urllib before the timing starts)."""
+    where = sysconfig.get_paths()
     env = _env()
-    _python("import gpuarray", env)                      # warm-up: writes bytecode
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(ROOT), where["purelib"],
+                                                       where["platlib"]]))
+    return env
+
+
+def test_import_time(benchmark):
+    env = _wheel_env()
+    _python("import gpuarray", env, "-S")                # warm-up: writes bytecode
     times: dict[str, list[tuple[float, float]]] = {"numpy": [], "gpuarray": []}
 
     def run(module: str) -> None:
-        wall, cpu = _python(_IMPORT.format(module=module), env).stdout.split()
+        wall, cpu = _python(_IMPORT.format(module=module), env, "-S").stdout.split()
         times[module].append((float(wall), float(cpu)))
 
     benchmark.pedantic(lambda: run("gpuarray"), setup=lambda: run("numpy"), rounds=_rounds(),

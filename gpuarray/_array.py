@@ -425,11 +425,14 @@ class DeviceNDArray(ArrayViewsMixin, ArrayProtocolsMixin):
         """
         cai = self._cai
         if cai is None:
+            captured = _graph._unlaunched and _graph.check_graph_memory(
+                self.stream, "a CUDA Array Interface export", self._ptr)
             stream_value = self.stream.cai_value if _config.get().cai_export_stream else None
-            cai = self._cai = make_cai(ptr=self.ptr, shape=self.shape, byte_strides=self.strides,
-                                       dtype=self.dtype, readonly=self.readonly,
-                                       stream_value=stream_value,
-                                       c_contiguous=self.is_c_contiguous())
+            cai = make_cai(ptr=self.ptr, shape=self.shape, byte_strides=self.strides,
+                           dtype=self.dtype, readonly=self.readonly, stream_value=stream_value,
+                           c_contiguous=self.is_c_contiguous())
+            if not captured:  # a capture's graph memory is asked about again once it ends
+                self._cai = cai
         return cai
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -27,10 +27,11 @@ and only for them: gpuarray's own streams pay nothing -- it asks the driver
   executable graph at a time; a relaunch needs
   ``CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`` -- PyTorch sets it,
   cuda.core's ``GraphCompleteOptions(auto_free_on_launch=True)`` -- or a free
-  in between).  When such an array goes after the capture, gpuarray frees the
-  allocation a launch left (``cuMemFree``, relaxed mode); if no launch left one,
-  the driver says so (``CUDA_ERROR_INVALID_VALUE``) and the address goes
-  with the graph.
+  in between).  Until that graph's first launch nothing backs it: any use
+  outside a capture is refused (``_graph.check_graph_memory``, before the
+  driver sees it).  When such an array goes after the capture, gpuarray frees the
+  allocation a launch left (``cuMemFree``, relaxed mode); if the driver says no
+  launch mapped one, the address goes with the graph.
 """
 
 from __future__ import annotations
@@ -38,12 +39,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._driver import checkpoint, get_backend
-from ._driver._checkpoint import on_capture_end
-from ._driver._finalize import run_finalizer
+from ._driver import get_backend
 from .errors import CudaError
-
-_INVALID_VALUE = 1
 
 #: Live ``allocation_stream`` blocks on external streams (all threads): while
 #: there are none, an allocation without ``stream=`` asks nothing.
@@ -81,14 +78,38 @@ def capturing(s: Any) -> bool:
     return capture_info(s)[0] != "none"
 
 
-class ForeignGraphMemory:
+class ForeignUnlaunched:
+    """Memory of another library's graph that no launch mapped when gpuarray met it: imported
+    (``interop/_cai.py``), or allocated by gpuarray in its capture on ``stream``
+    (:class:`ForeignGraphMemory`).  ``_graph.check_graph_memory`` asks the driver again
+    (``PointerInfo.mapped``) before each use until a launch has mapped it."""
+
+    __slots__ = ("ptr", "device", "backend", "stream")
+    foreign = True
+
+    def __init__(self, ptr: int, device: Any, backend: Any, stream: Any = None) -> None:
+        self.ptr, self.device, self.backend = ptr, device, backend
+        self.stream = stream  # the stream object keeps its owner alive
+
+    @property
+    def what(self) -> str:
+        if self.stream is None:
+            return "memory of another library's graph"
+        return f"an array allocated while another library captured on {self.stream!r}"
+
+    def mapped_now(self) -> bool:
+        with self.device.activate():
+            return bool(self.backend.pointer_info(self.ptr).mapped)
+
+
+class ForeignGraphMemory(ForeignUnlaunched):
     """Graph memory allocated on another library's capturing stream (see the module docstring)."""
 
-    __slots__ = ("ptr", "device", "backend", "stream", "capture_id")
+    __slots__ = ("capture_id",)
 
     def __init__(self, ptr: int, device: Any, backend: Any, stream: Any, capture_id: int) -> None:
-        self.ptr, self.device, self.backend = ptr, device, backend
-        self.stream, self.capture_id = stream, capture_id  # the stream object keeps its owner alive
+        super().__init__(ptr, device, backend, stream)
+        self.capture_id = capture_id
 
     def release(self) -> None:
         b = self.backend
@@ -105,38 +126,17 @@ class ForeignGraphMemory:
                 except CudaError:  # invalidated meanwhile: the other library's end reports it
                     pass
                 return
-            if checkpoint().capturing:  # a free of gpuarray's capture time: made at its end
-                _held.append(self)
-                return
-            try:
-                b.mem_free(self.ptr)  # relaxed at the capture checkpoint
-            except CudaError as e:
-                if e.code != _INVALID_VALUE:  # INVALID_VALUE: no launch left it allocated
-                    raise
+            info = b.pointer_info(self.ptr)
+            if info.memory_type and info.mapped:  # a launch left it: else it went with the graph
+                b.mem_free(self.ptr)  # relaxed, or deferred while gpuarray captures (checkpoint)
 
 
-#: Releases waiting for the end of gpuarray's captures (``_checkpoint.on_capture_end``).
-_held: list[ForeignGraphMemory] = []
-
-
-def _release_held() -> None:
-    items, _held[:] = list(_held), []
-    for rec in items:
-        run_finalizer(rec.release)
-
-
-on_capture_end(_release_held)
-
-
-def alloc(nbytes: int, device: Any, stream: Any) -> Any:
+def alloc(nbytes: int, device: Any, stream: Any) -> ForeignGraphMemory | None:
     """Graph memory when ``stream`` is an external stream another library captures, else None."""
-    from .memory._pointer import MemoryPointer  # noqa: PLC0415  (memory sits above streams)
-
     status, cid = capture_info(stream)
     if status != "active":
         return None  # not capturing (an invalidated capture fails the work itself)
     b = get_backend()
     with device.activate():
         ptr = b.mem_alloc_async(nbytes, stream.handle)
-    rec = ForeignGraphMemory(ptr, device, b, stream, cid)
-    return MemoryPointer(device, ptr, nbytes, finalizer=rec.release)
+    return ForeignGraphMemory(ptr, device, b, stream, cid)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 __all__ = ["Config", "get", "reload"]
 
@@ -83,6 +84,8 @@ class Config:
 
 
 _config: Config | None = None
+#: Called (no arguments) by each :func:`reload`: caches of answers that depend on it.
+on_reload: list[Any] = []
 
 
 def reload() -> Config:
@@ -98,6 +101,8 @@ def reload() -> Config:
         staging_min=_number("GPUARRAY_STAGING_MIN", 4 << 20, int, 0),
         staging_chunk=_number("GPUARRAY_STAGING_CHUNK", 4 << 20, int, 4096),
     )
+    for hook in on_reload:
+        hook()
     return _config
 
 

@@ -22,7 +22,6 @@ from typing import Any, TypeAlias
 from . import _capture_foreign
 from ._device import Device
 from ._driver import checkpoint, get_backend
-from ._driver._checkpoint import on_capture_end
 from ._driver._finalize import run_finalizer
 from .errors import CudaError, StreamCaptureError
 
@@ -41,8 +40,6 @@ __all__ = ["Graph"]
 
 #: Graph memory not mapped yet (no launch so far): base -> (size, graph memory record).
 _unlaunched: dict[int, Any] = {}
-#: Releases of graph memory waiting for the end of the captures in progress.
-_held: list[Any] = []
 
 
 class Capture:
@@ -74,6 +71,10 @@ class _GraphMemory:
         self.array_alive = self.graph_alive = True
         self.mapped = False
 
+    @property
+    def what(self) -> str:
+        return f"an array allocated during the capture on {self.capture.stream!r}"
+
     def array_gone(self) -> None:
         self.array_alive = False
         if self.state == "capturing" and self.capture.open:
@@ -93,74 +94,19 @@ class _GraphMemory:
             return
         self.state = "freed"
         _unlaunched.pop(self.ptr, None)
-        if not self.mapped or get_backend() is not self.backend:
-            return  # never mapped: the address went with the graph
-        if _capturing():
-            self.state = "held"
-            _held.append(self)
-            if _capturing():
-                return
-            # The last capture ended since the test above: its release of the
-            # held frees may have run before the append; this one goes now.
-            _release_held()
-            return
-        with self.device.activate():
-            self.backend.mem_free(self.ptr)  # relaxed at the checkpoint
-
-
-class _ForeignUnlaunched:
-    """Graph memory of another library's graph, imported before a launch mapped it.
-
-    The driver said the address was not mapped (``PointerInfo.mapped``) when
-    gpuarray imported it (``interop/_cai.py``); :func:`check_graph_memory` asks again
-    before each use until a launch of that graph has mapped it.
-    """
-
-    __slots__ = ("base", "backend", "device")
-    foreign = True
-
-    def __init__(self, base: int, backend: Any, device: Device) -> None:
-        self.base, self.backend, self.device = base, backend, device
-
-    def mapped_now(self) -> bool:
-        with self.device.activate():
-            return bool(self.backend.pointer_info(self.base).mapped)
+        if self.mapped and get_backend() is self.backend:  # else the address went with the graph
+            with self.device.activate():  # the checkpoint defers it while gpuarray captures
+                self.backend.mem_free(self.ptr)
 
 
 def note_foreign_unmapped(base: int, size: int, device: Device) -> None:
-    """Imported memory ``[base, base + size)`` is graph memory not mapped yet (see above)."""
-    _unlaunched.setdefault(base, (size, _ForeignUnlaunched(base, get_backend(), device)))
-
-
-def _capturing() -> bool:
-    """Whether gpuarray captures now (the checkpoint's record; a test interleaves here)."""
-    return checkpoint().capturing
-
-
-def _release_held() -> None:
-    items = []
-    while True:  # each pop is atomic: a free appended by another thread meanwhile is taken
-        try:     # once, here or by its own thread's release, never dropped
-            items.append(_held.pop())
-        except IndexError:
-            break
-    for m in reversed(items):
-        if m.state == "held":
-            m.state = "graph"
-            m.free()
-
-
-on_capture_end(_release_held)
-
-
-def watching() -> bool:
-    """Whether array operations must be checked now: a capture runs, or graph memory awaits a launch."""
-    return bool(checkpoint().capturing or _unlaunched)
+    """Imported memory ``[base, base + size)`` is another library's graph memory, not mapped yet."""
+    _unlaunched.setdefault(base, (size, _capture_foreign.ForeignUnlaunched(base, device,
+                                                                           get_backend())))
 
 
 def _reset_for_tests() -> None:
     _unlaunched.clear()
-    _held.clear()
 
 
 def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
@@ -170,8 +116,12 @@ def capture_alloc(nbytes: int, device: Device, stream: Any) -> Any:
     if getattr(getattr(stream, "device", None), "id", None) != device.id:
         return None  # None or a stream of another device: not a capture of this allocation
     cap = checkpoint().capture_of(stream.handle)
-    if cap is None:
-        return _capture_foreign.alloc(nbytes, device, stream) if stream.kind == "external" else None
+    if cap is None:  # another library's capture, on a stream gpuarray knows as external
+        foreign = _capture_foreign.alloc(nbytes, device, stream) if stream.kind == "external" else None
+        if foreign is None:
+            return None
+        _unlaunched[foreign.ptr] = (nbytes, foreign)
+        return MemoryPointer(device, foreign.ptr, nbytes, finalizer=lambda: _foreign_gone(foreign))
     b = get_backend()
     with device.activate():
         ptr = b.mem_alloc_async(nbytes, stream.handle)
@@ -205,27 +155,32 @@ def keep(s: Stream, *objs: Any) -> None:
             cap.keep[id(mem)] = mem
 
 
-def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> None:
-    """Work on ``stream`` using graph memory no launch has mapped yet: refused (the memory
-    holds nothing and touching it faults); the capture's own stream may use it."""
-    if _unlaunched and checkpoint().capture_of(stream.handle) is None:
-        for p in ptrs:
-            for base, (size, rec) in list(_unlaunched.items()):
-                if base <= p < base + size and rec.backend is get_backend():
-                    if rec.foreign:
-                        if rec.mapped_now():  # its graph was launched since
-                            _unlaunched.pop(base, None)
-                            continue
-                        raise StreamCaptureError(
-                            f"{op} uses memory of another library's graph before that graph was "
-                            "launched: a graph allocation holds data only from the first launch "
-                            "on, and reading it now would fault (CUDA_ERROR_ILLEGAL_ADDRESS, the "
-                            "context lost); launch the graph first")
+def _foreign_gone(rec: Any) -> None:
+    _unlaunched.pop(rec.ptr, None)  # its address may be handed out again
+    rec.release()
+
+
+def check_graph_memory(stream: Stream, op: str, *ptrs: int) -> bool:
+    """Work on ``stream`` using graph memory no launch has mapped yet -- of gpuarray's graphs
+    or another library's -- is refused before the driver sees it (the memory holds nothing,
+    and touching it faults: CUDA_ERROR_ILLEGAL_ADDRESS, the context lost).  Work a capture
+    records (``stream`` captures) runs after the allocation: allowed, and True is returned
+    (what it makes of the memory must not outlive the capture: an export is not cached)."""
+    found = False
+    for p in ptrs:
+        for base, (size, rec) in list(_unlaunched.items()):
+            if base <= p < base + size and rec.backend is get_backend():
+                if rec.foreign and rec.mapped_now():  # its graph was launched since
+                    _unlaunched.pop(base, None)
+                elif checkpoint().is_capturing(stream.handle):
+                    found = True
+                else:
                     raise StreamCaptureError(
-                        f"{op} uses an array allocated during the capture on "
-                        f"{rec.capture.stream!r} before its graph was launched: its memory "
-                        "belongs to the graph and holds data only from the first launch on "
-                        "(launch the graph first)")
+                        f"{op} uses {rec.what} before its graph was launched: the memory "
+                        "belongs to the graph and holds data only from the graph's first launch "
+                        "on, and using it now would fault (CUDA_ERROR_ILLEGAL_ADDRESS, the "
+                        "context lost); launch the graph first")
+    return found
 
 
 class Graph:
@@ -308,32 +263,19 @@ class Graph:
         ValueError
             If the graph is closed, or ``stream`` is omitted and the stream
             it was captured on was closed (the graph does not need that
-            stream: launch it on another one).
+            stream: launch it on another one, which waits for the closed
+            stream's last work).
         StreamCaptureError
             Into a capturing stream (gpuarray's graphs hold memory nodes,
             which CUDA does not nest into another graph).
         """
         s = self._stream_for(stream, "launch")
-        b = get_backend()
-        home = self.stream
-        fin = home._finalizer
-        home_open = fin is None or fin.alive
-        if s is home or s == home:
-            if not home_open:
-                raise ValueError(f"Graph.launch: the stream it was captured on, {home!r}, was "
-                                 "closed; launch it on another stream (launch(stream=s))")
-            with s.device.activate():
-                b.graph_launch(self._handles[1], s.handle)
-        else:
-            # The graph needs nothing of its capture stream; it is ordered with the
-            # stream's work only while that stream exists.
-            order_after = _helpers["order_after"]
-            if home_open:
-                order_after(s, home)
-            with s.device.activate():
-                b.graph_launch(self._handles[1], s.handle)
-            if home_open:
-                order_after(home, s)
+        home, order_after = self.stream, _helpers["order_after"]
+        order_after(s, home)
+        with s.device.activate():
+            get_backend().graph_launch(self._handles[1], s.handle)
+        if not home.closed:
+            order_after(home, s)
         if _unlaunched:
             for m in self._memory:
                 _unlaunched.pop(m.ptr, None)

@@ -60,11 +60,13 @@ class Stream(CaptureMethods, HostCallbacks):
     ----------
     handle : int
         The ``CUstream`` value (1 for the legacy, 2 for the per-thread
-        default stream).
+        default stream).  Reading it from a closed stream raises ValueError.
     device : Device
         The device the stream belongs to.
     kind : str
         ``"legacy"``, ``"per_thread"``, ``"owned"`` or ``"external"``.
+    closed : bool
+        Whether :meth:`close` destroyed it.
 
     Examples
     --------
@@ -73,12 +75,14 @@ class Stream(CaptureMethods, HostCallbacks):
     >>> s.synchronize()                  # doctest: +SKIP
     """
 
-    __slots__ = ("handle", "device", "kind", "_owner", "_finalizer", "__weakref__")
+    __slots__ = ("handle", "device", "kind", "_owner", "_finalizer", "_last", "__weakref__")
     handle: int
     device: Device
     kind: str
     _owner: Any
     _finalizer: weakref.finalize | None
+    _last: Event  # recorded by close(): the stream's last work
+    closed = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(f"Stream objects are made by {_FACTORIES}")
@@ -183,11 +187,26 @@ class Stream(CaptureMethods, HostCallbacks):
         return self.kind == "external"
 
     def close(self) -> None:
-        """Destroy an owned stream now (queued work still completes)."""
+        """Destroy an owned stream now (queued work still completes); others: nothing.
+
+        Its handle never reaches the driver again: work that must follow its
+        work waits for an event recorded before the destruction; what would
+        run *on* it raises ValueError (rebind the arrays: ``t.wait_stream(s)``,
+        ``arr.stream = t``).  See "Closing a stream" in the streams guide.
+
+        Raises
+        ------
+        StreamCaptureError
+            While gpuarray captures on it.
+        """
+        fin = self._finalizer
+        if fin is None or not fin.alive:
+            return
         with self.device.activate():  # the checkpoint refuses it before the finalizer is spent
             checkpoint().refuse_destroy(self.handle, "close()")
-        if self._finalizer is not None:
-            call_now(self._finalizer)
+            self._last = Event._make(self.device, False).record(self)
+        call_now(fin)
+        self.__class__ = _ClosedStream
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Stream) and other.handle == self.handle
@@ -198,6 +217,39 @@ class Stream(CaptureMethods, HostCallbacks):
 
     def __repr__(self) -> str:
         return f"<gpuarray.Stream {self.kind} 0x{self.handle:x} on device {self.device.id}>"
+
+
+_HANDLE: Any = Stream.__dict__["handle"]  # the slot, read past _ClosedStream's refusal
+
+
+class _ClosedStream(Stream):
+    """A stream :meth:`Stream.close` destroyed: its handle never reaches the driver again."""
+
+    __slots__ = ()
+    closed = True
+
+    @property
+    def handle(self) -> int:  # type: ignore[override]
+        raise ValueError(
+            f"{self!r} was closed (Stream.close()): nothing can run on it any more. Give the "
+            "arrays whose default stream it was a live stream t: t.wait_stream(closed) orders "
+            "t after its last work, then arr.stream = t; or pass stream=t to the call, which "
+            "waits for it itself")
+
+    def synchronize(self) -> None:
+        self._last.synchronize()
+
+    def query(self) -> bool:
+        return self._last.query()
+
+    def __eq__(self, other: object) -> bool:
+        return other is self  # its handle may be a new stream's now
+
+    def __hash__(self) -> int:
+        return hash((_HANDLE.__get__(self), self.device.id))
+
+    def __repr__(self) -> str:
+        return f"<gpuarray.Stream owned 0x{_HANDLE.__get__(self):x} on device {self.device.id}, closed>"
 
 
 def _destroy_event(device: Device, backend, handle: int) -> None:
@@ -512,6 +564,9 @@ def order_after(waiter: Stream, producer: Stream) -> None:
     No host blocking.  Nothing happens when they are the same stream.
     """
     if waiter == producer:
+        return
+    if producer.closed:  # its last work is what close() recorded
+        waiter.wait_event(producer._last)
         return
     ev = _scratch_event(producer.device)
     b = get_backend()

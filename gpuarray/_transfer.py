@@ -13,7 +13,8 @@ Stream funnelling (:func:`on_stream`): an operation on stream ``s`` first makes
 ``s`` wait for the pending work of every array involved, and afterwards makes
 each array's default stream wait for ``s``.  Synchronising on an array's
 stream therefore always orders after all work on it (the CAI producer rule),
-without blocking the host.
+without blocking the host.  A closed default stream is waited for (its last
+work) and then left alone.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def on_stream(s: Stream, *streams: Stream) -> Iterator[Stream]:
     with allocation_stream(s):
         yield s
     for t in others:
-        order_after(t, s)
+        if not t.closed:  # a closed stream runs nothing more: nothing to order
+            order_after(t, s)
 
 
 def device_copy(device: Device, s: Stream, dst_ptr: int, dst_strides, dst_dtype,
@@ -100,6 +102,8 @@ def upload(device: Device, s: Stream, dst_ptr: int, host: np.ndarray, nbytes: in
     """One contiguous host buffer to the device: through the staging ring when
     it is large pageable memory, else one driver copy."""
     addr = _cap.host_address(host)
+    if _graph._unlaunched:
+        _graph.check_graph_memory(s, "an upload", dst_ptr)
     if checkpoint().capturing:
         _graph.keep(s, host)  # a capture's launches re-read it
     if _pageable_and_large(device, addr, nbytes) and not _capturing(device, s):

@@ -78,6 +78,16 @@ _STREAM_ARG = {"launch_kernel": 4, "stream_add_callback": 0, "launch_host_func":
 _WATCHED = frozenset({STREAM, STREAM_FREE, HOST_COPY, RECORD, WAIT, STREAM_SYNC, DEVICE_SYNC,
                       EVENT_SYNC, GRAPH_LAUNCH, CALLBACK})
 _LEGACY = (0, 1)
+#: Why a call of these kinds is refused on a capturing stream.
+_REFUSED = {
+    STREAM_SYNC: "the host cannot wait for captured work (synchronize(), query(), a download to "
+                 "the host); CUDA refuses it and the refusal would invalidate the capture. "
+                 "Synchronise after the capture ends and its graph is launched",
+    GRAPH_LAUNCH: "a launch would become a child-graph node, and gpuarray's graphs hold memory "
+                  "nodes, which CUDA does not nest. Launch the graph after the capture ends",
+    CALLBACK: "CUDA does not support stream callbacks in a capture. Add the callback after the "
+              "capture ends",
+}
 #: Stream-ordered allocation and free: on a stream outside a capture they are potentially
 #: unsafe (an H200 refused cuMemAllocAsync on the legacy stream with 900 during another
 #: library's global capture, 2026-11-28), so they are always made in relaxed mode, watched
@@ -467,20 +477,6 @@ class Checkpoint:
                 fn(stream, event)
         return wait
 
-    def _k_stream_sync(self, name: str, call: str, fn: Callable[..., Any],
-                       at: int) -> Callable[..., Any]:
-        def stream_sync(stream: int) -> Any:
-            if stream in _LEGACY:
-                self._check_legacy(call)
-            elif self.capture_id(stream):
-                raise _error(
-                    f"{call} on stream 0x{stream:x}, which is capturing a graph: the host cannot "
-                    "wait for captured work (synchronize(), query(), a download to the host); "
-                    "CUDA refuses it and the refusal would invalidate the capture. Synchronise "
-                    "after the capture ends and its graph is launched")
-            return fn(stream)
-        return stream_sync
-
     def _k_device_sync(self, name: str, call: str, fn: Callable[..., Any],
                        at: int) -> Callable[..., Any]:
         def device_sync() -> None:
@@ -521,31 +517,21 @@ class Checkpoint:
             return fn(*events)
         return event_sync
 
-    def _k_graph_launch(self, name: str, call: str, fn: Callable[..., Any],
-                        at: int) -> Callable[..., Any]:
-        def graph_launch(graph_exec: int, stream: int) -> None:
-            if stream in _LEGACY:
-                self._check_legacy(call)
-            elif self.capture_id(stream):
-                raise _error(
-                    f"{call} into stream 0x{stream:x}, which is capturing a graph: a launch "
-                    "would become a child-graph node, and gpuarray's graphs hold memory nodes, "
-                    "which CUDA does not nest. Launch the graph after the capture ends")
-            fn(graph_exec, stream)
-        return graph_launch
+    def _k_stream_sync(self, name: str, call: str, fn: Callable[..., Any],
+                       at: int) -> Callable[..., Any]:
+        """Host waits on a stream, graph launches, callbacks: refused on a capturing stream."""
+        why = _REFUSED[KINDS[name][0]]
 
-    def _k_callback(self, name: str, call: str, fn: Callable[..., Any],
-                    at: int) -> Callable[..., Any]:
-        def callback(stream: int, cb: Callable[[int], None]) -> None:
+        def refusing(*args: Any) -> Any:
+            stream = args[at]
             if stream in _LEGACY:
                 self._check_legacy(call)
             elif self.capture_id(stream):
-                raise _error(
-                    f"{call} on stream 0x{stream:x}, which is capturing a graph: CUDA does not "
-                    "support stream callbacks in a capture. Add the callback after the "
-                    "capture ends")
-            fn(stream, cb)
-        return callback
+                raise _error(f"{call} on stream 0x{stream:x}, which is capturing a graph: {why}")
+            return fn(*args)
+        return refusing
+
+    _k_graph_launch = _k_callback = _k_stream_sync
 
     # ------------------------------------------------- objects and captures
     def _event_destroy(self, event: int) -> None:

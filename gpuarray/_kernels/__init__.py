@@ -20,20 +20,27 @@ Environment: ``GPUARRAY_KERNEL_CACHE_DIR`` (disk cache folder),
 ``GPUARRAY_KERNEL_CACHE=0`` (no disk cache); the simulator's own settings
 (``GPUARRAY_SIM_COMPILE``, ``GPUARRAY_SIM_KERNELS``, ...) are gpuarray-sim's.
 
-Import cost: this layer is imported with gpuarray (a few milliseconds, kept
-small: no ``hashlib``/``logging``/``tempfile``, no dataclasses on the import
-path) so that the
-first kernel operation pays only for the cache lookup; NVRTC itself is loaded
-only to compile (see ``_toolchain``).
+Import cost: the planning half (``_plan``, ``_specs``, ``_launch``) is
+imported with gpuarray; the loading half (``_loader``, ``_cache``, ``_nvrtc``,
+``_source``, with ``pathlib`` and ``hashlib``) with the first kernel launch,
+which looks up the cache anyway; NVRTC itself is loaded only to compile (see
+``_toolchain``).
 """
 
 from __future__ import annotations
 
-from ._cache import cache_info, clear_cache
+from typing import Any
+
 from ._launch import copy, fill
-from ._source import kernel_source_dir
 
 __all__ = ["copy", "fill", "cache_info", "clear_cache", "kernel_source_dir"]
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the disk cache and the sources load on first use
+    if name in ("cache_info", "clear_cache", "kernel_source_dir"):
+        from . import _cache, _source
+        return getattr(_source if name == "kernel_source_dir" else _cache, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _reset_for_tests() -> None:

@@ -12,10 +12,10 @@ allocates memory and nothing synchronises.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .._driver import get_backend
 from . import _plan
-from ._loader import get_kernel
 from ._specs import BLOCK, TILE, TILE_ROWS, UNROLL, divider, params_type, transpose_tile
 
 __all__ = ["copy", "fill", "execute"]
@@ -191,8 +191,16 @@ def grid_for(op: _plan.Launch, sms: int) -> tuple[int, int, int]:
     return (max(1, min(cap, work)), 1, 1)
 
 
+#: The loader's ``get_kernel``, bound by the first launch: ``import gpuarray`` loads neither
+#: the kernel cache nor NVRTC's wrapper, pathlib or hashlib (memcpy/memset never need them).
+_get_kernel: Any = None
+
+
 def _launch(b, op: _plan.Launch, stream: int) -> None:
-    func, info = get_kernel(op.spec, b)
+    global _get_kernel
+    if _get_kernel is None:
+        from ._loader import get_kernel as _get_kernel
+    func, info = _get_kernel(op.spec, b)
     grid = grid_for(op, info.sms)
     block = (TILE, TILE_ROWS, 1) if op.spec.family == "transpose" else (BLOCK, 1, 1)
     b.launch_kernel(func, grid, block, 0, stream, [params_for(op)])

@@ -18,7 +18,7 @@ __all__ = ["core", "CORE", "CORE_DESCRIPTION", "host_address", "select"]
 #: editable install whose extension was not rebuilt) and is not used.
 _CORE_FUNCTIONS = ("make", "consume", "host_address", "live_exports", "deleter_calls",
                    "exchange_install", "exchange_prepare", "exchange_import", "exchange_stream",
-                   "cai_fields", "cai_register")
+                   "exchange_forget_streams", "cai_fields", "cai_register")
 
 
 def _import_c_core() -> Any:

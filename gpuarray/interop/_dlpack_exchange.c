@@ -21,7 +21,9 @@
  *   to_py(capsule) -> the DeviceNDArray owning a "dltensor_versioned" capsule;
  *   allocate(device_type, device_id, code, bits, lanes, shape) -> a new array;
  *   stream(device_type, device_id) -> the handle of gpuarray's default stream
- *                    (cached per device while a key object stays the same).
+ *                    (cached per device until exchange_forget_streams(), which
+ *                    gpuarray calls when its configuration is read again; a
+ *                    cached answer is given without the GIL).
  * Every function returns 0, or -1 with a Python exception set (the allocator:
  * SetError, once, instead), whatever object or NULL it is given.  Called
  * from a thread that has no Python thread state (a C library's worker), the
@@ -44,7 +46,7 @@
 #include "_dlpack_abi.h"
 
 static const char PREPARED[] = "gpuarray.dltensor";
-enum { kDLCPU = 1, kDLCUDAHost = 3 };
+enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 };
 
 typedef struct {
     DLTensor t;      /* shape and strides point into dims */
@@ -56,13 +58,22 @@ static PyObject *array_type; /* DeviceNDArray; NULL until exchange_install */
 static PyObject *hook_prepare, *hook_to_py, *hook_allocate, *hook_stream;
 static PyObject *dlt_name;   /* interned "_dlt" */
 static uint32_t tensor_minor = 1;
-/* current_work_stream's answer is cached for the last device asked, while
- * getattr(key_holder, key_name) is the object it was when the hook gave it
- * (gpuarray's configuration, which says legacy or per-thread default stream,
- * is replaced as a whole when it changes). */
-static PyObject *key_holder, *key_name, *cached_key;
-static int32_t cached_type = -1, cached_id = -1;
-static void *cached_stream;
+/* current_work_stream's answers for kDLCUDA and kDLCUDAManaged devices 0..63
+ * (NULL: ask the hook). Written with the GIL held, read without it (a cached
+ * answer takes no lock): one pointer-sized word each, so a reader sees an
+ * answer or NULL, never half of one. */
+#define CACHED_DEVICES 64
+static void *volatile cached_streams[2][CACHED_DEVICES];
+
+static void *volatile *
+cached_stream(int32_t device_type, int32_t device_id)
+{
+    if ((device_type != kDLCUDA && device_type != kDLCUDAManaged) || device_id < 0
+        || device_id >= CACHED_DEVICES) {
+        return NULL;
+    }
+    return &cached_streams[device_type == kDLCUDAManaged][device_id];
+}
 
 /* --- producer --- */
 
@@ -366,8 +377,8 @@ managed_tensor_allocator(DLTensor *prototype, DLManagedTensorVersioned **out, vo
 static int
 work_stream(int32_t device_type, int32_t device_id, void **out_current_stream)
 {
-    PyObject *r, *key, *old;
-    void *handle;
+    PyObject *r;
+    void *handle, *volatile *slot;
 
     if (out_current_stream == NULL) {
         PyErr_SetString(PyExc_ValueError, "current_work_stream: out_current_stream is NULL");
@@ -377,36 +388,20 @@ work_stream(int32_t device_type, int32_t device_id, void **out_current_stream)
         PyErr_SetString(PyExc_RuntimeError, "gpuarray's DLPack exchange table is not installed");
         return -1;
     }
-    key = PyObject_GetAttr(key_holder, key_name);
-    if (key == NULL) {
-        return -1;
-    }
-    if (key == cached_key && device_type == cached_type && device_id == cached_id) {
-        Py_DECREF(key);
-        *out_current_stream = cached_stream;
-        return 0;
-    }
     r = PyObject_CallFunction(hook_stream, "ii", (int)device_type, (int)device_id);
     if (r == NULL) {
-        Py_DECREF(key);
         return -1;
     }
     handle = PyLong_AsVoidPtr(r);
     Py_DECREF(r);
     if (handle == NULL && PyErr_Occurred()) {
-        Py_DECREF(key);
         return -1;
     }
-    /* The whole cache first, then drop the old key: dropping it may run
-     * Python code (a __del__, another thread), which must find the cache
-     * consistent -- and never the old key's pointer once it is freed. */
-    old = cached_key;
-    cached_key = key; /* the reference we hold: its identity cannot be reused */
-    cached_type = device_type;
-    cached_id = device_id;
-    cached_stream = handle;
+    slot = cached_stream(device_type, device_id);
+    if (slot != NULL) {
+        *slot = handle;
+    }
     *out_current_stream = handle;
-    Py_XDECREF(old);
     return 0;
 }
 
@@ -415,9 +410,12 @@ current_work_stream(int32_t device_type, int32_t device_id, void **out_current_s
 {
     PyGILState_STATE gil;
     int had_state, rc;
+    void *volatile *slot = cached_stream(device_type, device_id);
+    void *handle = slot != NULL ? *slot : NULL;
 
-    if (out_current_stream != NULL && (device_type == kDLCPU || device_type == kDLCUDAHost)) {
-        *out_current_stream = NULL; /* host memory: no stream to order on */
+    if (out_current_stream != NULL && (handle != NULL || device_type == kDLCPU
+                                       || device_type == kDLCUDAHost)) {
+        *out_current_stream = handle; /* cached, or host memory: no stream to order on */
         return 0;
     }
     had_state = PyGILState_GetThisThreadState() != NULL;
@@ -451,10 +449,8 @@ replace(PyObject **slot, PyObject *value)
     Py_XDECREF(old);
 }
 
-/* exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor,
- *                  key_holder, key_name) -> the table's "dlpack_exchange_api"
- * capsule. stream's answers are cached while getattr(key_holder, key_name)
- * stays the same object. */
+/* exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor)
+ * -> the table's "dlpack_exchange_api" capsule. */
 static PyObject *
 exchange_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -462,12 +458,8 @@ exchange_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int i;
 
     (void)module;
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "exchange_install() takes 8 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    if (!PyUnicode_Check(args[7])) {
-        PyErr_Format(PyExc_TypeError, "exchange_install: key_name %R is not a str", args[7]);
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "exchange_install() takes 6 arguments (%zd given)", nargs);
         return NULL;
     }
     if (!PyType_Check(args[0])) {
@@ -493,11 +485,19 @@ exchange_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     replace(&hook_to_py, args[2]);
     replace(&hook_allocate, args[3]);
     replace(&hook_stream, args[4]);
-    replace(&key_holder, args[6]);
-    replace(&key_name, args[7]);
-    Py_CLEAR(cached_key);
+    memset((void *)cached_streams, 0, sizeof cached_streams);
     tensor_minor = (uint32_t)minor;
     return PyCapsule_New(&table, GA_NAME_API, NULL);
+}
+
+/* exchange_forget_streams(): the stream hook's cached answers are stale. */
+static PyObject *
+exchange_forget_streams(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    memset((void *)cached_streams, 0, sizeof cached_streams);
+    Py_RETURN_NONE;
 }
 
 static void
@@ -551,8 +551,10 @@ exchange_prepare(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef exchange_methods[] = {
     {"exchange_install", (PyCFunction)(void (*)(void))exchange_install, METH_FASTCALL,
-     "exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor, key_holder, "
-     "key_name) -> the DLPack exchange table's capsule"},
+     "exchange_install(array_type, prepare, to_py, allocate, stream, tensor_minor) -> the "
+     "DLPack exchange table's capsule"},
+    {"exchange_forget_streams", exchange_forget_streams, METH_NOARGS,
+     "exchange_forget_streams(): drop the stream hook's cached answers"},
     {"exchange_prepare", (PyCFunction)(void (*)(void))exchange_prepare, METH_FASTCALL,
      "exchange_prepare(data, shape, byte_strides, itemsize, code, bits, lanes, device_type, "
      "device_id, readonly) -> an array's prepared DLTensor"},

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _graph
 from .._stream import external_stream, order_after
 from . import _dlpack_capsule as _cap
 from ._dlpack_capsule import kDLCPU, make_capsule
@@ -30,6 +31,8 @@ _MINOR = {v: export_version(v)[1] for v in ((1, 0), (1, 1), (1, 2), (1, 3), (2, 
 
 def export_capsule(arr: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> Any:
     """The work of ``DeviceNDArray.__dlpack__`` (see its docstring)."""
+    if _graph._unlaunched:
+        _graph.check_graph_memory(arr.stream, "a DLPack export", arr._ptr)
     if dl_device is None and copy is None:
         # Fast path: exactly-typed keywords and no ordering work to do.
         if max_version is None:
@@ -41,8 +44,8 @@ def export_capsule(arr: Any, stream: Any, max_version: Any, dl_device: Any, copy
             minor = -2
         s = arr.stream
         if minor != -2 and (stream == -1 and type(stream) is int or (
-                s.handle == (1 if stream is None else stream) and type(stream) in (int, type(None))
-                and s.device is arr.device)):
+                not s.closed and s.handle == (1 if stream is None else stream)
+                and type(stream) in (int, type(None)) and s.device is arr.device)):
             code, bits, lanes, itemsize = _cap._dl_dtype(arr.dtype)
             kind = arr._dl
             if minor >= 0:

@@ -19,7 +19,7 @@ registers the array type and the four hooks they call:
   on the prototype's device;
 * ``_stream(device_type, device_id)``: the handle of gpuarray's default
   stream on that device (what ``__dlpack__`` consumers are ordered against),
-  cached in C while the configuration object stays the same.
+  cached in C until the configuration is read again (``_config.reload``).
 
 Only the C core publishes the table (the ctypes core cannot: the attribute
 is then absent).  Imported by the package's ``__init__``; it sits above the
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _config
+from .. import _config, _graph
 from .._array import DeviceNDArray
 from .._device import get_device
 from .._stream import default_stream
@@ -47,6 +47,8 @@ _INT64_MAX = 2**63 - 1
 
 
 def _prepare(arr: DeviceNDArray) -> Any:
+    if _graph._unlaunched:
+        _graph.check_graph_memory(arr.stream, "a DLPack export (exchange table)", arr._ptr)
     code, bits, lanes, itemsize = _cap._dl_dtype(arr.dtype)  # BufferError: no DLPack dtype
     kind = arr._dl
     return _core.exchange_prepare(arr._ptr, arr.shape, arr.strides, itemsize, code, bits,
@@ -98,11 +100,12 @@ def install() -> bool:
     from . import _dlpack_core
 
     _core = _dlpack_core
-    # The default stream depends only on the device and the configuration,
-    # which is replaced as a whole when it changes: C caches _stream's answer
-    # while _config._config is the same object.
+    # The default stream depends only on the device and the configuration: C
+    # caches _stream's answers until the configuration is read again.
     api = _dlpack_core.exchange_install(DeviceNDArray, _prepare, _to_py, _allocate, _stream,
-                                        DLPACK_MAX_VERSION[1], _config, "_config")
+                                        DLPACK_MAX_VERSION[1])
+    if _dlpack_core.exchange_forget_streams not in _config.on_reload:
+        _config.on_reload.append(_dlpack_core.exchange_forget_streams)
     setattr(DeviceNDArray, TABLE_ATTRIBUTE, api)
     return True
 

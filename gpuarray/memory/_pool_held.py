@@ -69,9 +69,10 @@ def hold(manager: Any, backend: Any, uses: Any, ptr: int, release: Any,
 
     With ``recheck``, the caller found ``uses`` :func:`blocked`; when the
     capture ended since, the free is made at once (else it would wait for the
-    next pool operation).  Without it (the free needs a device-wide wait a
-    capture elsewhere forbids, not one of ``uses``' streams), it waits for
-    the next pool operation: retrying at once would only hold it again.
+    next pool operation).  Without it (the free needs the legacy stream,
+    which a capture elsewhere makes unusable, not one of ``uses``' streams),
+    it waits for the next pool operation: retrying at once would only hold
+    it again.
     """
     with _lock:
         _held.append((manager, backend, uses, ptr, release))

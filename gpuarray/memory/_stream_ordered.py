@@ -49,9 +49,9 @@ a free makes ``home`` wait for everything queued on the recorded streams:
 safe over-approximations of "the allocation" and "the work on the memory",
 paid once per (allocation, stream) pair and once per free.
 
-If a recorded stream was destroyed before the free, nothing can be ordered
-after it any more: the device is synchronised and the memory freed on the
-legacy stream.
+A stream closed before the free (``Stream.close()``) runs nothing more: it is
+not recorded, and work is ordered after its last work (the event ``close()``
+recorded); memory whose home it was is freed on the legacy stream.
 
 The simulator's race detector checks all of this: ``cuMemAllocAsync`` and
 ``cuMemFreeAsync`` count as writes of the whole allocation on their stream, so
@@ -81,7 +81,6 @@ __all__ = [
     "allocation_stream", "current_allocation_stream", "record_stream",
 ]
 
-_INVALID_HANDLE = 400  # CUDA_ERROR_INVALID_HANDLE: a destroyed stream
 
 
 # ------------------------------------------------------- allocation stream
@@ -184,18 +183,13 @@ class StreamUses:
         ----------
         stream : Stream
         """
-        if stream == self.home:
+        if stream == self.home or stream.closed:
             return
         with _uses_lock:  # rare: a stream other than home
             if stream in self.others:
                 return
             self.others.append(stream)
-        try:
-            order_after(stream, self.home)  # the allocation happens before stream's later work
-        except CudaError as e:
-            if e.code != _INVALID_HANDLE:
-                raise
-            self.home.device.synchronize()  # home was destroyed: wait for its work instead
+        order_after(stream, self.home)  # the allocation happens before stream's later work
 
     def order_home(self, ev: Event | None = None) -> Stream:
         """Make ``home`` wait for the work queued so far on every recorded stream.
@@ -210,20 +204,20 @@ class StreamUses:
         Returns
         -------
         Stream
-            ``home``, now ordered after every use.
-
-        Raises
-        ------
-        CudaError
-            ``CUDA_ERROR_INVALID_HANDLE`` when a recorded stream was destroyed.
+            ``home``, now ordered after every use; when ``home`` was closed,
+            the legacy default stream of its device, ordered after it too.
         """
+        home = self.home
+        if home.closed:
+            home = legacy_default_stream(home.device)
+            order_after(home, self.home)
         for s in list(self.others):
-            if ev is None or s.device != ev.device:
-                order_after(self.home, s)
+            if ev is None or s.device != ev.device or s.closed:
+                order_after(home, s)
             else:
                 ev.record(s)
-                self.home.wait_event(ev)
-        return self.home
+                home.wait_event(ev)
+        return home
 
 
 class StreamOrderedPointer(MemoryPointer):
@@ -388,8 +382,8 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
                         release: Callable[[Stream], None]) -> None:
         # An out-of-memory retry flushes during gpuarray's capture: a free whose
         # streams include a capturing one would join it, so it waits again.
-        if checkpoint().capturing and any(checkpoint().capture_of(t.handle) is not None
-                                      for t in (uses.home, *uses.others)):
+        if checkpoint().capturing and any(not t.closed and checkpoint().capture_of(t.handle)
+                                          is not None for t in (uses.home, *uses.others)):
             return self._finalize(backend, uses, ptr, size, release)
         self._release(backend, uses, ptr, release)
         if checkpoint().capturing:  # the retry may not wait for the device: wait for this free
@@ -411,17 +405,9 @@ class StreamOrderedMemoryManager(HostOnlyCUDAMemoryManager):
         with dev.activate():
             try:
                 stream = uses.order_home(self._free_event(dev) if uses.others else None)
-            except CudaError as e:
-                if e.code != _INVALID_HANDLE:
-                    raise
-                # A recorded stream (or home) was destroyed: wait for everything
-                # instead, unless a capture forbids it: then hold the free.
-                try:
-                    dev.synchronize()
-                except StreamCaptureError:
-                    self.allocations[ptr] = size
-                    return _pool_held.hold(self, backend, uses, ptr, release, recheck=False)
-                stream = legacy_default_stream(dev)
+            except StreamCaptureError:  # home closed: the legacy stream is unusable now
+                self.allocations[ptr] = size
+                return _pool_held.hold(self, backend, uses, ptr, release, recheck=False)
             release(stream)
 
     def _free_event(self, device: Device) -> Event:

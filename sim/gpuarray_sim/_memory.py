@@ -92,6 +92,13 @@ class Allocation:
     def is_host(self) -> bool:
         return self.kind in ("pinned", "registered")
 
+    @property
+    def mapped_now(self) -> bool:
+        """``CU_POINTER_ATTRIBUTE_MAPPED``: False for graph memory no launch maps.  A GPU maps a
+        graph's memory when the graph is launched (or uploaded), on the host: a launch still
+        queued counts, though its accesses fault until its allocation node has run."""
+        return not self.unmapped or (self.graph is not None and self.base in self.graph.unfreed)
+
     def describe(self) -> str:
         where = f"device {self.device}" if not self.is_host else "host"
         return f"{self.kind} allocation 0x{self.base:x}+{self.size} ({where})"

@@ -170,10 +170,10 @@ class SimMemoryCalls(SimCore):
         if a.is_host:
             ctx = getattr(self._tls, "ctx", None)
             return PointerInfo(MEMORYTYPE_HOST, ctx.device if ctx else 0, a.base, a.size)
-        # graph memory not mapped now (before its graph's first launch, after its free node):
+        # graph memory no launch maps (before its graph's first launch, after its free node):
         # an address reserved with nothing behind it (CU_POINTER_ATTRIBUTE_MAPPED 0)
         return PointerInfo(MEMORYTYPE_DEVICE, a.device, a.base, a.size, a.kind == "managed",
-                           not a.unmapped)
+                           a.mapped_now)
 
     @_locked
     def allocation_of(self, ptr: int) -> Allocation | None:

@@ -12,13 +12,20 @@ Work that knows its accesses only when it has run (a kernel translated from
 PTX, ``ptx/_run.py``) is queued as :class:`Reports`: its function returns
 the ranges it touched, and ``Scheduler._execute`` judges them then, on the
 clock the op got when it was queued -- the verdict it would have had if it
-had declared them.  For that, a record keeps its op's whole clock (work
-queued *after* such an op may already be recorded when it reports: a pair
-is a race when neither is ordered before the other), and while such an op
-is outstanding (``reporting``) no record it may still race with is pruned
-(not even one the host has since seen complete: the op was queued before
-the host saw it).  A race found so is raised by the synchronising call
-that ran the op.
+had declared them.  So that a race is raised by the call that makes it, as
+for declared accesses, such work runs early (GPU progress, which the
+scheduler makes anyway when queues grow): a launch runs at its own call when
+another stream has work not ordered before it
+(:meth:`RaceDetector.unordered_elsewhere`), and the launches still queued
+run before a later call that touches memory is judged, unless that call is
+ordered after them (:meth:`RaceDetector.settle_reports`).  Where a host
+function that has not returned is in the way, the launch is judged when it
+runs, by the synchronising call that runs it.  For that case a record keeps
+its op's whole clock (work queued *after* such an op may already be
+recorded when it reports: a pair is a race when neither is ordered before
+the other), and while such an op is outstanding (``reporting``) no record
+it may still race with is pruned (not even one the host has since seen
+complete: the op was queued before the host saw it).
 """
 
 from __future__ import annotations
@@ -98,6 +105,25 @@ class RaceDetector:
     racecheck: str
     #: Queued :class:`Reports` work whose accesses are not judged yet (seq -> op).
     reporting: dict[int, Any]  # the scheduler's ops (_sched.Op) that report when run
+    #: The scheduler's streams, per context (``_sched.Scheduler``).
+    streams_by_ctx: dict[int, list[Any]]
+    #: Runs an op and its dependencies now; False when a host function is in the way.
+    progress: Callable[[Any], bool]
+
+    def settle_reports(self, op: Op) -> None:
+        """Run the queued :class:`Reports` work that ``op`` is not ordered after, before
+        ``op`` is judged: their ranges are then on record, so a race between them is
+        raised by the call that queues ``op``."""
+        for r in list(self.reporting.values()):
+            sid = r.stream.id
+            if r.vc[sid] > op.vc.get(sid, 0):
+                self.progress(r)
+
+    def unordered_elsewhere(self, op: Op) -> bool:
+        """Whether another stream has work not ordered before ``op`` (it may race with it)."""
+        vc = op.vc
+        return any(t is not op.stream and t.clock > vc.get(t.id, 0)
+                   for streams in self.streams_by_ctx.values() for t in streams)
 
     def _check_races(self, op: Op, accesses) -> None:
         for address, nbytes, write in accesses:

@@ -261,9 +261,12 @@ class Scheduler(RaceDetector):
         op.reads = [(a, a + n) for a, n, w in accesses if not w and n > 0]
         op.writes = [(a, a + n) for a, n, w in accesses if w and n > 0]
         op.host_fn = host_fn
+        reports = isinstance(fn, Reports) and self.racecheck != "0"
+        if self.reporting and (accesses or reports) and self.racecheck != "0":
+            self.settle_reports(op)  # their ranges on record before op is judged
         if accesses and self.racecheck != "0":
             self._check_races(op, accesses)
-        if isinstance(fn, Reports) and self.racecheck != "0":
+        if reports:
             self.reporting[op.seq] = op
         stream.tail = op
         stream.vc = vc
@@ -274,6 +277,8 @@ class Scheduler(RaceDetector):
             else:
                 op.on_ready = on_ready
                 self._waiting_ready.append(op)
+        if reports and self.unordered_elsewhere(op):
+            self.progress(op)  # its ranges judged by this call, the one that may race
         if len(self.pending) > self.max_queue:
             self._drain_some()
         return op
@@ -486,18 +491,28 @@ class Scheduler(RaceDetector):
         held = _signals.hold()  # once for the whole drain
         try:
             while len(self.pending) > self.max_queue // 2:
-                oldest = next(iter(self.pending.values()))
-                try:
-                    self.complete(oldest, wait=False)
-                except _Blocked:
+                if not self.progress(next(iter(self.pending.values()))):
                     return
-                except Exception as e:
-                    op = self.failed_op
-                    if op is None or self.on_fault is None or not self.on_fault(op, e):
-                        raise
         finally:
             if held:
                 _signals.release()
+
+    def progress(self, op: Op) -> bool:
+        """Run ``op`` and the work it waits for now, as a GPU may have (no call waits for it).
+
+        False when a host function that has not returned is on the way (nothing
+        waits for it here).  A sticky fault is left for the context's next call
+        (``on_fault``), as on CUDA; any other error is raised.
+        """
+        try:
+            self.complete(op, wait=False)
+        except _Blocked:
+            return False
+        except Exception as e:
+            failed = self.failed_op
+            if failed is None or self.on_fault is None or not self.on_fault(failed, e):
+                raise
+        return True
 
     def discard(self, ctx: SimContext) -> None:
         """Drop the queued work of ``ctx`` (after a sticky fault, or a reset)."""

@@ -741,8 +741,8 @@ def test_a_c_core_built_from_older_sources_is_not_used(core, monkeypatch):
     stale = types.ModuleType("gpuarray.interop._dlpack_core")
     stale.__file__ = "/site/gpuarray/interop/_dlpack_core.abi3.so"
     for name in ("make", "consume", "live_exports", "deleter_calls", "exchange_install",
-                 "exchange_prepare", "exchange_import", "exchange_stream", "cai_fields",
-                 "cai_register"):  # no host_address
+                 "exchange_prepare", "exchange_import", "exchange_stream",
+                 "exchange_forget_streams", "cai_fields", "cai_register"):  # no host_address
         setattr(stale, name, lambda *args: None)
     monkeypatch.setitem(sys.modules, "gpuarray.interop._dlpack_core", stale)
     monkeypatch.setattr(interop, "_dlpack_core", stale, raising=False)

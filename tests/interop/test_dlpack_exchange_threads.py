@@ -5,8 +5,10 @@
   the array and the other gets the same one (before, the second overwrote the
   first and freed the capsule the first caller's borrowed ``shape`` and
   ``strides`` pointed into).
-- ``current_work_stream`` updates its cache before it drops the old key, so
-  Python code run by that drop (a ``__del__``) finds the cache consistent.
+- ``current_work_stream`` answers from its cache without the GIL (issue 43:
+  a C consumer's thread never waits for Python, and the tvm-ffi call paid two
+  GIL state switches and an attribute lookup per call), per device, until the
+  configuration is read again.
 - Called from a thread that has no Python thread state (a C library's
   worker), ``current_work_stream`` and the allocator report a failure they
   cannot hand back as a Python exception through ``sys.unraisablehook``
@@ -39,11 +41,9 @@ from gpuarray.interop._dlpack_protocol import DLPACK_MAX_VERSION  # noqa: E402
 from tests.interop.test_dlpack_exchange import DLTensor, Table, _GetPointer  # noqa: E402
 
 
-def _install(prepare=_dlpack_table._prepare, stream=_dlpack_table._stream, holder=_config,
-             name="_config"):
+def _install(prepare=_dlpack_table._prepare, stream=_dlpack_table._stream):
     return _dlpack_core.exchange_install(gpuarray.DeviceNDArray, prepare, _dlpack_table._to_py,
-                                         _dlpack_table._allocate, stream, DLPACK_MAX_VERSION[1],
-                                         holder, name)
+                                         _dlpack_table._allocate, stream, DLPACK_MAX_VERSION[1])
 
 
 @pytest.fixture
@@ -92,50 +92,42 @@ def test_two_threads_preparing_one_array_get_the_one_kept(reinstall):
     assert got["A"] == got["B"] == (kept, (2, 3, 4)), (got, kept)
 
 
-_REENTRANT = """
-import ctypes, types
-import gpuarray
-from gpuarray.interop import _dlpack_table
-from tests.interop.test_dlpack_exchange import Table
-from tests.interop.test_dlpack_exchange_threads import _install
+def test_the_stream_hook_is_asked_once_per_device_until_the_configuration_is_read_again(
+        reinstall):
+    calls = []
 
-calls = []
-def stream(device_type, device_id):
-    calls.append(device_id)
-    return 0x1000 + len(calls)
+    def stream(device_type, device_id):
+        calls.append((device_type, device_id))
+        return 0x1000 + len(calls)
 
-inner = []
-class Key:
-    def __del__(self):  # runs while current_work_stream drops the old key
-        inner.append(Table().stream(2, 0))
-
-holder = types.SimpleNamespace(key=Key())
-_install(stream=stream, holder=holder, name="key")
-t = Table()
-first = t.stream(2, 0)
-holder.key = types.SimpleNamespace()  # a new configuration: the next call asks the hook
-second = t.stream(2, 0)
-print(first, second, inner, calls)
-"""
+    reinstall(stream=stream)
+    t = Table()
+    assert [t.stream(2, 0), t.stream(2, 0), t.stream(13, 0), t.stream(2, 0)] == [
+        0x1001, 0x1001, 0x1002, 0x1001]
+    _config.reload()  # the configuration says which default stream: asked again
+    assert [t.stream(2, 0), t.stream(13, 0), t.stream(13, 0)] == [0x1003, 0x1004, 0x1004]
+    assert calls == [(2, 0), (13, 0), (2, 0), (13, 0)]
 
 
-def test_the_stream_cache_is_consistent_while_the_old_key_is_dropped():
-    import os
-    from pathlib import Path
-
-    res = subprocess.run([sys.executable, "-c", _REENTRANT], capture_output=True, text=True,
-                         timeout=120, cwd=Path(__file__).resolve().parents[2],
-                         env={**os.environ, "GPUARRAY_BACKEND": "sim"})
-    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-    # The hook answered twice; the __del__ run by the second call saw its answer cached.
-    assert res.stdout.split() == ["4097", "4098", "[4098]", "[0,", "0]"], res.stdout
+def test_a_cached_stream_is_given_without_the_gil(helper_lib):
+    tab = Table()
+    assert tab.stream(2, 0) == 1  # cached now
+    fn = ctypes.PyDLL(helper_lib._name).stream_while_python_holds_the_gil  # keeps the GIL
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+    out = ctypes.c_void_p()
+    # Before: the C thread waited for the GIL this thread holds (-3 after 5 s).
+    assert fn(tab.raw.current_work_stream, ctypes.byref(out)) == 0
+    assert out.value == 1
 
 
 _HELPER = r"""
+    #define _GNU_SOURCE
     #include <pthread.h>
     #include <stddef.h>
     #include <stdint.h>
+    #include <stdlib.h>
     #include <string.h>
+    #include <time.h>
 
     typedef int (*stream_t)(int32_t, int32_t, void **);
     typedef void (*set_error_t)(void *, const char *, const char *);
@@ -163,6 +155,36 @@ _HELPER = r"""
         return NULL;
     }
 
+    struct asked { void *fn; void *out; int rc; };
+
+    static void *ask_stream(void *p)
+    {
+        struct asked *a = (struct asked *)p;
+        a->rc = ((stream_t)a->fn)(2, 0, &a->out);
+        return NULL;
+    }
+
+    /* Calls current_work_stream `fn` from a new thread while the caller holds the GIL:
+       0 and the answer, or -3 when it did not return within 5 s (left running). */
+    int stream_while_python_holds_the_gil(void *fn, void **out)
+    {
+        struct asked *a = (struct asked *)calloc(1, sizeof *a);
+        struct timespec until;
+        pthread_t t;
+        a->fn = fn;
+        if (pthread_create(&t, NULL, ask_stream, a) != 0)
+            return -2;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 5;
+        if (pthread_timedjoin_np(t, NULL, &until) != 0) {
+            pthread_detach(t);
+            return -3;
+        }
+        *out = a->out;
+        free(a);
+        return 0;
+    }
+
     /* Calls the table function `fn` from a new thread without Python. */
     int from_c_thread(void *fn, int which, char *kind, char *message)
     {
@@ -183,7 +205,7 @@ _HELPER = r"""
 
 
 @pytest.fixture(scope="module")
-def helper(tmp_path_factory):
+def helper_lib(tmp_path_factory):
     cc = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if cc is None:
         pytest.skip("no C compiler (cc, gcc, clang) to build a thread without Python")
@@ -193,8 +215,12 @@ def helper(tmp_path_factory):
     res = subprocess.run([cc, "-O1", "-shared", "-fPIC", "-pthread", "-o", str(d / "helper.so"),
                           str(src)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    lib = ctypes.CDLL(str(d / "helper.so"))  # releases the GIL while the thread runs
-    fn = lib.from_c_thread
+    return ctypes.CDLL(str(d / "helper.so"))  # releases the GIL while the thread runs
+
+
+@pytest.fixture
+def helper(helper_lib):
+    fn = helper_lib.from_c_thread
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]
     return fn
 

@@ -286,12 +286,12 @@ def test_second_device(make_sim):
     assert isinstance(memory.get_memory_manager(dev1), PoolMemoryManager)
 
 
-def test_a_destroyed_recorded_stream_makes_the_free_wait_for_the_device(sim, pool):
+def test_a_closed_recorded_stream_makes_the_free_wait_for_its_last_work(sim, pool):
     s = gpuarray.stream(non_blocking=True)
     a = gpuarray.zeros(1000)
     a.bind(s).fill(1.0)
     ptr = a.ptr
-    s.close()  # destroyed with work queued: no event can be recorded on it any more
+    s.close()  # destroyed with work queued: the free waits for the event close() recorded
     mem = _drop_arrays_keep_memory(a)
     del a
     mem.free()
@@ -299,16 +299,16 @@ def test_a_destroyed_recorded_stream_makes_the_free_wait_for_the_device(sim, poo
     assert not _alloc(sim, ptr).alive
 
 
-def test_a_destroyed_home_stream_makes_recording_and_the_free_wait_for_the_device(sim, pool):
+def test_a_closed_home_stream_orders_recording_and_the_free_after_its_last_work(sim, pool):
     s, t = gpuarray.stream(non_blocking=True), gpuarray.stream(non_blocking=True)
     with memory.allocation_stream(s):
         tmp = memory.allocate(1024)
     sim.memset_d8_async(tmp.device_pointer, 1, 1024, s.handle)
     s.close()
-    memory.record_stream(tmp, t)  # cannot wait on s any more: waits for the device
+    memory.record_stream(tmp, t)  # t waits for the event close() recorded on s
     sim.memset_d8_async(tmp.device_pointer, 2, 1024, t.handle)
     ptr = tmp.device_pointer
-    tmp.free()  # home is gone: synchronise, then free on the legacy stream
+    tmp.free()  # home is gone: freed on the legacy stream, after s's last work and t's
     gpuarray.synchronize()
     assert not _alloc(sim, ptr).alive
 

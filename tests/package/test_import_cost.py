@@ -2,7 +2,8 @@
 
 PERF.md wants ``import gpuarray`` within NumPy's import + 30 ms.  The package
 imports what the first ``to_device`` needs and loads the rest of its API on
-first use (``gpuarray/__init__.py``: ``_LAZY``, PEP 562).  A change that makes
+first use (``gpuarray/__init__.py``: ``_LAZY``, PEP 562; the kernel loader
+and cache with the first kernel launch, ``gpuarray/_kernels``).  A change that makes
 import load another gpuarray module, or another module beyond NumPy's, fails
 here: add it to the list only when the import needs it (and measure:
 ``python bench/import_time.py``).  Each check runs in a fresh interpreter.
@@ -14,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -24,10 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 GPUARRAY_MODULES = frozenset("""
     _array _array_protocols _array_views _capture_foreign _coerce _config _creation
     _device _driver _driver._base _driver._call_kinds _driver._checkpoint _driver._finalize
-    _driver._fork _driver._userdir
-    _footprint _graph _kernels _kernels._cache _kernels._dtypes
-    _kernels._hash _kernels._launch _kernels._loader _kernels._nvrtc _kernels._nvrtc_id
-    _kernels._plan _kernels._source _kernels._specs _kernels._toolchain _layout _staging _stream
+    _driver._fork _footprint _graph _kernels _kernels._dtypes _kernels._launch
+    _kernels._plan _kernels._specs _layout _staging _stream
     _stream_capture _stream_host _transfer _wire errors interop interop._cai interop._cai_desc interop._core
     interop._dlpack interop._dlpack_capsule interop._dlpack_core interop._dlpack_export
     interop._dlpack_protocol interop._dlpack_table memory memory._deallocs memory._default
@@ -40,7 +40,7 @@ GPUARRAY_MODULES = frozenset("""
 #: ``__future__`` (our ``from __future__ import annotations``): NumPy up to 2.4 loads it
 #: first, NumPy 2.5 does not (the GPU image's, 2026-11-28).
 OTHER_MODULES = frozenset("""
-    __future__ _heapq _queue _sha256 atexit copy dataclasses heapq queue signal threading
+    __future__ _heapq _queue atexit copy dataclasses heapq queue signal threading
 """.split())
 
 #: Modules of the API that load on first use, never at import.
@@ -56,10 +56,16 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 
 
 def _loaded(code: str = _PROBE, backend: str = "sim") -> list[str]:
+    # As an installed wheel's import sees it: -S leaves out site, and with it the editable
+    # install's finder, which loads pathlib and urllib at startup (so their cost was hidden
+    # here and paid by every wheel user: issue 43); the package from this checkout, NumPy
+    # from this environment's site-packages.
     env = dict(os.environ, GPUARRAY_BACKEND=backend)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=ROOT)
+    where = sysconfig.get_paths()
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
+        p for p in (str(ROOT), where["purelib"], where["platlib"], env.get("PYTHONPATH")) if p))
+    r = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -194,7 +194,7 @@ def _attribute(b: Any, a: Any, attr: int, ptr: int) -> tuple[Any, Any] | None:
     if attr in (12, 18):  # RANGE_SIZE, MAPPING_SIZE
         return _SIZE, a.size
     if attr == 13:  # MAPPED: graph memory of a graph not launched yet is reserved, not backed
-        return _BOOL, not a.unmapped
+        return _BOOL, a.mapped_now
     if attr == 14:  # ALLOWED_HANDLE_TYPES: none (no cuMemCreate)
         return _U64, 0
     if attr == 15:  # IS_GPU_DIRECT_RDMA_CAPABLE

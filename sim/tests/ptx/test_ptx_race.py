@@ -3,11 +3,14 @@
 A PTX kernel declares nothing before it runs (``PtxKernel.accesses`` is
 empty); the executor's checked accesses record, per allocation, the bytes
 it read and wrote, and the scheduler judges them when the launch has run,
-on the clock the launch had when it was queued (``sim/_sched.py``,
-``Reports``).  So two streams touching the same bytes through PTX kernels
-(or a PTX kernel and a copy or memset) with no happens-before edge raise
-:class:`~gpuarray.errors.StreamOrderError` at the synchronisation that runs
-them, and the same work ordered by its stream, an event or a host
+on the clock the launch had when it was queued (``sim/_race.py``,
+``Reports``), running the launch early enough for the verdict to come from
+the call that races.  So two streams touching the same bytes through PTX
+kernels (or a PTX kernel and a copy or memset) with no happens-before edge
+raise :class:`~gpuarray.errors.StreamOrderError` at the second of the two
+calls, as declared accesses do -- at the synchronisation that runs the
+launch only where a host function that has not returned held it back --
+and the same work ordered by its stream, an event or a host
 synchronisation never does.  The kernels are NVRTC's ``saxpy`` (reads ``x``,
 reads and writes ``y``) and numba-cuda's warp-shuffle reduction (reads
 ``a``, adds atomically to ``out``) from ``sim/tests/ptx/fixtures``.
@@ -16,6 +19,7 @@ reads and writes ``y``) and numba-cuda's warp-shuffle reduction (reads
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 import pytest
@@ -55,9 +59,8 @@ def test_two_streams_writing_overlapping_bytes_race(b, saxpy):
     x, y = _buffers(b)
     s1, s2 = _streams(b)
     _saxpy(b, saxpy, x, y, s1)
-    _saxpy(b, saxpy, x, y + 4 * (N // 2), s2)  # half of its range is s1's
     with pytest.raises(StreamOrderError, match=r"kernel saxpy \(\w+ bytes.*races with kernel saxpy \(writes"):
-        b.ctx_synchronize()
+        _saxpy(b, saxpy, x, y + 4 * (N // 2), s2)  # half of its range is s1's
 
 
 def test_two_streams_writing_disjoint_bytes_do_not(b, saxpy):
@@ -88,9 +91,8 @@ def test_a_kernel_reading_what_another_stream_writes_races(b, saxpy):
     x, y = _buffers(b)
     s1, s2 = _streams(b)
     _saxpy(b, saxpy, y, y + 4 * N, s1)  # reads y[:N] as its x
-    _saxpy(b, saxpy, x, y, s2)  # writes y[:N]
-    with pytest.raises(StreamOrderError, match=r"\(reads bytes|\(writes bytes.*reads bytes"):
-        b.ctx_synchronize()
+    with pytest.raises(StreamOrderError, match=r"\(writes bytes.*races with kernel saxpy \(reads"):
+        _saxpy(b, saxpy, x, y, s2)  # writes y[:N]: the call that races
 
 
 def test_a_numba_kernel_reading_what_a_memset_on_another_stream_writes_races(b):
@@ -112,9 +114,9 @@ def test_a_numba_kernel_reading_what_a_memset_on_another_stream_writes_races(b):
     b.ctx_synchronize()
     assert download(b, out1, 1, np.float32)[0] == download(b, out2, 1, np.float32)[0] == 2016
     reduce(out1, s1)
-    b.memset_d32_async(a + 128, 0, 4, s2)  # a[32:36] while s1's kernel reads all of a
-    with pytest.raises(StreamOrderError, match=r"warp_reduce.*\(reads bytes.*races with cuMemsetD32Async"):
-        b.ctx_synchronize()
+    with pytest.raises(StreamOrderError, match=r"cuMemsetD32Async.*races with kernel \w*warp_reduce"
+                                               r"\w* \(reads bytes"):
+        b.memset_d32_async(a + 128, 0, 4, s2)  # a[32:36] while s1's kernel reads all of a
 
 
 def test_later_work_ordered_after_the_kernel_does_not_race(b, saxpy):
@@ -131,26 +133,41 @@ def test_later_work_ordered_after_the_kernel_does_not_race(b, saxpy):
     assert (download(b, y, N, np.float32) == 0).all()
 
 
-def test_later_unordered_work_races_even_once_the_host_saw_it_complete(b, saxpy):
-    """The verdict is the one a declared launch gets: the memset on s2 races with the
-    launch queued before it on s1, even when s2 is synchronised before s1 runs."""
+def test_a_memset_racing_with_a_queued_launch_is_refused_at_its_call(b, saxpy):
+    """The launch on s1 has not run when the memset on s2 is queued: it runs first, so the
+    memset is judged against what the launch touched, by the memset's own call."""
     x, y = _buffers(b)
     s1, s2 = _streams(b)
     _saxpy(b, saxpy, x, y, s1)
-    b.memset_d32_async(y + 4 * 10, 0, 1, s2)
+    with pytest.raises(StreamOrderError, match=r"cuMemsetD32Async.*races with kernel saxpy"):
+        b.memset_d32_async(y + 4 * 10, 0, 1, s2)
+
+
+def test_a_launch_held_back_by_a_host_function_races_even_once_the_host_saw_the_other_work(
+        b, saxpy):
+    """Behind a host function that has not returned the launch cannot run early: the verdict
+    is then the synchronisation's, and the one a declared launch gets -- the memset on s2
+    races with the launch queued before it on s1, even when s2 is synchronised first."""
+    x, y = _buffers(b)
+    s1, s2 = _streams(b)
+    go = threading.Event()
+    b.launch_host_func(s1, lambda: go.wait(30))
+    _saxpy(b, saxpy, x, y, s1)
+    b.memset_d32_async(y + 4 * 10, 0, 1, s2)  # the launch is held back: judged later
     b.stream_synchronize(s2)  # the host sees the memset complete; the kernel has not run
+    go.set()
     with pytest.raises(StreamOrderError, match=r"kernel saxpy.*races with cuMemsetD32Async"):
         b.stream_synchronize(s1)
 
 
-def test_racecheck_warn_warns_at_the_synchronisation(b, saxpy):
+def test_racecheck_warn_warns_at_the_call_that_races(b, saxpy):
     b.sched.racecheck = "warn"
     x, y = _buffers(b)
     s1, s2 = _streams(b)
     _saxpy(b, saxpy, x, y, s1)
-    _saxpy(b, saxpy, x, y, s2)
     with pytest.warns(RuntimeWarning, match="unordered access.*kernel saxpy"):
-        b.ctx_synchronize()
+        _saxpy(b, saxpy, x, y, s2)
+    b.ctx_synchronize()
     assert (download(b, y, N, np.float32) == 4).all()  # both ran
 
 def test_racecheck_off_reports_nothing(saxpy, b):
@@ -177,9 +194,8 @@ def test_a_captured_launch_replayed_on_two_streams_races(b, saxpy):
     b.graph_launch(one, s2)  # launches of one executable graph are ordered
     b.ctx_synchronize()
     b.graph_launch(one, s1)
-    b.graph_launch(two, s2)  # another instance: the same bytes, unordered with s1's replay
     with pytest.raises(StreamOrderError, match="kernel saxpy"):
-        b.ctx_synchronize()
+        b.graph_launch(two, s2)  # another instance: the same bytes, unordered with s1's replay
 
 _STANDIN_CHILD = """
 import ctypes
@@ -215,8 +231,10 @@ saxpy(int(y), s1)
 saxpy(int(y) + 4 * 256, s2)  # disjoint
 chk(d.cuCtxSynchronize())
 saxpy(int(y), s1)
-saxpy(int(y) + 4 * 128, s2)  # overlapping, unordered
-chk(d.cuCtxSynchronize(), d.CUresult.CUDA_ERROR_UNKNOWN)
+a, px, py, n = ctypes.c_float(2.0), ctypes.c_uint64(int(x)), ctypes.c_uint64(int(y) + 4 * 128), ctypes.c_int32(256)
+ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in (a, px, py, n)])
+chk(d.cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, s2, ctypes.addressof(ptrs), 0),
+    d.CUresult.CUDA_ERROR_UNKNOWN)  # overlapping, unordered: refused by the launch that races
 err = _serve.last_error()
 assert isinstance(err, StreamOrderError) and "saxpy" in str(err), repr(err)
 print("OK")
