@@ -40,6 +40,7 @@ may be stricter than a driver, never more lenient.  The checks:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Sym, Vec
@@ -253,14 +254,27 @@ def _registers_of(it: Instr) -> list[Reg]:
     return out
 
 
-def _undeclared(it: Instr, regs: dict[str, str | None], families: dict[str, int]) -> str | None:
-    """A register of a declared family (``.reg .pred %p<3>``) beyond its count (``%p3``):
-    ptxas refuses it; special registers (``%tid.x``, ``%pm0``...) are no family's."""
+#: The PTX ISA's special registers (``%tid.x`` is ``%tid``'s component).
+_SPECIAL = re.compile(
+    r"%(tid|ntid|laneid|warpid|nwarpid|ctaid|nctaid|smid|nsmid|gridid|is_explicit_cluster|"
+    r"clusterid|nclusterid|cluster_ctaid|cluster_nctaid|cluster_ctarank|cluster_nctarank|"
+    r"lanemask_(eq|le|lt|ge|gt)|clock|clock_hi|clock64|pm[0-7](_64)?|envreg([0-9]|[12][0-9]|3[01])|"
+    r"globaltimer(_lo|_hi)?|reserved_smem_offset_(begin|end|cap|[01])|total_smem_size|"
+    r"aggr_smem_size|dynamic_smem_size|current_graph_exec)")
+
+
+def _undeclared(it: Instr, regs: dict[str, str | None], families: dict[str, int],
+                syms: dict[str, str]) -> str | None:
+    """A register no ``.reg`` of the function declares and no special register: ptxas
+    refuses it (``%p3`` of ``.reg .pred %p<3>``, ``%p1`` where no ``%p`` is declared)."""
     for r in _registers_of(it):
+        if r.name in regs or r.name in syms or _SPECIAL.fullmatch(r.name.split(".")[0]):
+            continue
         stem = r.name.rstrip("0123456789")
-        if r.name not in regs and stem != r.name and stem in families:
+        if stem in families:
             return (f"{it.opcode}: register {r.name} is not declared (.reg {stem}<"
                     f"{families[stem]}> declares {stem}0..{stem}{families[stem] - 1})")
+        return f"{it.opcode}: register {r.name} is not declared"
     return None
 
 
@@ -379,7 +393,7 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
                 out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
                                      "such register"))
             elif isinstance(it, Instr):
-                why = _undeclared(it, regs, families) or _instr(it, regs, syms)
+                why = _undeclared(it, regs, families, syms) or _instr(it, regs, syms)
                 if why is not None:
                     out.append((it.line, why))
     return out

@@ -152,6 +152,7 @@ REFUSED = [
     ("@%q7 add.f32 %f0, %f1, %f2;", "not a declared register"),
     ("add.f32 %f0, %f3, %f1;", "register %f3 is not declared"),
     ("cvt.u64.u32 %a0, %p2;", "register %p2 is not declared"),
+    ("cvt.u64.u32 %zz1, %r0;", "register %zz1 is not declared"),
     ("sad.u32 %r0, %r1, %a0, %r2;", "register %a0 of type .b64"),
 ]
 REGS = (".reg .b16 %h<3>; .reg .f64 %d<3>; .reg .u32 %r<3>; .reg .b32 %b<3>; .reg .f32 %f<3>;"
