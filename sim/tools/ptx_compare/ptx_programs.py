@@ -341,6 +341,10 @@ REFUSED_RULES: dict[str, str] = {
     "store_to_a_kernel_param": "st.param.u32 [p], %r0;",
     "bra_two_labels": "bra $end, $end;",
     "shfl_without_sync": "shfl.idx.b32 %r0, %r0, 0, 0x1f;",
+    "match_of_a_predicate": ".reg .pred %q<1>;\n  match.any.sync.b32 %r0, %q0, 0xffffffff;",
+    "float_member_mask": ".reg .pred %q<1>; .reg .f32 %g<1>;\n  vote.sync.ballot.b32 %r0, %q0, %g0;",
+    "sad_of_a_64_bit_register": "sad.u32 %r0, %r0, %a0, %r0;",
+    "undeclared_register": "add.u32 %r0, %r1, 1;",
 }
 
 
