@@ -29,6 +29,8 @@ may be stricter than a driver, never more lenient.  The checks:
   memory-order qualifiers combine as ptxas allows (``_memory_order``); a
   variable's address only in its own state space (generic: ``.global``,
   ``.shared`` or ``.local`` ones), never a store to a kernel parameter;
+* every register named is declared (``_undeclared``: a ``.reg`` of the
+  function or a ``.func``'s register parameter) or a special register;
 * the operands themselves (``_operands``): the count (``_forms.ARITY``),
   ld/st/ldu's state space, vector width and type (``_forms.LDST``), the
   guard a predicate, an address register an integer or bit one, immediate
