@@ -38,7 +38,7 @@ SIM := -e ./sim
 # pytest's default file pattern; bench/ has no pytest configuration of its own.
 BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 
-.PHONY: help demo test test-standin test-numba-driver test-ptx-kernels test-numba-cudapy bench docs lint numba-compat gpu-check clean
+.PHONY: help demo test test-standin test-numba-driver test-ptx-kernels test-numba-cudapy bench bench-cudapy docs lint numba-compat gpu-check clean
 
 help:
 	@echo "make demo       run the command-line demo (python -m gpuarray)"
@@ -50,6 +50,7 @@ help:
 	@echo "make test-numba-cudapy  a selection of numba-cuda's kernel tests over the stand-in"
 	@echo "make bench      run bench/ with pytest-benchmark, JSON into $(RESULTS)/"
 	@echo "                (simulator unless GPUARRAY_BACKEND=cuda)"
+	@echo "make bench-cudapy  numba-cuda's kernel tests: stand-in (cold, warm) vs numba's cudasim"
 	@echo "make docs       build the Sphinx docs, warnings as errors, into docs/_build/html"
 	@echo "make lint       run ruff and mypy"
 	@echo "make numba-compat  run numba-cuda's host-API tests against gpuarray (needs PyPI)"
@@ -125,6 +126,11 @@ bench: $(VENV)/.stamp-bench,$(CUDA_EXTRA)
 	GPUARRAY_BACKEND=$$backend $(VPY) -m pytest bench --benchmark-only \
 	    --benchmark-json="$$out" $(BENCH_ARGS); \
 	if [ -f bench/plot.py ]; then $(VPY) bench/plot.py "$$out"; fi
+
+# numba-cuda's kernel tests over the stand-in against numba's own simulator, cold
+# and warm, in one run (bench/test_cudapy_sim.py: minutes; needs .venv-peers).
+bench-cudapy: $(VENV)/.stamp-bench,$(CUDA_EXTRA) $(PEERS_VENV)/.stamp
+	GPUARRAY_BENCH_CUDAPY=1 $(MAKE) bench BENCH_ARGS="-s -k test_cudapy_modules $(BENCH_ARGS)"
 
 docs: $(VENV)/.stamp-docs
 	$(VPY) -m sphinx -W --keep-going -b html docs docs/_build/html

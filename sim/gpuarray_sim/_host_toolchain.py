@@ -23,8 +23,9 @@ def set_toolchain(provider: Callable[[], Any] | None) -> None:
 
     The toolchain has ``runtime()`` (the loaded host runtime),
     ``key()`` (compiler identity and flags, for cache keys),
-    ``build(source, what) -> bytes`` (a shared library; raises the kernels
-    layer's ``HostCompileError``), ``load(payload) -> ctypes.CDLL``, and
+    ``build(source, what, prefix=None) -> bytes`` (a shared library of
+    ``prefix`` then ``source``, the prefix precompiled once where it can be;
+    raises the kernels layer's ``HostCompileError``), ``load(payload) -> ctypes.CDLL``, and
     ``read(key) -> bytes | None`` / ``write(key, payload)`` (the disk cache).
     """
     global _provider

@@ -1,8 +1,21 @@
 // The simulator's runtime for host-built kernels: runs one launch of a kernel
 // of kernels/ compiled for the CPU (see sim/gpuarray_sim/kernels/ga_host.cuh for the contract).
 //
-// One concern: execution.  Every thread of every block runs.  Blocks run one
-// after the other on the calling OS thread (the simulator's stream worker).
+// One concern: execution.  Every thread of every block runs, on the calling
+// OS thread (the simulator's stream worker).  Blocks are resident in slots
+// (the launch's `slots`, at most as many as the simulated device holds at
+// once): one block at a time while its threads make progress -- each block
+// runs to its end before the next starts, as before -- and more at once when
+// they are needed.  A cooperative launch (`cooperative`) makes every block
+// of the grid resident from the start (grid.sync); otherwise, when a round
+// of the resident blocks' waiting threads made no progress and some thread
+// spun in a loop (a flag or lock another block may set), one more block is
+// admitted, up to the slots, and the resident blocks' rounds interleave: a
+// block that waits for a flag a later block sets completes as it does on a
+// GPU when the blocks fit.  Rounds visit the resident blocks in admission
+// order and admission happens only at the end of a round with no progress,
+// so a launch runs the same way every time (deterministic replay: nothing
+// depends on time but the spin timeout).
 // The threads of a block are cooperative fibers switched only at
 // __syncthreads: a fiber runs threads one after the other until one waits at
 // a barrier, then the next fiber starts the next thread; once every thread
@@ -90,8 +103,19 @@ struct Fiber {
     bool yielded;    // waits through rt.yield (PTX): may wait again when resumed
     bool spun;       // that yield was in a loop (kSpinBit), not at a barrier
     unsigned int line;  // the PTX line it yielded at
+    struct Slot* slot;  // the resident block whose threads it runs
     Fiber* next;     // in a thread's list or the free list
-    Fiber* wnext;    // in a waiting list
+    Fiber* wnext;    // in a waiting list or the launch's idle list
+};
+
+// A resident block: its own launch record (block_idx, thread_idx, progress,
+// slot), the next of its threads to start and its waiting fibers.
+struct Slot {
+    ga_host_rt rt;
+    ga_entry entry;  // what its threads run (the launch's, or the upgrade's from admission on)
+    unsigned int next;
+    Fiber* waiting;
+    Fiber** tail;
 };
 
 struct Fault {
@@ -106,10 +130,20 @@ struct Fault {
 };
 
 struct Launch {
-    ga_host_rt rt;
+    ga_host_rt rt;  // what every block's record starts from
     ga_entry entry;
+    // upgrade[0] is set (once, by another thread) to an entry that runs the
+    // same kernel faster (the PTX executor's translated build of an
+    // interpreted kernel): blocks admitted after that run it, and count
+    // themselves in upgrade[1].  Null: none will come.
+    unsigned long long* upgrade;
     const void* params;
-    unsigned int nthreads, next;
+    unsigned int nthreads;
+    Slot* slots;
+    unsigned int nslots, used;  // slots, and how many were ever used (their progress counts)
+    Slot* cur_slot;  // the block of the running fiber (or the one a fault names)
+    Fiber* scan;     // the last fiber taken from the thread's list
+    Fiber* idle;     // parked fibers of this launch, free for any block
     jmp_buf sched;
     Fiber* cur;
     bool in_fiber;  // a fiber runs (the signal handler's test)
@@ -285,6 +319,7 @@ void record(Launch* l, int code, Space space, unsigned long long addr, unsigned 
             int write, unsigned long long extent) {
     if (l->aborted) return;
     l->aborted = true;
+    const ga_host_rt& rt = l->cur_slot != nullptr ? l->cur_slot->rt : l->rt;
     Fault& ft = l->fault;
     ft.code = code;
     ft.space = space;
@@ -292,13 +327,13 @@ void record(Launch* l, int code, Space space, unsigned long long addr, unsigned 
     ft.addr = addr;
     ft.size = size;
     ft.extent = extent;
-    ft.block[0] = l->rt.block_idx.x;
-    ft.block[1] = l->rt.block_idx.y;
-    ft.block[2] = l->rt.block_idx.z;
-    ft.thread[0] = l->rt.thread_idx.x;
-    ft.thread[1] = l->rt.thread_idx.y;
-    ft.thread[2] = l->rt.thread_idx.z;
-    ft.line = l->rt.line;
+    ft.block[0] = rt.block_idx.x;
+    ft.block[1] = rt.block_idx.y;
+    ft.block[2] = rt.block_idx.z;
+    ft.thread[0] = rt.thread_idx.x;
+    ft.thread[1] = rt.thread_idx.y;
+    ft.thread[2] = rt.thread_idx.z;
+    ft.line = rt.line;
 }
 
 void on_fault(int sig, siginfo_t* info, void* uctx) {
@@ -362,14 +397,15 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
 [[noreturn]] void fiber_main() {
     Fiber* f = cur_launch->cur;
     for (;;) {
-        Launch* l = cur_launch;  // a parked fiber may serve a later launch
-        while (l->next < l->nthreads) {
-            thread_of(l, l->next++, &f->tid);
-            l->rt.thread_idx = f->tid;
+        Launch* l = cur_launch;  // a parked fiber may serve a later launch or block
+        Slot* s = f->slot;
+        while (s->next < l->nthreads) {
+            thread_of(l, s->next++, &f->tid);
+            s->rt.thread_idx = f->tid;
             f->state = RUNNING;
             const char* what = nullptr;
             try {
-                l->entry(&l->rt, l->params);
+                s->entry(&s->rt, l->params);
             } catch (const std::exception& e) {  // left normally: the exception is freed
                 record(l, 719, EXCEPTION, 0, 0, 0, 0);
                 strncpy(l->fault.what, e.what(), sizeof l->fault.what - 1);
@@ -389,6 +425,7 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
 // Scheduler -> fiber f, until f waits at a barrier, parks or faults.
 void enter(Launch* l, Fiber* f) {
     l->cur = f;
+    l->cur_slot = f->slot;
     l->in_fiber = true;
     if (_setjmp(l->sched)) {
         l->in_fiber = false;
@@ -449,95 +486,194 @@ void abandon_unparked() {
         if (f->state != DONE) f->fresh = true;
 }
 
-// Returns false when the launch ended (fault) or a fiber could not be made.
-bool run_block(Launch* l) {
-    l->next = 0;
-    Fiber* waiting = nullptr;
-    Fiber** tail = &waiting;
-    Fiber* f = nullptr;
-    bool ok = true;
-    while (ok && l->next < l->nthreads) {
-        f = fiber_after(f);
-        if (f == nullptr) {
-            record(l, 2, GLOBAL, 0, 0, 0, 0);  // out of memory for fiber stacks
-            ok = false;
-            break;
-        }
-        enter(l, f);
-        if (l->aborted) {
-            ok = false;
-        } else if (f->state == WAITING) {
-            f->wnext = nullptr;
-            *tail = f;
-            tail = &f->wnext;
+// A fiber for the next thread to start: a parked one of this launch, else
+// the next of the thread's list (made when the list ends); null: no memory.
+Fiber* take_fiber(Launch* l) {
+    if (l->idle != nullptr) {
+        Fiber* f = l->idle;
+        l->idle = f->wnext;
+        return f;
+    }
+    Fiber* f = fiber_after(l->scan);
+    if (f != nullptr) l->scan = f;
+    return f;
+}
+
+// After enter(f): f waits (onto its block's waiting list) or parked (idle).
+void settle(Launch* l, Fiber* f) {
+    if (f->state == WAITING) {
+        Slot* s = f->slot;
+        f->wnext = nullptr;
+        *s->tail = f;
+        s->tail = &f->wnext;
+    } else if (f->state == DONE) {
+        f->wnext = l->idle;
+        l->idle = f;
+    }
+}
+
+// Makes block `b` (linear index) resident in slot `s` and starts every one of
+// its threads, each up to its first wait.  False when the launch ended.
+bool admit(Launch* l, Slot* s, unsigned long long b) {
+    const ga_uint3& g = l->rt.grid_dim;
+    const unsigned int slot = (unsigned int)(s - l->slots);
+    const unsigned long long progress = s->rt.progress;
+    s->rt = l->rt;
+    s->rt.slot = slot;
+    s->rt.progress = progress;  // the sum over slots only grows
+    s->rt.block_idx = {(unsigned int)(b % g.x), (unsigned int)(b / g.x % g.y),
+                       (unsigned int)(b / g.x / g.y)};
+    if (l->upgrade != nullptr) {
+        const unsigned long long e = __atomic_load_n(l->upgrade, __ATOMIC_ACQUIRE);
+        if (e != 0) {
+            l->entry = reinterpret_cast<ga_entry>(e);
+            ++l->upgrade[1];  // only this thread writes it
         }
     }
+    s->entry = l->entry;
+    s->next = 0;
+    s->waiting = nullptr;
+    s->tail = &s->waiting;
+    if (slot + 1 > l->used) l->used = slot + 1;
+    while (s->next < l->nthreads) {
+        Fiber* f = take_fiber(l);
+        if (f == nullptr) {
+            l->cur_slot = s;
+            record(l, 2, GLOBAL, 0, 0, 0, 0);  // out of memory for fiber stacks
+            return false;
+        }
+        f->slot = s;
+        enter(l, f);
+        if (l->aborted) return false;
+        settle(l, f);
+    }
+    return true;
+}
+
+unsigned long long progress_of(const Launch* l) {
+    unsigned long long p = 0;
+    for (unsigned int i = 0; i < l->used; ++i) p += l->slots[i].rt.progress;
+    return p;
+}
+
+double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Runs every block of the grid.  `live` holds the resident blocks' slots in
+// admission order, `free_slots` the others.  Returns false when the launch
+// ended (fault) or a fiber could not be made.
+bool run_grid(Launch* l, bool cooperative) {
+    const ga_uint3& g = l->rt.grid_dim;
+    const unsigned long long nblocks = (unsigned long long)g.x * g.y * g.z;
+    Slot** live = static_cast<Slot**>(calloc(l->nslots, sizeof(Slot*)));
+    Slot** free_slots = static_cast<Slot**>(calloc(l->nslots, sizeof(Slot*)));
+    if (live == nullptr || free_slots == nullptr) {
+        free(live);
+        free(free_slots);
+        record(l, 2, GLOBAL, 0, 0, 0, 0);
+        return false;
+    }
+    unsigned int nlive = 0, nfree = l->nslots;
+    for (unsigned int i = 0; i < l->nslots; ++i) free_slots[i] = &l->slots[l->nslots - 1 - i];
+    unsigned int width = cooperative ? l->nslots : 1;  // blocks resident at once
+    unsigned long long next_block = 0;
+    bool ok = true;
     double spin_since = -1;  // when rounds of spinning without progress began
-    while (ok && waiting != nullptr) {  // every thread has started: release the barrier
-        bool spun = false;  // a thread yielded in a loop: it may end the loop by itself
-        ga_uint3 spin_tid = {0, 0, 0};
-        unsigned int spin_line = 0;
-        Fiber* still = nullptr;
-        Fiber** still_tail = &still;
-        const unsigned long long before = l->rt.progress;
-        bool moved = false;  // a thread passed a __syncthreads or finished
-        for (Fiber* w = waiting; w != nullptr;) {
-            Fiber* nx = w->wnext;
-            l->rt.thread_idx = w->tid;
-            moved = moved || !w->yielded;
-            w->yielded = false;
-            enter(l, w);
-            moved = moved || w->state == DONE;
-            if (l->aborted) {
-                ok = false;
-                break;
+    while (ok) {
+        bool moved = false;  // a thread passed a __syncthreads, finished, or a block started
+        while (ok && nlive < width && next_block < nblocks) {
+            Slot* s = free_slots[--nfree];
+            ok = admit(l, s, next_block++);
+            if (s->waiting == nullptr) {
+                free_slots[nfree++] = s;  // every thread ran to its end
+            } else {
+                live[nlive++] = s;
             }
-            if (w->state == WAITING) {
-                if (w->spun && !spun) {
+            moved = true;
+        }
+        if (!ok || nlive == 0) break;
+        bool spun = false;  // a thread yielded in a loop: it may end the loop by itself
+        Fiber* spinner = nullptr;
+        const unsigned long long before = progress_of(l);
+        unsigned int kept = 0;
+        for (unsigned int k = 0; k < nlive && ok; ++k) {
+            Slot* s = live[k];
+            Fiber* w = s->waiting;
+            s->waiting = nullptr;
+            s->tail = &s->waiting;
+            while (w != nullptr) {
+                Fiber* nx = w->wnext;
+                s->rt.thread_idx = w->tid;
+                moved = moved || !w->yielded;
+                w->yielded = false;
+                enter(l, w);
+                moved = moved || w->state == DONE;
+                if (l->aborted) {
+                    ok = false;
+                    break;
+                }
+                if (w->state == WAITING && w->spun && !spun) {
                     spun = true;
-                    spin_tid = w->tid;
-                    spin_line = w->line;
+                    spinner = w;
                 }
                 w->spun = false;
-                w->wnext = nullptr;
-                *still_tail = w;
-                still_tail = &w->wnext;
+                settle(l, w);
+                w = nx;
             }
-            w = nx;
+            if (s->waiting != nullptr) {
+                live[kept++] = s;
+            } else {
+                free_slots[nfree++] = s;  // the block ended
+                moved = true;
+            }
         }
-        waiting = still;
-        if (ok && waiting != nullptr && !moved && l->rt.progress == before && spun) {
+        if (!ok) break;
+        nlive = kept;
+        if (nlive == 0 || moved || progress_of(l) != before) {
+            spin_since = -1;
+            continue;
+        }
+        if (spun && width < l->nslots && next_block < nblocks) {
+            ++width;  // the resident blocks only spin: another block may end the wait
+            spin_since = -1;
+        } else if (spun) {
             // threads only spun: no deadlock yet, a timeout once it lasts
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            const double now = ts.tv_sec + ts.tv_nsec * 1e-9;
+            const double t = now_s();
             if (spin_since < 0) {
-                spin_since = now;
-            } else if (now - spin_since > l->spin_limit) {
-                l->rt.thread_idx = spin_tid;
-                l->rt.line = spin_line;
-                record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(now - spin_since));
+                spin_since = t;
+            } else if (t - spin_since > l->spin_limit) {
+                l->cur_slot = spinner->slot;
+                spinner->slot->rt.thread_idx = spinner->tid;
+                spinner->slot->rt.line = spinner->line;
+                record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(t - spin_since));
                 ok = false;
             }
-        } else if (ok && waiting != nullptr && !moved && l->rt.progress == before) {
+        } else {
             // every waiting thread waits for one that never comes: a GPU hangs
-            l->rt.thread_idx = waiting->tid;
-            l->rt.line = waiting->line;
+            Fiber* w = live[0]->waiting;
+            l->cur_slot = live[0];
+            live[0]->rt.thread_idx = w->tid;
+            live[0]->rt.line = w->line;
             record(l, 719, DEADLOCK, 0, 0, 0, 0);
             ok = false;
-        } else {
-            spin_since = -1;
         }
     }
+    free(live);
+    free(free_slots);
     if (!ok) abandon_unparked();
     return ok;
 }
 
 int launch(ga_entry entry, const void* params, const unsigned int* grid,
-           const unsigned int* block, const ga_host_grant* grants, int ngrants, Fault* out) {
+           const unsigned int* block, const ga_host_grant* grants, int ngrants,
+           unsigned int nslots, int cooperative, unsigned long long* upgrade, Fault* out) {
     Launch l;
     memset(&l, 0, sizeof l);
     l.entry = entry;
+    l.upgrade = upgrade;
     l.params = params;
     l.rt.block_dim = {block[0], block[1], block[2]};
     l.rt.grid_dim = {grid[0], grid[1], grid[2]};
@@ -551,22 +687,30 @@ int launch(ga_entry entry, const void* params, const unsigned int* grid,
     const char* limit = getenv("GPUARRAY_SIM_LAUNCH_TIMEOUT");
     l.spin_limit = limit != nullptr && atof(limit) > 0 ? atof(limit) : 30.0;
     l.rt.nthreads = l.nthreads;
+    const unsigned long long nblocks = (unsigned long long)grid[0] * grid[1] * grid[2];
+    l.nslots = nslots == 0 ? 1 : nslots;
+    if (l.nslots > nblocks) l.nslots = (unsigned int)nblocks;
+    if (cooperative && nblocks > nslots) {  // the caller refuses such a launch first
+        out->code = 720;
+        return 720;
+    }
     if (!ensure_altstack()) {
         *out = l.fault;
         out->code = 2;  // no memory for the signal stack
+        return 2;
+    }
+    l.slots = static_cast<Slot*>(calloc(l.nslots, sizeof(Slot)));
+    if (l.slots == nullptr) {
+        out->code = 2;
         return 2;
     }
     install_handlers();
     Launch* prior = cur_launch;
     cur_launch = &l;
     int rc = 0;
-    for (unsigned int z = 0; z < grid[2] && rc == 0; ++z)
-        for (unsigned int y = 0; y < grid[1] && rc == 0; ++y)
-            for (unsigned int x = 0; x < grid[0] && rc == 0; ++x) {
-                l.rt.block_idx = {x, y, z};
-                if (!run_block(&l)) rc = l.fault.code ? l.fault.code : 700;
-            }
+    if (!run_grid(&l, cooperative != 0)) rc = l.fault.code ? l.fault.code : 700;
     cur_launch = prior;
+    free(l.slots);
     fibers.trim();
     if (rc) *out = l.fault;
     return rc;
@@ -577,15 +721,21 @@ int launch(ga_entry entry, const void* params, const unsigned int* grid,
 // The layout version of ga_host_rt this runtime was built with.
 GA_HOST_EXPORT int ga_hostrt_abi() { return GA_HOST_ABI; }
 
-// Runs entry(rt, params) for every thread of every block of grid x block.
+// Runs entry(rt, params) for every thread of every block of grid x block,
+// with at most `slots` blocks resident at once (all of them from the start
+// when `cooperative`: the grid must fit); `upgrade` (or null): two words,
+// where another thread may publish a faster entry of the same kernel for
+// the blocks not yet started, and the count of blocks that ran it.
 // Returns 0, or the fault's CUDA error code (700, 716, 714: stack overflow,
 // 719: a C++ exception; 2: no memory for fiber stacks) with its details in
 // *out.  Nothing is thrown across this boundary.
 GA_HOST_EXPORT int ga_hostrt_launch(ga_entry entry, const void* params, const unsigned int* grid,
                                     const unsigned int* block, const ga_host_grant* grants,
-                                    int ngrants, Fault* out) {
+                                    int ngrants, unsigned int slots, int cooperative,
+                                    unsigned long long* upgrade, Fault* out) {
     try {
-        return launch(entry, params, grid, block, grants, ngrants, out);
+        return launch(entry, params, grid, block, grants, ngrants, slots, cooperative, upgrade,
+                      out);
     } catch (const std::bad_alloc&) {
         memset(out, 0, sizeof *out);
         out->code = 2;

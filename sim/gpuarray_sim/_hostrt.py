@@ -24,7 +24,9 @@ waits again and none progressed is a deadlock, reported as
 ``CUDA_ERROR_LAUNCH_FAILED`` (719) naming the thread and the PTX line
 (faults name the instruction through ``launch(source=...)``).  A PTX
 thread in a loop yields every 1024 backward branches (``ptx::spin``), so
-a spin-wait on a flag or lock another thread of the block sets works; rounds
+a spin-wait on a flag or lock another thread sets works (another block's
+too: when the resident blocks only spin, the runtime makes one more block
+resident, up to the launch's ``slots``); rounds
 of such yields are no deadlock, but after ``GPUARRAY_SIM_LAUNCH_TIMEOUT``
 seconds (default 30) of them with no thread finishing or passing a barrier
 the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
@@ -55,7 +57,7 @@ RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
 #: The headers of the launch record the runtime and the code it runs share (``-I`` this folder).
 HEADERS = (Path(__file__).with_name("ga_hostrt.h"),)
 #: The ``GA_HOST_ABI`` of ``ga_hostrt.h`` (the launch record) this module speaks.
-ABI = 3
+ABI = 4
 
 _NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 710: "CUDA_ERROR_ASSERT", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
           714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
@@ -91,7 +93,8 @@ class HostRuntime:
         fn = lib.ga_hostrt_launch
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _Dim, _Dim, ctypes.POINTER(Grant),
-                       ctypes.c_int, ctypes.POINTER(_Fault)]
+                       ctypes.c_int, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p,
+                       ctypes.POINTER(_Fault)]
         held = lib.ga_hostrt_fibers
         held.restype = None
         held.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
@@ -107,11 +110,20 @@ class HostRuntime:
 
     def launch(self, kernel: str, entry: int, params: ctypes.Structure,
                grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant],
-               source: Callable[[int], str] | None = None) -> None:
+               source: Callable[[int], str] | None = None, slots: int = 1,
+               cooperative: bool = False, upgrade: ctypes.Array | None = None) -> None:
         """Run ``entry`` (address of ``ga_host__<kernel>``) over ``grid`` x ``block``.
 
         ``source(line)`` names the instruction at a PTX line (kernels
-        translated from PTX); a fault there names it.
+        translated from PTX); a fault there names it.  ``slots``: how many
+        blocks may be resident at once (each gets ``ga_host_rt.slot``; one
+        block at a time while they progress, more when the resident ones
+        only spin); ``cooperative``: every block resident from the start
+        (the grid must fit in ``slots``); ``upgrade``: two 64-bit words;
+        another thread may set the first, while the launch runs, to the
+        address of an entry that runs the same kernel (the PTX executor's
+        translated build of an interpreted kernel): the blocks started after
+        that run it, and the second counts them.
 
         Raises
         ------
@@ -125,7 +137,9 @@ class HostRuntime:
         arr = (Grant * max(1, len(grants)))(*grants)
         fault = _Fault()
         rc = self._launch(entry, ctypes.addressof(params), _Dim(*grid), _Dim(*block), arr,
-                          len(grants), ctypes.byref(fault))
+                          len(grants), max(1, int(slots)), int(bool(cooperative)),
+                          ctypes.addressof(upgrade) if upgrade is not None else None,
+                          ctypes.byref(fault))
         if rc == 0:
             return
         if rc == 2:
@@ -141,11 +155,11 @@ class HostRuntime:
                                   f"{where}")
         if fault.space == _SPIN:
             raise DeviceFault(rc, f"kernel {kernel}: launch timeout: threads looped for "
-                                  f"{fault.extent} s with no thread of the block finishing or "
-                                  "passing a barrier (a spin-wait on memory nothing writes; the "
-                                  "simulator runs a grid's blocks one after another, so a flag or "
-                                  "lock only a later block sets is never seen; "
-                                  f"GPUARRAY_SIM_LAUNCH_TIMEOUT sets the limit) ({name}); the "
+                                  f"{fault.extent} s with no thread finishing or passing a "
+                                  "barrier (a spin-wait on memory nothing writes, or that only a "
+                                  "block which cannot be resident with the waiting ones would "
+                                  "write; GPUARRAY_SIM_LAUNCH_TIMEOUT sets the limit) "
+                                  f"({name}); the "
                                   f"first spins at {where}")
         if fault.space == _STACK:
             raise DeviceFault(rc, f"kernel {kernel}: the thread overflowed its {fault.extent >> 10}"

@@ -29,7 +29,14 @@ from gpuarray.errors import CudaError
 
 from . import _images, _profile, _sticky
 from . import kernels as sim_kernels
-from ._codes import ILLEGAL_ADDRESS, INVALID_HANDLE, INVALID_IMAGE, NOT_FOUND
+from ._codes import (
+    COOPERATIVE_LAUNCH_TOO_LARGE,
+    ILLEGAL_ADDRESS,
+    INVALID_HANDLE,
+    INVALID_IMAGE,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+)
 from ._core import INVALID_VALUE, SimContext, SimCore, _locked
 from ._memory import Allocation, DeviceFault
 from ._race import Reports
@@ -345,9 +352,41 @@ class SimModuleCalls(SimCore):
                             "unless cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) opted in)")
 
     @_locked
+    def resident_blocks(self, func: int, threads: int, shared_mem: int) -> int:
+        """Blocks of ``threads`` threads of ``func`` the device holds at once (all its SMs).
+
+        As the occupancy calculator: per SM, the least of the block limit,
+        the threads, the registers (32 per thread) and the shared memory
+        (static and ``shared_mem`` dynamic bytes, plus the reserved 1 KiB per
+        block), times the SMs.
+        """
+        _name, _m, dev, sizes = self.function_info(func)
+
+        def attr(a: str) -> int:
+            return _profile.value(a, self.compute_capability[dev], self.physical[dev])
+
+        warps = -(-threads // 32)
+        smem = sizes["shared"] + shared_mem + attr("reserved_shared_memory_per_block")
+        per_sm = min(attr("max_blocks_per_multiprocessor"),
+                     attr("max_threads_per_multiprocessor") // (32 * warps),
+                     attr("max_registers_per_multiprocessor") // (32 * 32 * warps),
+                     attr("max_shared_memory_per_multiprocessor") // smem)
+        return max(0, per_sm) * attr("multiprocessor_count")
+
+    @_locked
     def launch_kernel(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int],
-                      shared_mem: int, stream: int, params: Sequence[Any]) -> None:
-        call = "cuLaunchKernel"
+                      shared_mem: int, stream: int, params: Sequence[Any],
+                      cooperative: bool = False) -> None:
+        """Launch ``func``; ``cooperative``: every block resident at once (``grid.sync``).
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`` (720): a cooperative
+            grid of more blocks than the device holds at once
+            (:meth:`resident_blocks`); and what any launch raises.
+        """
+        call = "cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel"
         entry = self._functions.get(func)
         if entry is None:
             raise CudaError(INVALID_HANDLE, call, f"function 0x{int(func):x}")
@@ -363,12 +402,24 @@ class SimModuleCalls(SimCore):
                 or max(g[1:]) > 65535 or b[0] * b[1] * b[2] > 1024 or b[2] > 64):
             raise CudaError(INVALID_VALUE, call, f"{name}: grid {g} block {b}")
         self._check_shared(func, shared_mem, call, b[0] * b[1] * b[2])
+        nblocks = g[0] * g[1] * g[2]
+        resident = self.resident_blocks(func, b[0] * b[1] * b[2], shared_mem)
+        if cooperative and not hasattr(impl, "program"):
+            raise CudaError(NOT_SUPPORTED, call, f"{name}: the simulator runs cooperative "
+                                                 "launches of kernels from PTX only")
+        if cooperative and nblocks > resident:
+            raise CudaError(COOPERATIVE_LAUNCH_TOO_LARGE, call,
+                            f"{name}: a cooperative grid of {nblocks} blocks; the device holds "
+                            f"{resident} blocks of {b[0] * b[1] * b[2]} threads with "
+                            f"{shared_mem} bytes of dynamic shared memory at once")
         if getattr(impl, "foreign", False) and s.capture is None:
             raise impl.error(call)  # after the checks a driver makes of any launch
         # (captured, the launch is a graph node: it fails when the graph runs it)
         run = impl.run
         if hasattr(impl, "program"):  # a kernel of a PTX image
-            run = self._ptx_launch(impl, name, _module, ctx, b, shared_mem, call)
+            run = self._ptx_launch(impl, name, _module, ctx, b, shared_mem, call,
+                                   _slots(nblocks, resident, b[0] * b[1] * b[2], cooperative),
+                                   cooperative)
         try:
             snap = [type(p).from_buffer_copy(p) for p in params]  # CUDA copies parameters at launch
         except TypeError:
@@ -387,7 +438,8 @@ class SimModuleCalls(SimCore):
             node.params = ("launch", func, grid, block, shared_mem, list(params))
 
     def _ptx_launch(self, impl: Any, name: str, module: int, ctx: SimContext,
-                    block: tuple[int, ...], shared_mem: int, call: str) -> Any:
+                    block: tuple[int, ...], shared_mem: int, call: str, slots: int = 1,
+                    cooperative: bool = False) -> Any:
         """Check a PTX kernel's launch as a driver does; the function the stream runs."""
         from . import ptx
 
@@ -404,7 +456,8 @@ class SimModuleCalls(SimCore):
             raise CudaError(INVALID_VALUE, call, f"{name}: {threads} threads per block, the "
                                                  f"kernel allows {info.max_threads} (.maxntid)")
         addresses = self._place_globals(module, ctx, impl.program, call)
-        return lambda mem, g, b, smem, snap: impl.run(mem, g, b, smem, snap, globals=addresses)
+        return lambda mem, g, b, smem, snap: impl.run(mem, g, b, smem, snap, globals=addresses,
+                                                      slots=slots, cooperative=cooperative)
 
     # ----------------------------------------------------------------- IPC
     # Across processes through shared memory: see _ipc.py.
@@ -419,3 +472,25 @@ class SimModuleCalls(SimCore):
     @_locked
     def ipc_close_mem_handle(self, ptr: int) -> None:
         self._ipc.close(int(ptr))
+
+
+#: Threads a non-cooperative launch keeps resident at most (fibers; a GPU
+#: promises such a launch no co-residency at all, so this is the simulator's choice).
+SPIN_RESIDENT_THREADS = 16384
+#: Blocks a non-cooperative launch keeps resident at most (their state is allocated per launch).
+SPIN_RESIDENT_BLOCKS = 64
+
+
+def _slots(nblocks: int, resident: int, threads: int, cooperative: bool) -> int:
+    """Blocks a launch may hold resident at once in the fiber runtime.
+
+    A cooperative launch: all (the caller checked that the device holds
+    them).  Otherwise the device's residency, at most
+    :data:`SPIN_RESIDENT_BLOCKS` blocks and :data:`SPIN_RESIDENT_THREADS`
+    threads: the runtime admits blocks beyond the first only while the
+    resident ones spin (a flag another block sets).
+    """
+    if cooperative:
+        return nblocks
+    return max(1, min(nblocks, resident, SPIN_RESIDENT_BLOCKS,
+                      SPIN_RESIDENT_THREADS // max(1, threads)))

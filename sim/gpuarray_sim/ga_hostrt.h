@@ -21,7 +21,7 @@ struct ga_host_grant {
 // The launch record: filled by the runtime, read by the kernels' built-ins
 // (kernels/ga_host.cuh) and the PTX executor's runtime (ptx/ptxrt.h).  Its
 // layout changes with GA_HOST_ABI (_hostrt.py checks it).
-#define GA_HOST_ABI 3
+#define GA_HOST_ABI 4
 struct ga_host_rt {
     ga_uint3 thread_idx, block_idx, block_dim, grid_dim;
     const ga_host_grant* grants;
@@ -46,6 +46,11 @@ struct ga_host_rt {
     unsigned int nthreads;  // threads per block
     unsigned long long progress;
     void (*yield)(ga_host_rt*);
+    // The residency slot of this block (0 .. slots-1 of the launch): blocks
+    // resident at the same time have different slots, so per-block state
+    // (the PTX executor's shared window and barrier record) is indexed by it.
+    // Each resident block has a record of its own.
+    unsigned int slot;
 };
 
 // Host builds use -fvisibility=hidden (each library's template instances and

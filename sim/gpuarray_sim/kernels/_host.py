@@ -204,28 +204,106 @@ def _unit(specs: Sequence[KernelSpec]) -> str:
     return program_source(specs) + "".join(_entry_line(s) for s in specs)
 
 
-def build_library(cc: Compiler, source: str, what: str) -> bytes:
+def _compile_cmd(cc: Compiler, src: str, out: str, header: str | None) -> list[str]:
+    cmd = [cc.path, *FLAGS, "-I", str(_source.kernel_source_dir()), "-I", str(HOST_HEADER.parent),
+           "-I", str(_hostrt.RUNTIME_SOURCE.parent)]
+    if header is not None:
+        cmd += ["-include", header]
+    return [*cmd, src, "-o", out]
+
+
+def build_library(cc: Compiler, source: str, what: str, prefix: str | None = None) -> bytes:
     """Compile ``source`` (C++, ``-I kernels/ -I`` this folder) into a shared library; its bytes.
+
+    ``prefix``: C++ that goes before ``source`` (the PTX executor's runtime
+    headers), compiled once into a precompiled header (:func:`_precompiled`)
+    where the disk cache is usable -- the unit then parses only its own
+    lines; without one, or when the compiler refuses it, the prefix is
+    compiled as text, with the same result.
 
     Raises
     ------
     HostCompileError
         Naming the compiler, ``what`` and the log.
     """
+    header = _precompiled(cc, prefix) if prefix is not None else None
     with tempfile.TemporaryDirectory(prefix="gpuarray-host-") as d:
         src, out = os.path.join(d, "unit.cpp"), os.path.join(d, "unit.so")
         with open(src, "w", encoding="utf-8") as f:
-            f.write(source)
-        cmd = [cc.path, *FLAGS, "-I", str(_source.kernel_source_dir()), "-I", str(HOST_HEADER.parent),
-               "-I", str(_hostrt.RUNTIME_SOURCE.parent), src, "-o", out]
+            f.write(source if prefix is None or header is not None else prefix + "\n" + source)
+        cmd = _compile_cmd(cc, src, out, header)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as e:
             raise HostCompileError(cc.path, what, f"{' '.join(cmd)}: {e}") from None
+        if r.returncode != 0 and header is not None:  # a damaged precompiled header: as text
+            _log.debug("host build with %s failed; building without it", header)
+            with open(src, "w", encoding="utf-8") as f:
+                f.write(prefix + "\n" + source)  # type: ignore[operator]
+            cmd = _compile_cmd(cc, src, out, None)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise HostCompileError(cc.path, what, f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
         with open(out, "rb") as f:
             return f.read()
+
+
+_pch_lock = threading.Lock()
+_pch_done: dict[str, str | None] = {}
+
+
+def _precompiled(cc: Compiler, text: str) -> str | None:
+    """The path of a header holding ``text`` whose precompiled form (``.gch``) sits beside it.
+
+    Made once per compiler, flags and text, in the folder ``pch`` of the
+    kernel disk cache (the cache's trust rules; created private): a
+    precompiled header is compiler state that code is built with, trusted
+    as a cached library is.  None when the cache is off or untrusted, or
+    the header does not compile (the caller compiles the text instead).
+    """
+    key = _key(cc, "pch", text)
+    with _pch_lock:
+        if key in _pch_done:
+            return _pch_done[key]
+        path = None
+        try:
+            path = _make_precompiled(cc, key, text)
+        except (OSError, subprocess.SubprocessError) as e:
+            _log.debug("no precompiled header: %s", e)
+        _pch_done[key] = path
+        return path
+
+
+def _make_precompiled(cc: Compiler, key: str, text: str) -> str | None:
+    if not _cache.disk_cache_enabled():
+        return None
+    base = _cache.cache_dir()
+    if not _cache._trusted(base):
+        return None
+    d = base / "pch"
+    d.mkdir(mode=0o700, exist_ok=True)
+    if not _cache._trusted(d):
+        return None
+    header, gch = d / f"{key[:40]}.h", d / f"{key[:40]}.h.gch"
+    if header.is_file() and gch.is_file() and header.read_text(encoding="utf-8") == text:
+        return str(header)
+    tmp = tempfile.mkdtemp(prefix="gpuarray-pch-", dir=d)
+    try:
+        th, tg = os.path.join(tmp, "h.h"), os.path.join(tmp, "h.h.gch")
+        with open(th, "w", encoding="utf-8") as f:
+            f.write(text)
+        flags = [f for f in FLAGS if f != "-shared"]
+        r = subprocess.run([cc.path, *flags, "-I", str(_hostrt.RUNTIME_SOURCE.parent),
+                            "-x", "c++-header", th, "-o", tg], capture_output=True, text=True,
+                           timeout=600)
+        if r.returncode != 0:
+            _log.debug("precompiling the PTX runtime header failed:\n%s", r.stderr)
+            return None
+        os.replace(th, header)  # the header first: a .gch is used only beside its header
+        os.replace(tg, gch)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(header)
 
 
 _loaded: dict[str, ctypes.CDLL] = {}
@@ -571,8 +649,8 @@ class PtxToolchain:
         cc = _require_compiler()
         return _key(cc, "ptx", "")
 
-    def build(self, source: str, what: str) -> bytes:
-        return build_library(_require_compiler(), source, what)
+    def build(self, source: str, what: str, prefix: str | None = None) -> bytes:
+        return build_library(_require_compiler(), source, what, prefix)
 
     def load(self, payload: bytes) -> ctypes.CDLL:
         return load_library(payload)

@@ -97,8 +97,10 @@ Contract for other layers (``sim/_module_calls.py``, the stand-in, tools)
 
 Execution model
 ---------------
-Blocks run one after another on the stream's OS thread; the threads of a
-block are fibers switched only where a thread must wait (``bar.sync``,
+Blocks run on the stream's OS thread, one at a time while they progress
+and several resident together when they must be (``_hostrt.cpp``: a
+cooperative launch's whole grid; another launch's next block whenever the
+resident ones only spin); the threads of a block are fibers switched only where a thread must wait (``bar.sync``,
 ``bar.red``, warp collectives).  Warps are 32 consecutive linear thread
 ids; ``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
 ``bar.warp.sync`` wait, as the ISA says, for the non-exited lanes of their
@@ -127,17 +129,23 @@ without a thread count waits for every thread that has not exited.
 Atomics are compare-and-swap loops on the host memory (atomic against
 other launches running on other streams).  ``%clock``/``%clock64`` count
 reads (monotonic, not time).  Loops: every 1024th backward branch a thread
-takes yields to the other threads of its block (``ptx::spin``), so a
-spin-wait on a flag or a spin-lock that another thread of the block
-releases, with no barrier between, works as on a GPU.  Rounds in which
+takes yields to the other resident threads (``ptx::spin``), so a
+spin-wait on a flag or a spin-lock that another thread releases, with no
+barrier between, works as on a GPU; when only spinning threads are left,
+one more block is made resident (up to the launch's slots: the device's
+residency, and for a launch that is not cooperative at most 64 blocks and
+16384 threads), so a flag a later block sets is seen.  Rounds in which
 threads only spun are no deadlock; after ``GPUARRAY_SIM_LAUNCH_TIMEOUT``
-seconds (default 30) of them with no thread finishing or passing a barrier,
-the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
-GPU) naming the loop's branch and thread -- the fate of a spin on memory
-only a LATER block writes, since blocks run one after another (a GPU does
-not promise that either without cooperative launch).  Not modelled:
-cooperative launch and ``grid.sync`` (numba's needs an external function
-the simulator does not provide: the launch fails naming it).  The race
+seconds (default 30) of them with no thread finishing or passing a barrier
+and no block left to admit, the launch ends with
+``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a GPU) naming the loop's
+branch and thread.  Cooperative launches make the whole grid resident
+(``COOPERATIVE_LAUNCH_TOO_LARGE`` beyond the device's residency);
+``grid.sync`` is numba-cuda's ``cudaCGGetIntrinsicHandle``/
+``cudaCGSynchronize`` (libcudadevrt's, provided by the executor: a
+barrier of every thread of the grid, a trap outside a cooperative
+launch); CUDA C++'s own ``grid.sync`` (which reads the grid workspace
+from ``%envreg``) is not.  The race
 detector sees what a PTX kernel touched: ``accesses`` is empty (the ranges
 are known only while it runs), the checked global accesses of ``ptxrt.h``
 widen per allocation the interval read and the interval written (atomics

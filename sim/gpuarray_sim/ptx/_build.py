@@ -16,24 +16,24 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import os
 import struct
 import threading
+import time as _time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from .. import _hostrt
+from .. import _hostrt, _phases
 from ._ast import PtxModule
 from ._check import check
 from ._emit import translate
 from ._errors import UnsupportedPtx
 from ._parse import parse
+from ._runtime_src import HEADERS, cache_key, runtime_source
 
-__all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source"]
+__all__ = ["HEADERS", "PtxProgram", "load", "link", "cache_key", "runtime_source", "settle",
+           "TIER_UP_SECONDS"]
 
-#: The runtime support headers, inlined in this order at the top of every unit.
-HEADERS = tuple(Path(__file__).with_name(n)
-                for n in ("ptxrt.h", "ptx_sync.h", "ptx_num.h", "ptx_printf.h"))
 HEADER = HEADERS[0]
 _MAGIC = b"GAPTX1\n"
 
@@ -61,8 +61,9 @@ def load(image: bytes | str) -> PtxProgram:
     with _lock:
         prog = _programs.get(digest)
     if prog is None:
-        module = parse(text)
-        check(module)  # what a driver's JIT refuses is refused here, at load
+        with _phases.phase("parse"):
+            module = parse(text)
+            check(module)  # what a driver's JIT refuses is refused here, at load
         prog = PtxProgram(module, digest)
         with _lock:
             prog = _programs.setdefault(digest, prog)
@@ -88,41 +89,6 @@ def link(images: Sequence[bytes | str]) -> PtxProgram:
     return load("\n".join(texts))
 
 
-def _sources_digest() -> str:
-    """The hash of every file whose text decides the generated C++ or its build: each
-    source of this package (the translator, its tables, the runtime headers) and the
-    host runtime's headers it includes -- none listed by hand, so an edited translator
-    never meets a stale build."""
-    global _SOURCES_DIGEST
-    if _SOURCES_DIGEST is None:
-        h = hashlib.sha256()
-        here = Path(__file__).parent
-        files = sorted(p for p in here.iterdir() if p.suffix in (".py", ".h", ".txt"))
-        for path in [*files, *_hostrt.HEADERS]:
-            h.update(path.name.encode() + b"\0" + path.read_bytes())
-        _SOURCES_DIGEST = h.hexdigest()
-    return _SOURCES_DIGEST
-
-
-_SOURCES_DIGEST: str | None = None
-
-
-def runtime_source() -> str:
-    """The runtime support headers as one text (their includes of each other dropped)."""
-    parts = []
-    for h in HEADERS:
-        text = h.read_text(encoding="utf-8")
-        parts.append("\n".join(line for line in text.split("\n")
-                               if line.strip() != '#include "ptxrt.h"'))
-    return "\n".join(parts)
-
-
-def cache_key(digest: str, toolchain_key: str) -> str:
-    """The disk cache key of the build of the PTX whose text hashes to ``digest``."""
-    parts = ["gpuarray-ptx", str(_hostrt.ABI), _sources_digest(), toolchain_key, digest]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
 def _pack(meta: dict, lib: bytes) -> bytes:
     m = json.dumps(meta, sort_keys=True).encode()
     return _MAGIC + struct.pack("<Q", len(m)) + m + lib
@@ -141,11 +107,22 @@ def _unpack(payload: bytes) -> tuple[dict, bytes] | None:
 
 
 class PtxProgram:
-    """One PTX module: its syntax tree, and (once built) its entries' addresses.
+    """One PTX module: its syntax tree, and (once prepared) how each entry runs.
 
     ``module`` is the :class:`~._ast.PtxModule`; ``globals_needed`` the
     module variables (``.global`` and ``.const``) in the order of the
     launch's address table.
+
+    Tiers (``GPUARRAY_SIM_PTX_TIER``, read when a program is prepared):
+    ``auto`` (the default) runs the translated build when the disk cache
+    holds it, else the interpreter (``_interp.py``: nothing compiled per
+    module) until the interpreted launches of the module have taken
+    :data:`TIER_UP_SECONDS`, the price of a build, and then builds the
+    translation in the background and switches to it once built;
+    ``interp`` always interprets (a module the interpreter cannot run is
+    built); ``compiled`` always builds.  Both tiers run the same C++ per
+    instruction (the interpreter's handlers are the translator's code for
+    each instruction), so results and fault reports are the same.
     """
 
     def __init__(self, module: PtxModule, digest: str) -> None:
@@ -154,9 +131,11 @@ class PtxProgram:
         self.globals_needed = [g.name for g in module.globals.values()
                                if g.space in ("global", "const")]
         self._lock = threading.Lock()
+        self._build_lock = threading.Lock()
         self._meta: dict | None = None
-        self._lib: ctypes.CDLL | None = None
-        self._entries: dict[str, int] = {}
+        self._decoded: Any = None  # the interpreter's decoded form (or False: none)
+        self._interp: Any = None  # _interp.Interpreted
+        self._compiled: tuple[ctypes.CDLL, dict[str, int]] | None = None
         self._kernels: dict[str, Any] = {}
         self._lines = module.text.split("\n")
         #: whether any function calls vprintf (a launch then gets a printf buffer)
@@ -165,6 +144,12 @@ class PtxProgram:
             for f in module.functions.values() for it in f.body or []
             if getattr(it, "base", None) == "call")
         self.built_now = False  # whether this process compiled it (a cache miss)
+        #: The disk cache key of its build (set by :meth:`build`).
+        self.build_key: str | None = None
+        #: Seconds its interpreted launches ran (the ``auto`` tier builds past TIER_UP_SECONDS).
+        self.interpreted_seconds = 0.0
+        self.upgraded_blocks = 0  # blocks of interpreted launches that ran the translation
+        self._upgrading = False
 
     def kernel(self, name: str) -> Any:
         """The ``SimKernel`` (:class:`~._run.PtxKernel`) of entry ``name`` (KeyError: none)."""
@@ -181,8 +166,52 @@ class PtxProgram:
         text = self._lines[line - 1].strip() if 0 < line <= len(self._lines) else ""
         return f"PTX line {line}: {text}" if text else f"PTX line {line}"
 
-    def build(self) -> dict:
-        """Translate and build (or load from the cache) once; the translation's facts.
+    @property
+    def tier(self) -> str:
+        """``"compiled"`` or ``"interp"``: what its next launch runs (after :meth:`prepare`)."""
+        return "compiled" if self._compiled is not None else "interp"
+
+    def _toolchain(self) -> Any:
+        tc = _hostrt.toolchain()
+        if tc is None:
+            raise UnsupportedPtx("the simulator executes PTX with the host build's C++ "
+                                 "toolchain, which is not available (import gpuarray)")
+        return tc
+
+    def _decode(self) -> Any:
+        """The decoded module (``_decode.Decoded``), or None when the interpreter cannot run it."""
+        if self._decoded is None:
+            from ._decode import NotInterpretable, decode
+
+            with _phases.phase("translate"):
+                try:
+                    self._decoded = decode(self.module)
+                except NotInterpretable:
+                    self._decoded = False
+        return self._decoded or None
+
+    def _layout_meta(self, local: dict, unsupported: dict) -> dict:
+        from ._context import ModuleLayout
+
+        lay = ModuleLayout(self.module)
+        return {"globals": list(lay.global_index), "shared": dict(lay.shared_offsets),
+                "dyn_offset": lay.dyn_offset, "local": local, "unsupported": unsupported}
+
+    def _compiled_key(self, tc: Any, source: str | None = None) -> str:
+        """The disk cache key of the translated build: from the decoded form (which names
+        no PTX symbol) when there is one, else from the translated C++ (which names none)."""
+        dec = self._decode()
+        if dec is not None:
+            return cache_key("decoded:" + dec.digest(), tc.key())
+        assert source is not None
+        return cache_key(hashlib.sha256(source.encode()).hexdigest(), tc.key())
+
+    def prepare(self) -> dict:
+        """Make every entry launchable in the tier ``GPUARRAY_SIM_PTX_TIER`` says; the facts.
+
+        Facts: ``globals`` (names in the address table's order), ``shared``,
+        ``dyn_offset``, ``local`` (bytes of an entry's arena), ``unsupported``
+        (entry -> why it cannot run).
 
         Raises
         ------
@@ -192,46 +221,211 @@ class PtxProgram:
         with self._lock:
             if self._meta is not None:
                 return self._meta
-            tc = _hostrt.toolchain()
-            if tc is None:
-                raise UnsupportedPtx("the simulator executes PTX with the host build's C++ "
-                                     "toolchain, which is not available (import gpuarray)")
-            key = cache_key(self.digest, tc.key())
-            payload = tc.read(key)
-            got = _unpack(payload) if payload is not None else None
-            if got is not None:
-                meta, lib_bytes = got
-                try:
-                    lib = tc.load(lib_bytes)
-                    entries = {n: _address(lib, s) for n, s in meta["exports"].items()}
-                except (OSError, AttributeError, KeyError, TypeError):
-                    got = None  # not a library of this module: rebuild
-            if got is None:
+            tc = self._toolchain()
+            mode = os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() or "auto"
+            if mode not in ("auto", "interp", "compiled"):
+                raise ValueError(f"GPUARRAY_SIM_PTX_TIER={mode!r}: expected 'auto', 'interp' "
+                                 "or 'compiled'")
+            dec = self._decode() if mode != "compiled" else None
+            if dec is not None and mode == "auto":
+                with _phases.phase("load"):
+                    self._compiled = self._load_compiled(tc, self._compiled_key(tc))
+            if dec is None:
+                self._meta = self.build()
+                return self._meta
+            if self._compiled is not None:
+                self._meta = self._layout_meta(dec.local_bytes, dec.unsupported)
+                return self._meta
+            from . import _interp
+
+            with _phases.phase("load"):
+                core = _interp.core_entry(tc)
+            t = _time.perf_counter()
+            addresses, compiled = _interp.handlers(tc, dec.forms())
+            _phases.add("build" if compiled else "load", _time.perf_counter() - t)
+            self._interp = (core, _interp.Interpreted(dec, addresses))
+            self._meta = self._layout_meta(dec.local_bytes, dec.unsupported)
+            return self._meta
+
+    def _load_compiled(self, tc: Any, key: str) -> tuple[ctypes.CDLL, dict[str, int]] | None:
+        payload = tc.read(key)
+        got = _unpack(payload) if payload is not None else None
+        exports = {name: f"ga_ptx__k{i}" for i, name in enumerate(self.module.entries)}
+        if got is None or got[0].get("exports") != sorted(exports.values()):
+            return None
+        try:
+            lib = tc.load(got[1])
+            return lib, {n: _address(lib, s) for n, s in exports.items()}
+        except (OSError, AttributeError, KeyError, TypeError):
+            return None  # not a library of this module: rebuild
+
+    def build(self) -> dict:
+        """Translate and build (or load from the cache) the translated tier; the facts.
+
+        Raises
+        ------
+        UnsupportedPtx
+            No C++ toolchain is registered (the kernels layer is not imported).
+        """
+        with self._build_lock:
+            tc = self._toolchain()
+            with _phases.phase("translate"):
                 tr = translate(self.module)
                 source = tr.source.replace('#include "ptxrt.h"\n', runtime_source() + "\n", 1)
-                lib_bytes = tc.build(source, f"the PTX module {self.digest[:12]} (translated)")
-                meta = {"exports": tr.exports, "globals": tr.globals,
-                        "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,
-                        "local": tr.local_bytes, "unsupported": tr.unsupported}
-                tc.write(key, _pack(meta, lib_bytes))
-                lib = tc.load(lib_bytes)
-                entries = {n: _address(lib, s) for n, s in meta["exports"].items()}
+            meta = {"exports": tr.exports, "globals": tr.globals,
+                    "shared": tr.shared_offsets, "dyn_offset": tr.dyn_offset,
+                    "local": tr.local_bytes, "unsupported": tr.unsupported}
+            if self._compiled is not None:
+                return meta
+            # keyed by what names no PTX symbol: the same kernel compiled by another
+            # process differs in its names only, and hits
+            key = self._compiled_key(tc, source)
+            self.build_key = key
+            with _phases.phase("load"):
+                got = self._load_compiled(tc, key)
+            if got is None:
+                with _phases.phase("build"):
+                    lib_bytes = tc.build(tr.source.replace('#include "ptxrt.h"\n', "", 1),
+                                         f"the PTX module {self.digest[:12]} (translated)",
+                                         prefix=runtime_source())
+                    tc.write(key, _pack({"exports": sorted(tr.exports.values())}, lib_bytes))
+                    lib = tc.load(lib_bytes)
+                got = (lib, {n: _address(lib, s) for n, s in tr.exports.items()})
                 self.built_now = True
-            self._lib = lib
-            self._entries = entries
-            self._meta = meta
+            self._compiled = got
             return meta
 
+    def launch_target(self, name: str) -> tuple[int, int]:
+        """``(entry address, decoded entry or 0)`` of entry ``name``'s next launch (prepared)."""
+        self.prepare()
+        compiled = self._compiled
+        if compiled is not None:
+            return compiled[1][name], 0
+        core, interp = self._interp
+        return core, interp.entry(name)
+
     def entry(self, name: str) -> int:
-        """The address of entry ``name``'s wrapper (building first)."""
-        self.build()
-        return self._entries[name]
+        """The address of entry ``name``'s translated wrapper (building first)."""
+        self.prepare()
+        if self._compiled is None:
+            self.build()
+        assert self._compiled is not None
+        return self._compiled[1][name]
+
+    def interpreted(self, seconds: float) -> None:
+        """An interpreted launch ran ``seconds``: past :data:`TIER_UP_SECONDS` in all (tier
+        ``auto``), the translation is built in the background for the launches after."""
+        self.interpreted_seconds += seconds
+        if self.interpreted_seconds >= TIER_UP_SECONDS:
+            self._tier_up()
+
+    def upgrade_cell(self, name: str) -> ctypes.Array | None:
+        """For an interpreted launch of entry ``name`` (tier ``auto``): the cell the
+        translated entry is published in once built, so that the launch's blocks not
+        yet started run it, and count themselves in its second word
+        (``_hostrt.HostRuntime.launch(upgrade=...)``).
+
+        A launch still running when the module's interpreted time (this launch's
+        included) passes :data:`TIER_UP_SECONDS` starts the background build
+        (a watch thread looks every :data:`WATCH_SECONDS`).  Give the cell back
+        with :meth:`launch_ended`.  None: no upgrade in this tier.
+        """
+        if os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() not in ("", "auto"):
+            return None
+        cell = (ctypes.c_uint64 * 2)()
+        with _cells_lock:
+            if self._compiled is not None:
+                cell[0] = self._compiled[1][name]
+            else:
+                _running[id(cell)] = (_time.perf_counter(), self, name, cell)
+        _watch()
+        return cell
+
+    def launch_ended(self, cell: ctypes.Array | None) -> None:
+        """The launch of :meth:`upgrade_cell` ended: its cell is no longer read."""
+        if cell is not None:
+            with _cells_lock:
+                _running.pop(id(cell), None)
+            self.upgraded_blocks += cell[1]
+
+    def _publish(self) -> None:
+        """The translation is built: hand its entries to the running launches' cells."""
+        compiled = self._compiled
+        if compiled is None:
+            return
+        with _cells_lock:
+            for _t0, prog, name, cell in _running.values():
+                if prog is self:
+                    cell[0] = compiled[1][name]
+
+    def _tier_up(self) -> None:
+        """Build the translation in the background (tier ``auto``), once."""
+        if os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() not in ("", "auto"):
+            return
+        with _cells_lock:  # the watch thread and a launch's thread may both ask
+            if self._upgrading or self._compiled is not None:
+                return
+            self._upgrading = True
+
+        def run() -> None:
+            try:
+                self.build()
+                self._publish()
+            except Exception:  # noqa: BLE001 - it stays interpreted; a launch reports nothing
+                pass
+
+        t = threading.Thread(target=run, name="gpuarray-ptx-tier-up", daemon=True)
+        with _lock:
+            _tier_ups[:] = [x for x in _tier_ups if x.is_alive()] + [t]
+        t.start()
 
     def runtime(self) -> _hostrt.HostRuntime:
         tc = _hostrt.toolchain()
         if tc is None:
             raise UnsupportedPtx("the host build's toolchain is not available")
         return tc.runtime()
+
+
+#: Seconds of interpreted launches of one module after which the ``auto`` tier builds it.
+TIER_UP_SECONDS = 0.25
+#: How often the watch thread looks at the interpreted launches running.
+WATCH_SECONDS = 0.05
+_tier_ups: list[threading.Thread] = []
+_cells_lock = threading.Lock()
+#: Interpreted launches running: id(cell) -> (start, program, entry, cell).
+_running: dict[int, tuple[float, Any, str, ctypes.Array]] = {}
+_watcher: list[threading.Thread] = []
+
+
+def _watch() -> None:
+    """Start the watch thread (once per process): a long interpreted launch tiers up."""
+    if _watcher:
+        return
+    with _lock:
+        if _watcher:
+            return
+
+        def loop() -> None:
+            while True:
+                _time.sleep(WATCH_SECONDS)
+                now = _time.perf_counter()
+                with _cells_lock:
+                    running = list(_running.values())
+                for t0, prog, _name, _cell in running:
+                    if now - t0 + prog.interpreted_seconds >= TIER_UP_SECONDS:
+                        prog._tier_up()
+
+        t = threading.Thread(target=loop, name="gpuarray-ptx-tier-watch", daemon=True)
+        _watcher.append(t)
+        t.start()
+
+
+def settle(timeout: float | None = None) -> None:
+    """Wait for the background builds of the ``auto`` tier started so far."""
+    with _lock:
+        running = list(_tier_ups)
+    for t in running:
+        t.join(timeout)
 
 
 def _address(lib: ctypes.CDLL, symbol: str) -> int:

@@ -14,6 +14,7 @@ functions and the module.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ._ast import Addr, Decl, FImm, Function, Imm, PtxModule, Reg, Sym, Vec
 from ._errors import UnsupportedPtx
@@ -190,28 +191,40 @@ class FuncCtx:
             return f"({self.value(a.base, 'u64')} + (uint64_t){a.offset % (1 << 64):#x}ull)"
         return f"({self.address_of(a.base.name)} + (uint64_t){a.offset % (1 << 64):#x}ull)"
 
-    def param_ptr(self, a: Addr, size: int, write: bool, line: int) -> str:
+    def param_ptr(self, a: Addr, size: int, write: bool, line: Any) -> str:
         """A host pointer for a ``.param``-space access ``a`` (a name, or a register)."""
         if isinstance(a.base, Sym):
             name, off = a.base.name, a.offset + a.base.offset
-            if name in self.params:
-                cn, psize = self.params[name]
+            local = self._local_param(name)
+            if local is not None:
+                psize = local[1]
                 if off < 0 or off + size > psize:
                     raise self.error(f"access of {size} bytes at {name}+{off} is outside the "
                                      f"{psize}-byte parameter", line)
-                return f"({cn} + {off})"
+                return self._local_param_ptr(local[0], off)
             if name in self.fparams:
                 p = (self.fn.rets + self.fn.params)[self.fparams[name]]
                 if off < 0 or off + size > p.size:
                     raise self.error(f"access of {size} bytes at {name}+{off} is outside the "
                                      f"{p.size}-byte parameter", line)
-                return f"(A[{self.fparams[name]}] + {off})"
+                return f"(A[{self.imm(self.fparams[name])}] + {self.imm(off)})"
             if name in self.eparams and not write:
-                return f"(T->L->params + {self.eparams[name] + off})"
+                return f"(T->L->params + {self.imm(self.eparams[name] + off)})"
             raise self.error(f"{name} is not a parameter here", line)
         if isinstance(a.base, Reg) and not write:
             return f"ptx::pptr(T, {self.address(a)}, {size}, 0, {line})"
         raise self.error("a .param access through this address is not supported", line)
+
+    def imm(self, value: int) -> str:
+        """An integer constant of the generated code (the interpreter's forms: an operand)."""
+        return str(value)
+
+    def _local_param(self, name: str) -> tuple[Any, int] | None:
+        """A ``.param`` variable of this function's own (where it lives, bytes), or None."""
+        return self.params.get(name)
+
+    def _local_param_ptr(self, where: Any, off: int) -> str:
+        return f"({where} + {off})"
 
 
 class ModuleLayout:
@@ -220,6 +233,10 @@ class ModuleLayout:
         self.global_index: dict[str, int] = {}
         self.shared_offsets: dict[str, int] = {}
         self.dynamic_shared: set[str] = set()
+        #: C++ name of each function: by its place in the module, never by its PTX name
+        #: (numba-cuda's names hold object addresses and counters of the process that
+        #: compiled them: the C++, and so its build, must not change with them).
+        self.fn_cname = {name: f"F{i}" for i, name in enumerate(m.functions)}
         off = 0
         dyn_align = 16
         for g in m.globals.values():

@@ -20,7 +20,7 @@ from ._errors import UnsupportedPtx
 from ._info import reachable
 from ._types import STORAGE
 
-__all__ = ["Translation", "translate", "LOCAL_ON_STACK"]
+__all__ = ["Translation", "translate", "entry_facts", "LOCAL_ON_STACK"]
 
 #: Largest local arena per thread kept on the fiber's stack (128 KiB); beyond,
 #: the launch gives each thread of a block a slice of a pool.
@@ -163,7 +163,7 @@ def _function(tr: ModuleLayout, fn: Function, ops) -> tuple[str, str | None]:
         fn = Function(fn.name, fn.kind, fn.line, fn.params, fn.rets, fn.linkage, fn.perf,
                       _rescope(fn.body))
     ctx = FuncCtx(tr, fn)
-    name = cname("F", fn.name) if fn.kind == "func" else cname("K", fn.name)
+    name = tr.fn_cname[fn.name]
     head = f"static void {name}(ptx::Thread* T, char* const* A)"
     try:
         lines = ["    " + x for x in _declare(ctx)]
@@ -199,20 +199,49 @@ def translate(m: PtxModule) -> Translation:
     broken: dict[str, str] = {}
     defined = {n: f for n, f in m.functions.items() if f.body is not None}
     for fn in defined.values():
-        nm = cname("F", fn.name) if fn.kind == "func" else cname("K", fn.name)
+        nm = tr.fn_cname[fn.name]
         decls.append(f"static void {nm}(ptx::Thread* T, char* const* A);")
         code, why = _function(tr, fn, _ops)
         bodies.append(code)
         if why is not None:
             broken[fn.name] = why
+    exports, local, unsupported = entry_facts(m, broken)
+    wrappers = []
+    for name, sym in exports.items():
+        nbytes = local[name]
+        if nbytes <= LOCAL_ON_STACK:  # on the fiber's stack
+            arena = (f"    alignas(16) char local_[{nbytes}];\n"
+                     f"    ptx::begin(&t, rt, L, local_, {nbytes});\n")
+        else:  # large local arrays: a per-launch pool, one slice per thread of the block
+            arena = (f"    ptx::begin(&t, rt, L, nullptr, {nbytes});\n"
+                     f"    t.local = ptx::pool_slice(&t, {nbytes}ull);\n")
+        wrappers.append(
+            f"GA_HOST_EXPORT void {sym}(ga_host_rt* rt, const void* p) {{\n"
+            f"    ptx::Thread t;\n    ptx::Launch* L = (ptx::Launch*)p;\n{arena}"
+            f"    try {{ {tr.fn_cname[name]}(&t, nullptr); }} catch (const ptx::Exit&) {{}}\n"
+            f"    ptx::end(&t);\n}}\n")
+    src = ("// Translated from PTX by gpuarray_sim.ptx.\n#include \"ptxrt.h\"\n\n"
+           + "\n".join(decls) + "\n\n" + "\n".join(bodies) + "\n" + "\n".join(wrappers))
+    shared = {k: v for k, v in tr.shared_offsets.items()}
+    return Translation(src, exports, list(tr.global_index), shared, tr.dyn_offset, local,
+                       unsupported)
+
+
+def entry_facts(m: PtxModule, broken: dict[str, str]
+                ) -> tuple[dict[str, str], dict[str, int], dict[str, str]]:
+    """Per entry: its exported symbol, its thread's local arena (bytes) and why it cannot run.
+
+    ``broken`` maps each function that holds something the executor does not
+    run to the message naming it; an entry that reaches one, or calls a
+    function the module declares but does not define, cannot run.  The same
+    for both tiers (the translated build and the interpreter).
+    """
     exports: dict[str, str] = {}
     local: dict[str, int] = {}
     unsupported: dict[str, str] = {}
-    wrappers = []
     for i, (name, info) in enumerate(m.entries.items()):
         fn = m.functions[name]
-        sym = f"ga_ptx__k{i}"
-        exports[name] = sym
+        exports[name] = f"ga_ptx__k{i}"
         reach = reachable(m, fn)
         for f in reach:
             if f.name in broken:
@@ -230,24 +259,8 @@ def translate(m: PtxModule) -> Translation:
         recursive = any(f.name in {_callee(x) for g in reach for x in g.body or []
                                    if isinstance(x, Instr) and x.base == "call"}
                         for f in reach if f.kind == "func")
-        nbytes = -(-(info.local_bytes + (16 << 10 if recursive else 0) + 64) // 16) * 16
-        local[name] = nbytes
-        if nbytes <= LOCAL_ON_STACK:  # on the fiber's stack
-            arena = (f"    alignas(16) char local_[{nbytes}];\n"
-                     f"    ptx::begin(&t, rt, L, local_, {nbytes});\n")
-        else:  # large local arrays: a per-launch pool, one slice per thread of the block
-            arena = (f"    ptx::begin(&t, rt, L, nullptr, {nbytes});\n"
-                     f"    t.local = L->local_pool + (uint64_t)t.tid * {nbytes}ull;\n")
-        wrappers.append(
-            f"GA_HOST_EXPORT void {sym}(ga_host_rt* rt, const void* p) {{\n"
-            f"    ptx::Thread t;\n    ptx::Launch* L = (ptx::Launch*)p;\n{arena}"
-            f"    try {{ {cname('K', name)}(&t, nullptr); }} catch (const ptx::Exit&) {{}}\n"
-            f"    ptx::end(&t);\n}}\n")
-    src = ("// Translated from PTX by gpuarray_sim.ptx.\n#include \"ptxrt.h\"\n\n"
-           + "\n".join(decls) + "\n\n" + "\n".join(bodies) + "\n" + "\n".join(wrappers))
-    shared = {k: v for k, v in tr.shared_offsets.items()}
-    return Translation(src, exports, list(tr.global_index), shared, tr.dyn_offset, local,
-                       unsupported)
+        local[name] = -(-(info.local_bytes + (16 << 10 if recursive else 0) + 64) // 16) * 16
+    return exports, local, unsupported
 
 
 def _callee(it: Instr) -> str | None:

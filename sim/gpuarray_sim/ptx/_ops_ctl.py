@@ -13,11 +13,15 @@ from ._context import FuncCtx, cname
 from ._opbase import type_of
 from ._ops_graph import GRAPH_CALLS, graph_call
 
-__all__ = ["BUILTIN_CALLS"]
+__all__ = ["BUILTIN_CALLS", "call_target"]
 
+#: The device runtime's cooperative-groups calls numba-cuda's ``cg.this_grid()``
+#: and ``GridGroup.sync()`` make (libcudadevrt's ``cudaCGGetIntrinsicHandle(scope)``
+#: and ``cudaCGSynchronize(handle, flags)``), provided by the executor.
+CG_CALLS = ("cudaCGGetIntrinsicHandle", "cudaCGSynchronize")
 #: External functions the executor provides itself (the device runtime's graph calls:
 #: ``_ops_graph.py``).
-BUILTIN_CALLS = ("vprintf", "__assertfail", *GRAPH_CALLS)
+BUILTIN_CALLS = ("vprintf", "__assertfail", *GRAPH_CALLS, *CG_CALLS)
 
 
 # -------------------------------------------------------- control, sync
@@ -145,7 +149,8 @@ def _activemask(ctx: FuncCtx, it: Instr) -> str:
     return ctx.assign(it.args[0], f"ptx::activemask(T, {it.line})", "uint32_t")
 
 
-def _call(ctx: FuncCtx, it: Instr) -> str:
+def call_target(ctx: FuncCtx, it: Instr) -> tuple[str, list[str], list[str]]:
+    """``(callee, .param arrays passed, results' .param arrays)`` of a ``call`` (checked)."""
     args = list(it.args)
     rets: list = []
     if args and isinstance(args[0], Vec) and args[0].kind == "list":
@@ -156,20 +161,12 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
     params = list(args[0].items) if args and isinstance(args[0], Vec) else []
     if len(args) > 1:
         raise ctx.error(f"{it.opcode}: a call with a prototype (indirect) is not supported")
-    ptrs = []
     for p in rets + params:
         if not isinstance(p, Sym) or p.name not in ctx.params:
             raise ctx.error(f"call of {callee}: argument {p!r} is not a .param variable")
-        ptrs.append(ctx.params[p.name][0])
-    if callee == "vprintf":
-        if len(params) != 2 or len(rets) != 1:
-            raise ctx.error("vprintf called with other than (format, arguments)")
-        return (f"ptx::store<uint32_t>({ptrs[0]}, (uint32_t)ptx::vprintf(T, "
-                f"ptx::load<uint64_t>({ptrs[1]}), ptx::load<uint64_t>({ptrs[2]}), {it.line}));")
-    if callee in GRAPH_CALLS:
-        return graph_call(ctx, callee, ptrs, len(rets), len(params), it.line)
-    if callee == "__assertfail":
-        return f"T->rt->line = {it.line}; T->rt->fault(T->rt, 710, 0, 0, 0);"
+    names = [p.name for p in rets + params]
+    if callee in BUILTIN_CALLS:
+        return callee, names, [p.name for p in rets]
     g = ctx.tr.module.functions.get(callee)
     if g is None or g.body is None:
         raise ctx.error(f"call of {callee}, which the module declares but does not define")
@@ -177,9 +174,44 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
         # numba declares a C-ABI `void` function with a return value (its
         # `declare_device(..., abi="c")`) and ignores it; the linkers accept
         # that: the result .param is left as it was (undefined, as on a GPU)
-        ptrs = ptrs[1:]
+        names = names[1:]
     elif len(rets) != len(g.rets) or len(params) != len(g.params):
         raise ctx.error(f"call of {callee} with {len(rets)} results and {len(params)} "
                         f"arguments; it has {len(g.rets)} and {len(g.params)}")
+    return callee, names, [p.name for p in rets]
+
+
+def _call(ctx: FuncCtx, it: Instr) -> str:
+    callee, names, rets = call_target(ctx, it)
+    ptrs = [ctx.params[n][0] for n in names]
+    if callee == "vprintf":
+        if len(names) != 3 or len(rets) != 1:
+            raise ctx.error("vprintf called with other than (format, arguments)")
+        return (f"ptx::store<uint32_t>({ptrs[0]}, (uint32_t)ptx::vprintf(T, "
+                f"ptx::load<uint64_t>({ptrs[1]}), ptx::load<uint64_t>({ptrs[2]}), {it.line}));")
+    if callee in GRAPH_CALLS:
+        return graph_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
+    if callee in CG_CALLS:
+        return _cg_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
+    if callee == "__assertfail":
+        return f"T->rt->line = {it.line}; T->rt->fault(T->rt, 710, 0, 0, 0);"
     return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "
-            f"{cname('F', callee)}(T, av_); }}")
+            f"{ctx.tr.fn_cname[callee]}(T, av_); }}")
+
+
+def _cg_call(ctx: FuncCtx, callee: str, ptrs: list[str], nrets: int, nparams: int,
+             line: int) -> str:
+    """C++ of a cooperative-groups call (:data:`CG_CALLS`) with ``.param`` pointers."""
+    if callee == "cudaCGGetIntrinsicHandle":
+        if nrets != 1 or nparams != 1:
+            raise ctx.error(f"{callee} called with other than (scope) -> handle")
+        # scope 1 is the grid (the only one numba-cuda asks for); the handle is opaque
+        return (f"{{ if (ptx::load<uint32_t>({ptrs[1]}) != 1) ptx::trap(T, {line}, "
+                f"\"cudaCGGetIntrinsicHandle: a scope other than the grid (1)\"); "
+                f"ptx::store<uint64_t>({ptrs[0]}, 1); }}")
+    if nparams != 2 or nrets > 1:
+        raise ctx.error(f"{callee} called with other than (handle, flags)")
+    out = f"ptx::grid_sync(T, {line});"
+    if nrets:
+        out += f" ptx::store<uint32_t>({ptrs[0]}, 0);"
+    return "{ " + out + " }"

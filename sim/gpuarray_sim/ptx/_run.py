@@ -21,12 +21,13 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .. import _hostrt, _memcheck
+from .. import _hostrt, _memcheck, _phases
 from .._memory import DeviceFault
 from ._ast import EntryInfo
 from ._errors import UnsupportedPtx
@@ -50,6 +51,8 @@ class _Launch(ctypes.Structure):
                 ("last", ctypes.c_void_p), ("clock", ctypes.c_uint64),
                 ("block", ctypes.c_void_p), ("local_pool", ctypes.c_void_p),
                 ("touched", ctypes.c_void_p), ("last_touched", ctypes.c_void_p),
+                ("code", ctypes.c_void_p), ("cooperative", ctypes.c_uint32),
+                ("grid_gen", ctypes.c_uint32), ("grid_arrived", ctypes.c_uint64),
                 ("slack", ctypes.c_void_p), ("oob", ctypes.c_void_p), ("oob_cap", ctypes.c_uint64),
                 ("oob_count", ctypes.c_uint64), ("strict", ctypes.c_uint64)]
 
@@ -106,7 +109,7 @@ class PtxKernel:
 
     def check(self) -> None:
         """Build the module if needed; raise :class:`UnsupportedPtx` if the entry cannot run."""
-        why = self.program.build()["unsupported"].get(self.name)
+        why = self.program.prepare()["unsupported"].get(self.name)
         if why:
             raise UnsupportedPtx(f"kernel {self.name}: {why}")
 
@@ -142,33 +145,50 @@ class PtxKernel:
         return block
 
     def run(self, mem: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-            shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None = None
-            ) -> list[tuple[int, int, bool]]:
+            shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None = None,
+            slots: int = 1, cooperative: bool = False) -> list[tuple[int, int, bool]]:
         """Run every thread of every block on ``mem`` (a ``_KernelMemory``).
+
+        ``slots``: blocks that may be resident at once (each has its own
+        shared window, barrier record and local pool slice); ``cooperative``:
+        all of the grid's blocks resident from the start, ``grid.sync``
+        allowed (the caller checked that they fit).
 
         Returns the global memory the launch touched: per allocation, the
         hull of the bytes it read and the hull of the bytes it wrote (atomics
         write), as ``(address, nbytes, is_write)``.
         """
-        meta = self.program.build()
+        t_run = time.perf_counter()
+        try:
+            return self._run(mem, grid, block, shared_mem, params, globals, slots, cooperative)
+        finally:
+            _phases.add("launch", time.perf_counter() - t_run)
+
+    def _run(self, mem: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+             shared_mem: int, params: Sequence[Any], globals: dict[str, int] | None,
+             slots: int, cooperative: bool) -> list[tuple[int, int, bool]]:
+        meta = self.program.prepare()
         why = meta["unsupported"].get(self.name)
         if why:
             raise UnsupportedPtx(f"kernel {self.name}: {why}")
-        entry = self.program.entry(self.name)
+        entry, code = self.program.launch_target(self.name)
         pblock = self.pack(params)
         names = meta["globals"]
         table = (ctypes.c_uint64 * max(1, len(names)))(
             *[int((globals or {})[n]) for n in names]) if names else (ctypes.c_uint64 * 1)()
         dyn_offset = int(meta["dyn_offset"])
-        shared = np.full(max(dyn_offset + int(shared_mem), 1), 0xFF, dtype=np.uint8)
+        slots = max(1, int(slots))
+        shared_size = dyn_offset + int(shared_mem)
+        # one window per slot; ptx::begin fills a block's with 0xff when it starts
+        shared = np.empty(max(slots * (-(-shared_size // 16) * 16), 1), dtype=np.uint8)
         cap = PRINTF_BUFFER if self.program.uses_printf else 0
         out = ctypes.create_string_buffer(max(cap, 1))
-        state = np.empty(BLOCK_STATE, dtype=np.uint8)  # ptx::begin initialises what it reads
+        state = np.empty(slots * BLOCK_STATE, dtype=np.uint8)  # ptx::begin initialises it
         from ._emit import LOCAL_ON_STACK
 
         local = int(meta["local"][self.name])
         threads = block[0] * block[1] * block[2]
-        pool = (np.empty(threads * local, dtype=np.uint8) if local > LOCAL_ON_STACK
+        pool = (np.empty(slots * threads * local, dtype=np.uint8) if local > LOCAL_ON_STACK
                 else np.empty(0, dtype=np.uint8))
         grants, slack, keep = mem.live_grants()
         touched = np.tile(_UNTOUCHED, max(1, len(grants)))
@@ -176,15 +196,21 @@ class PtxKernel:
         oob = (_Oob * _memcheck.KEEP)()
         strict = mem.memcheck == "strict"
         launch = _Launch(ctypes.addressof(pblock), self.info.param_size,
-                         ctypes.addressof(table), shared.ctypes.data, dyn_offset + int(shared_mem),
+                         ctypes.addressof(table), shared.ctypes.data, shared_size,
                          dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
                          ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data,
-                         touched.ctypes.data, ctypes.addressof(_NO_TOUCH), ctypes.addressof(slacks),
+                         touched.ctypes.data, ctypes.addressof(_NO_TOUCH), code,
+                         int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
                          ctypes.addressof(oob), _memcheck.KEEP, 0, int(strict))
+        runtime = self.program.runtime()  # built on first use: not the kernel's time
+        # interpreted: a long launch's later blocks run the translation once it is built
+        upgrade = self.program.upgrade_cell(self.name) if code else None
+        t0 = time.perf_counter()
         try:
             try:
-                self.program.runtime().launch(self.name, entry, launch, grid, block, grants,
-                                              source=self.program.source_line)
+                runtime.launch(self.name, entry, launch, grid, block, grants,
+                               source=self.program.source_line, slots=slots,
+                               cooperative=cooperative, upgrade=upgrade)
             except DeviceFault as f:
                 if strict and launch.oob_count:  # the fault was an access into slack
                     raise self._strict_fault(f, oob[0], grants) from None
@@ -193,6 +219,12 @@ class PtxKernel:
                 if launch.oob_count and not strict:  # reported even when the launch faulted later
                     self._report(launch, oob, grants)
         finally:
+            self.program.launch_ended(upgrade)
+            took = time.perf_counter() - t0
+            _phases.add("execute", took)
+            if code:
+                _phases.add("execute-interpreted", took)
+                self.program.interpreted(took)
             del keep
             if launch.printf_len:
                 sys.stdout.flush()

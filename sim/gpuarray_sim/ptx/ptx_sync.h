@@ -266,7 +266,8 @@ inline uint32_t activemask(Thread* t, uint32_t line) {
 inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t local_size) {
     t->rt = rt;
     t->L = L;
-    t->blk = reinterpret_cast<Block*>(L->block);
+    t->blk = reinterpret_cast<Block*>(L->block + rt->slot * kBlockBytes);
+    t->shared = L->shared + rt->slot * ((L->shared_size + 15) & ~(uint64_t)15);
     t->tid = rt->thread_idx.x + rt->block_dim.x * (rt->thread_idx.y + rt->block_dim.y *
                                                    rt->thread_idx.z);
     t->lane = t->tid & 31;
@@ -275,6 +276,8 @@ inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t lo
     t->local_size = local_size;
     t->sp = 0;
     if (t->tid == 0) {  // the block's first thread: a fresh block
+        // shared memory a block did not write reads 0xff, whichever block had the slot before
+        memset(t->shared, 0xff, L->shared_size);
         Block& b = *t->blk;
         memset(b.arrived, 0, sizeof b.arrived);
         memset(b.acc, 0, sizeof b.acc);
@@ -285,6 +288,33 @@ inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t lo
             b.warps[i].arrived = b.warps[i].exited = b.warps[i].blocked = b.warps[i].am_arrived =
                 b.warps[i].at_bar = 0;
     }
+}
+
+// A thread's slice of the launch's pool of large local arenas.
+inline char* pool_slice(Thread* t, uint64_t nbytes) {
+    return t->L->local_pool + ((uint64_t)t->rt->slot * t->rt->nthreads + t->tid) * nbytes;
+}
+
+// grid.sync (cudaCGSynchronize): every thread of the grid waits until all
+// have arrived.  Only a cooperative launch has its blocks resident together
+// (a GPU's grid.sync outside one is undefined): elsewhere it traps.
+inline void grid_sync(Thread* t, uint32_t line) {
+    Launch* L = t->L;
+    if (!L->cooperative)
+        trap(t, line, "grid.sync (cudaCGSynchronize) in a launch that is not cooperative "
+                      "(cuLaunchCooperativeKernel or the COOPERATIVE launch attribute)");
+    const ga_uint3& g = t->rt->grid_dim;
+    const uint64_t total = (uint64_t)g.x * g.y * g.z * t->rt->nthreads;
+    Warp& w = t->blk->warps[t->warp];
+    const uint32_t bit = 1u << t->lane, gen = L->grid_gen;
+    w.blocked |= bit;  // at a barrier, for activemask
+    if (++L->grid_arrived == total) {
+        L->grid_arrived = 0;
+        ++L->grid_gen;
+        ++t->rt->progress;
+    }
+    while (L->grid_gen == gen) wait(t, line);
+    w.blocked &= ~bit;
 }
 
 inline void end(Thread* t) {

@@ -97,6 +97,13 @@ struct Launch {
     char* local_pool;           // threads per block x local bytes, for large local arenas
     uint64_t* touched;          // rlo, rhi, wlo, whi of each grant (see above)
     uint64_t* last_touched;     // touched's entry of `last`
+    const void* code;           // the interpreter's decoded entry (ptx_interp.cpp), else null
+    // Per resident block (the runtime's rt->slot): `shared` holds one window
+    // of shared_size bytes (rounded up to 16) per slot, `block` kBlockBytes,
+    // `local_pool` threads per block x local bytes.
+    uint32_t cooperative;       // a cooperative launch: grid.sync may be used
+    uint32_t grid_gen;          // grid barrier: completed generations
+    uint64_t grid_arrived;      // threads at the grid barrier now
     const uint64_t* slack;      // mapped bytes past each grant's end (see above)
     OobAccess* oob;             // the first oob_cap accesses into slack
     uint64_t oob_cap;
@@ -136,13 +143,14 @@ struct Thread {
     ga_host_rt* rt;
     Launch* L;
     Block* blk;
+    char* shared;  // the block's shared window
     uint32_t tid, lane, warp;
     char* local;
     uint64_t local_size, sp;
 };
 
-// The launch's blocks run one after another on one OS thread: one Block
-// record (in the launch record's buffer) serves them all.
+// One Block record per residency slot (in the launch record's buffer): the
+// blocks resident at once run on one OS thread, each with its own.
 const size_t kBlockBytes = 65536;
 static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer is too small");
 
@@ -237,7 +245,7 @@ inline char* sptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line
         t->rt->line = line;
         t->rt->shared_fault(t->rt, 716, (long long)off, size, write, t->L->shared_size);
     }
-    return t->L->shared + off;
+    return t->shared + off;
 }
 
 inline char* lptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {

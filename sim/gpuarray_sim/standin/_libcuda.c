@@ -373,6 +373,19 @@ EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
 LAUNCH(cuLaunchKernel)
 LAUNCH(cuLaunchKernel_ptsz)
 
+/* Every block resident at once (grid.sync), or COOPERATIVE_LAUNCH_TOO_LARGE. */
+#define LAUNCH_COOPERATIVE(fn) \
+    EXPORT CUresult fn(H f, unsigned int gx, unsigned int gy, unsigned int gz, \
+                           unsigned int bx, unsigned int by, unsigned int bz, \
+                           unsigned int shared, H stream, void **params) \
+    { \
+        unsigned long long a[] = {P(f), U(gx), U(gy), U(gz), U(bx), U(by), U(bz), \
+                                  U(shared), P(stream), P(params)}; \
+        return call(#fn, 10, a); \
+    }
+LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
+LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
+
 EXPORT CUresult cuGetExportTable(const void **table, const void *id)
 {
     (void)id;
@@ -468,6 +481,7 @@ static const Entry table[] = {
     E("cuModuleUnload", 2000, cuModuleUnload),
     E("cuModuleGetFunction", 2000, cuModuleGetFunction),
     ES("cuLaunchKernel", 4000, cuLaunchKernel),
+    ES("cuLaunchCooperativeKernel", 9000, cuLaunchCooperativeKernel),
     E("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
     E("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
     E("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),

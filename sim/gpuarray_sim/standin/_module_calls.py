@@ -426,8 +426,9 @@ def cuOccupancyAvailableDynamicSMemPerBlock(p: int, func: int, blocks: int, bloc
 
 # --------------------------------------------------------------- launches
 def cuLaunchKernel(func: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-                   shared: int, stream: int, params: int, extra: int, ptsz: bool = False) -> None:
-    call = "cuLaunchKernel"
+                   shared: int, stream: int, params: int, extra: int, ptsz: bool = False,
+                   cooperative: bool = False) -> None:
+    call = "cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel"
     b = backend()
     kernel = b.function_kernel(func)
     types = getattr(kernel, "param_types", None)
@@ -444,7 +445,15 @@ def cuLaunchKernel(func: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: i
         if not addr:
             raise CudaError(_INVALID_VALUE, call, f"(kernelParams[{i}] is NULL)")
         values.append(t.from_buffer_copy(ctypes.string_at(addr, ctypes.sizeof(t))))
-    b.launch_kernel(func, (gx, gy, gz), (bx, by, bz), shared, _stream(stream, ptsz), values)
+    b.launch_kernel(func, (gx, gy, gz), (bx, by, bz), shared, _stream(stream, ptsz), values,
+                    cooperative=cooperative)
+
+
+def cuLaunchCooperativeKernel(func: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
+                              shared: int, stream: int, params: int, ptsz: bool = False) -> None:
+    # every block resident at once, or CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
+    cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared, stream, params, 0, ptsz,
+                   cooperative=True)
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -461,5 +470,18 @@ def cuLaunchKernelEx(pconfig: int, func: int, params: int, extra: int, ptsz: boo
     if not pconfig:
         raise CudaError(_INVALID_VALUE, "cuLaunchKernelEx", "(NULL config)")
     c = _LaunchConfig.from_address(pconfig)
+    if c.numAttrs and not c.attrs:
+        raise CudaError(_INVALID_VALUE, "cuLaunchKernelEx", f"(NULL attrs, numAttrs {c.numAttrs})")
+    cooperative = False
+    for i in range(c.numAttrs):  # CUlaunchAttribute: id, 4 bytes of padding, a 64-byte value
+        at = c.attrs + _LAUNCH_ATTRIBUTE_SIZE * i
+        if ctypes.c_uint32.from_address(at).value == _LAUNCH_ATTRIBUTE_COOPERATIVE:
+            cooperative = ctypes.c_int.from_address(at + 8).value != 0
     cuLaunchKernel(func, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY,
-                   c.blockDimZ, c.sharedMemBytes, c.hStream or 0, params, extra, ptsz)
+                   c.blockDimZ, c.sharedMemBytes, c.hStream or 0, params, extra, ptsz,
+                   cooperative=cooperative)
+
+
+#: ``CU_LAUNCH_ATTRIBUTE_COOPERATIVE`` and ``sizeof(CUlaunchAttribute)`` (cuda.h).
+_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
+_LAUNCH_ATTRIBUTE_SIZE = 72

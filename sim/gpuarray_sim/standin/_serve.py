@@ -43,10 +43,11 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from time import perf_counter as _clock
 
 from gpuarray.errors import CudaError, CudaUnavailableError
 
-from .. import _sticky
+from .. import _phases, _sticky
 from .._codes import INVALID_IMAGE as _INVALID_IMAGE
 from .._codes import NO_DEVICE as _NO_DEVICE
 from .._codes import UNKNOWN as _UNKNOWN
@@ -125,6 +126,14 @@ def last_error() -> BaseException | None:
 
 def serve(name: str, args: tuple[int, ...]) -> int:
     """Serve driver call ``name`` with ``args``; return its ``CUresult`` (never raises)."""
+    t0 = _clock()
+    try:
+        return _serve(name, args)
+    finally:
+        _phases.add("driver", _clock() - t0)
+
+
+def _serve(name: str, args: tuple[int, ...]) -> int:
     try:
         ptsz = name.endswith("_ptsz")
         base = name[:-5] if ptsz else name

@@ -19,6 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# every test once per tier: translated and built, and interpreted (conftest.py)
+pytestmark = pytest.mark.usefixtures("ptx_tier")
+
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "tools" / "gpu_check"
 COMPARE = ROOT / "sim" / "tools" / "ptx_compare"

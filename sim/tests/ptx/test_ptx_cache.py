@@ -1,4 +1,8 @@
-"""The PTX executor's build cache: a warm load compiles nothing; a corrupt entry is a miss."""
+"""The PTX executor's build cache: a warm load compiles nothing; a corrupt entry is a miss.
+
+The translated tier's cache (``GPUARRAY_SIM_PTX_TIER=compiled``); the
+interpreter's handlers are ``test_ptx_tiers.py``'s.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from sim.tests.ptx.support import backend, download, fixture, launch, u64, uploa
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUARRAY_KERNEL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("GPUARRAY_KERNEL_CACHE", raising=False)
+    monkeypatch.setenv("GPUARRAY_SIM_PTX_TIER", "compiled")  # the translated build's cache
     _build._programs.clear()
     yield tmp_path
     _build._programs.clear()
@@ -35,9 +40,8 @@ def test_a_warm_load_compiles_nothing_and_a_corrupt_entry_is_a_miss(cache):
     want = 2 * np.arange(64, dtype=np.float32) + 1
     assert np.array_equal(_saxpy(text), want)
     assert _build.load(text).built_now  # compiled here, written to the cache
-    from gpuarray_sim import _hostrt
-
-    key = _build.cache_key(_build.load(text).digest, _hostrt.toolchain().key())
+    key = _build.load(text).build_key
+    assert key is not None
     entries = [p for p in cache.rglob("*") if p.is_file() and key in p.name]
     assert len(entries) == 1
     _build._programs.clear()  # as a new process: parse again, the build from disk
@@ -51,8 +55,36 @@ def test_a_warm_load_compiles_nothing_and_a_corrupt_entry_is_a_miss(cache):
     assert _build.load(text).built_now  # the digest did not match: rebuilt, not loaded
 
 
-def test_the_key_names_the_ptx_and_the_toolchain(cache):
+def test_the_key_names_the_code_and_the_toolchain(cache):
+    a = _build.cache_key("c++-1", "cc-1")
+    assert a != _build.cache_key("c++-2", "cc-1")
+    assert a != _build.cache_key("c++-1", "cc-2")
+
+
+def _renamed(text: str, old: str, new: str) -> str:
+    return text.replace(old, new)
+
+
+def test_the_same_kernel_under_other_names_hits_the_build_of_another_process(cache):
+    # numba-cuda names a kernel after its Python function, with the address of a
+    # dispatcher and a per-process counter in the name: another process compiling the
+    # same kernel hands over PTX that differs in names only, and must not compile again
     text = fixture("saxpy")
-    a = _build.cache_key(_build.load(text).digest, "cc-1")
-    assert a != _build.cache_key(_build.load(text + "\n// edited\n").digest, "cc-1")
-    assert a != _build.cache_key(_build.load(text).digest, "cc-2")
+    want = 2 * np.arange(64, dtype=np.float32) + 1
+    assert np.array_equal(_saxpy(text), want)
+    assert _build.load(text).built_now
+    _build._programs.clear()  # as a new process
+    other = _renamed(text, "saxpy", "saxpyB3v14B92cw51cXTLSUwv_0x7f601ff87f60")
+    b = backend()
+    x, y = np.arange(64, dtype=np.float32), np.ones(64, np.float32)
+    dx, dy = upload(b, x), upload(b, y)
+    launch(b, other, "saxpyB3v14B92cw51cXTLSUwv_0x7f601ff87f60",
+           [ctypes.c_float(2.0), u64(dx), u64(dy), ctypes.c_int32(64)], block=(64, 1, 1))
+    assert np.array_equal(download(b, dy, 64, np.float32), want)
+    assert not _build.load(other).built_now
+    _build.load(text).build()
+    assert _build.load(other).build_key == _build.load(text).build_key
+    edited = text.replace("mad.lo.s32", "mad.hi.s32")  # another kernel: another build
+    _build._programs.clear()
+    _build.load(edited).build()
+    assert _build.load(edited).built_now

@@ -18,6 +18,9 @@ import pytest
 
 from sim.tests.ptx.support import HEAD, backend, download, u64, upload
 
+# every test once per tier: translated and built, and interpreted (conftest.py)
+pytestmark = pytest.mark.usefixtures("ptx_tier")
+
 N = 64
 NP = {"s8": np.int8, "u8": np.uint8, "s16": np.int16, "u16": np.uint16, "b16": np.uint16,
       "s32": np.int32, "u32": np.uint32, "b32": np.uint32, "s64": np.int64, "u64": np.uint64,

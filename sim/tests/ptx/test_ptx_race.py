@@ -30,6 +30,9 @@ from gpuarray.errors import StreamOrderError
 from sim.tests.ptx.support import download, fixture, u64, upload
 from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
 
+# every test once per tier: translated and built, and interpreted (conftest.py)
+pytestmark = pytest.mark.usefixtures("ptx_tier")
+
 N = 256  # saxpy's elements per launch (one block of 256 threads)
 
 

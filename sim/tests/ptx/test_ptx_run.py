@@ -24,6 +24,9 @@ from sim.tests.ptx.fixtures.kernel_cases import CASES
 from sim.tests.ptx.support import HEAD, download, fixture, launch, u64, upload
 from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
 
+# every test once per tier: translated and built, and interpreted (conftest.py)
+pytestmark = pytest.mark.usefixtures("ptx_tier")
+
 
 def _entry(text: str) -> str:
     return next(iter(ptx.parse(text).entries))
@@ -755,8 +758,8 @@ def test_a_spin_wait_on_a_flag_another_thread_sets_ends(b, threads):
 
 
 def test_a_spin_wait_nothing_ends_is_a_launch_timeout(b, monkeypatch):
-    # `last` names no thread: the flag is never set (as a flag only a later
-    # block sets: blocks run one after another here) -- 702 naming the loop
+    # `last` names no thread: the flag is never set -- 702 naming the loop
+    # (test_ptx_resident.py: a flag another block sets)
     monkeypatch.setenv("GPUARRAY_SIM_LAUNCH_TIMEOUT", "0.2")
     flag, out = upload(b, np.zeros(1, np.uint32)), upload(b, np.zeros(2, np.uint32))
     with pytest.raises(CudaError) as e:

@@ -13,6 +13,9 @@ import gpuarray  # noqa: F401  (registers the host build's toolchain)
 from gpuarray.errors import CudaError
 from sim.tests.ptx.support import HEAD, backend, download, u64, upload
 
+# every test once per tier: translated and built, and interpreted (conftest.py)
+pytestmark = pytest.mark.usefixtures("ptx_tier")
+
 PRE = """
   .reg .b32 %t, %l, %v, %r, %s; .reg .b64 %o, %i, %k, %w, %x; .reg .pred %p, %q;
   ld.param.u64 %o, [o]; ld.param.u64 %i, [in];

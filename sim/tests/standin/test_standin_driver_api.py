@@ -124,6 +124,20 @@ chk(d.cuMemcpyDtoH(v.ctypes.data, gp, 4))
 assert gsize == 4 and v[0] == 42
 chk(d.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, 0, 0))     # PTX: runs on the PTX executor
 chk(d.cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, s, 0, 0), E.CUDA_ERROR_INVALID_VALUE)
+# cooperative: the whole grid resident (1024-thread blocks: 2 per SM, 132 SMs), else too large
+chk(d.cuLaunchCooperativeKernel(f, 264, 1, 1, 1024, 1, 1, 0, s, 0))
+chk(d.cuLaunchCooperativeKernel(f, 265, 1, 1, 1024, 1, 1, 0, s, 0),
+    E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
+cfg = d.CUlaunchConfig()
+cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (
+    265, 1, 1, 1024, 1, 1)
+cfg.hStream = s
+chk(d.cuLaunchKernelEx(cfg, f, 0, 0))                    # not cooperative: any grid
+attr = d.CUlaunchAttribute()
+attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+attr.value.cooperative = 1
+cfg.attrs, cfg.numAttrs = [attr], 1
+chk(d.cuLaunchKernelEx(cfg, f, 0, 0), E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
 chk(d.cuCtxSynchronize())                                # a refused launch is not sticky
 FA = d.CUfunction_attribute
 assert chk(d.cuFuncGetAttribute(FA.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f)) == 400

@@ -8,8 +8,8 @@ Usage (in ``.venv-peers``: numba-cuda 0.30.4 and gpuarray installed;
 
 What runs: the modules of :data:`SELECTION` -- a CI-sized choice of the
 suite, kernels that use warp shuffles, votes and matches, shared (static and
-dynamic), local and constant memory, barriers, reductions, recursion, a whole
-program (Black-Scholes) -- under ``python -m gpuarray standin --``, with numba-cuda's
+dynamic), local and constant memory, barriers, reductions, recursion,
+cooperative launches with grid.sync, a whole program (Black-Scholes) -- under ``python -m gpuarray standin --``, with numba-cuda's
 pytest settings and conftest plugin (``sim/tools/numba_driver``) and a per-test
 time limit (``timeout_plugin.py``: ``--per-test-timeout``, 120 s here).  The
 simulator executes the PTX numba-cuda compiles (nvJitLink is hidden under the
@@ -44,11 +44,15 @@ PACKAGE = "numba.cuda.tests.cudapy"
 SELECTION = tuple(f"{PACKAGE}.{m}" for m in (
     "test_warp_ops", "test_sm", "test_sync", "test_localmem", "test_constmem",
     "test_reduction", "test_blackscholes", "test_idiv", "test_recursion", "test_freevar",
-    "test_globals",
+    "test_globals", "test_cooperative_groups",
 ))
 #: "::Class::test" (numba's module paths are not in the report) -> the kernel it needs
 #: executed that the simulator cannot execute.
-NEEDS_KERNEL: dict[str, str] = {}
+NEEDS_KERNEL: dict[str, str] = {
+    "::TestCudaCooperativeGroups::test_external_cooperative_func":
+        "a CUDA C++ cuda::barrier in the linked code: mbarrier.init.shared.b64, which the "
+        "PTX executor does not run (its grid.sync, cudaCGSynchronize, it runs)",
+}
 #: Failures for another reason, with that reason.
 OTHER_EXPECTED: dict[str, str] = {}
 #: Tests not run, with the reason (a test that would poison its process, as on a GPU,
