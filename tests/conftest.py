@@ -35,6 +35,11 @@ from tests.support import (
 # tests that pin devices (test_visible_devices, test_dask) set it themselves.
 if backend_is_sim():
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+# gpuarray's own tests run the simulator's memcheck model strict: a kernel's access
+# past an allocation's end is a fault even inside the allocation's mapped granule,
+# where a GPU (and the simulator by default) goes on and reports it
+# (sim/gpuarray_sim/_memcheck.py). The stand-in runs (make test-standin) inherit it.
+os.environ.setdefault("GPUARRAY_SIM_MEMCHECK", "strict")
 
 
 def _end_left_captures() -> list[int]:

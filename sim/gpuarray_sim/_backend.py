@@ -137,6 +137,12 @@ class SimBackend(SimMemoryCalls, SimPoolCalls, SimManagedCalls, SimStreamCalls, 
         capability).  All ``devices`` when omitted; empty: ``init`` raises
         ``CudaUnavailableError`` as ``cuInit`` fails with
         ``CUDA_ERROR_NO_DEVICE``.
+    memcheck : {"report", "strict"}, optional
+        What a PTX kernel's access past an allocation's end, inside the
+        allocation's mapped 512-byte granule (where a GPU does not fault),
+        is: reported as compute-sanitizer's memcheck does (``report``) or
+        ``CUDA_ERROR_ILLEGAL_ADDRESS`` (``strict``); ``GPUARRAY_SIM_MEMCHECK``
+        when omitted (default ``report``; ``_memcheck.py``).
     """
 
     name = "sim"
@@ -160,7 +166,8 @@ class SimBackend(SimMemoryCalls, SimPoolCalls, SimManagedCalls, SimStreamCalls, 
         device, default ``4G``), ``GPUARRAY_SIM_CC`` (e.g. ``9.0`` or
         ``9.0,8.6``), ``GPUARRAY_SIM_RACECHECK`` (``error``, ``warn`` or
         ``0``), ``GPUARRAY_SIM_SEED`` (randomised scheduling),
-        ``GPUARRAY_SIM_MAX_QUEUE`` (default 64).  ``CUDA_VISIBLE_DEVICES``
+        ``GPUARRAY_SIM_MAX_QUEUE`` (default 64), ``GPUARRAY_SIM_MEMCHECK``
+        (``report``, the default, or ``strict``).  ``CUDA_VISIBLE_DEVICES``
         selects which of the ``GPUARRAY_SIM_DEVICES`` devices this process
         sees, by CUDA's rules (``_visible.py``).
         """

@@ -24,7 +24,7 @@ from gpuarray._driver import _fork
 from gpuarray._driver._base import STREAM_LEGACY, STREAM_PER_THREAD, Backend
 from gpuarray.errors import CudaError, CudaOutOfMemoryError
 
-from . import _capture, _hostfn, _sticky
+from . import _capture, _hostfn, _memcheck, _sticky
 from ._codes import (
     CONTEXT_IS_DESTROYED,
     INVALID_CONTEXT,
@@ -115,11 +115,18 @@ class SimCore(Backend):
     def __init__(self, devices: int = 1, memory: int = 4 << 30,
                  compute_capability: Sequence[tuple[int, int]] = ((9, 0),),
                  racecheck: str = "error", seed: int | None = None, max_queue: int = 64,
-                 visible: Sequence[int] | None = None) -> None:
+                 visible: Sequence[int] | None = None, memcheck: str | None = None) -> None:
         if devices < 1:
             raise ValueError(f"the simulator needs at least 1 device, got {devices}")
         if racecheck not in ("error", "warn", "0"):
             raise ValueError(f"racecheck must be 'error', 'warn' or '0', got {racecheck!r}")
+        if memcheck is None:
+            memcheck = _memcheck.mode_from_environment()
+        if memcheck not in _memcheck.MODES:
+            raise ValueError(f"memcheck must be 'report' or 'strict', got {memcheck!r}")
+        #: An access past an allocation's end inside its mapped slack (PTX kernels):
+        #: ``report`` (it runs, reported as memcheck does) or ``strict`` (a fault): _memcheck.py.
+        self.memcheck = memcheck
         #: machine device of each visible ordinal (CUDA_VISIBLE_DEVICES)
         self.physical = visible_list(devices, visible)
         self.compute_capability = [tuple(compute_capability[min(i, len(compute_capability) - 1)])

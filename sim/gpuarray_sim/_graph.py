@@ -26,14 +26,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from gpuarray.errors import CudaError
 
 from . import _capture, _codes, _graph_build
 from ._capture import Node, SimCapture
 from ._core import INVALID_VALUE, SimContext, SimCore, _api, _locked
-from ._memory import POISON_LIMIT, Allocation
+from ._memory import Allocation, device_store, granules
 from ._replay import replay
 from ._sched import SimStream
 
@@ -171,8 +169,8 @@ def map_graph_memory(b: SimCore, a: Allocation) -> None:
     mem.used[a.device] += a.size
     b._graph_mem_used[a.device] += a.size
     b._graph_mem_high[a.device] = max(b._graph_mem_high[a.device], b._graph_mem_used[a.device])
-    a.store = (np.full(a.size, 0xFF, np.uint8) if a.size <= POISON_LIMIT
-               else np.zeros(a.size, np.uint8))
+    a.store = device_store(a.size)
+    a.slack = granules(a.size) - a.size
     a.unmapped = ""
 
 

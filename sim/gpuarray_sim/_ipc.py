@@ -187,7 +187,8 @@ class SimIpc:
             return handle
         pid = os.getpid()
         name = f"{SHM_PREFIX}{pid}_{next(_names)}"
-        shm = shared_memory.SharedMemory(name=name, create=True, size=a.size)
+        # the segment holds the allocation's mapped slack too (its importers' as well)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=a.size + a.slack)
         store = np.ndarray((a.size,), dtype=np.uint8, buffer=shm.buf)
         store[:] = a.store  # queued work still to run will use the new store
         a.store = store
@@ -226,7 +227,8 @@ class SimIpc:
         base = mem._next[dev]
         mem._next[dev] += -(-size // ALIGN) * ALIGN
         store = np.ndarray((size,), dtype=np.uint8, buffer=shm.buf)
-        a = Allocation(base, size, dev, "ipc", store)
+        a = Allocation(base, size, dev, "ipc", store,
+                       slack=max(0, min(shm.size, -(-size // ALIGN) * ALIGN) - size))
         mem._insert(a)
         imp = _Import(bytes(handle), a, shm)
         self._imports[key] = imp

@@ -6,6 +6,16 @@ they are never reused, so a use after free is always detected.  Every access
 goes through :meth:`AddressSpace.resolve`, which checks that the whole byte
 range lies inside one live allocation.
 
+Mapped slack: an allocation's addresses are reserved in steps of
+:data:`ALIGN`, and the bytes from its end to the next step
+(``Allocation.slack``) are backed by memory, as they are mapped on a GPU
+(its pages are multiples of 512 bytes and allocations start 512-aligned, so
+those bytes always share a page with the allocation's last byte).  A kernel
+translated from PTX that reads or writes there does not fault, as on a GPU;
+the access is reported as compute-sanitizer's memcheck reports it
+(``_memcheck.py``), or is a fault in strict mode.  Copies, memsets and
+gpuarray's own kernels are checked against ``size`` alone.
+
 Page-locked host memory (``mem_host_alloc`` or ``mem_host_register``) is real
 host memory; it is tracked here so copies know they are asynchronous and so
 mapped memory can be read by simulated kernels through its device address
@@ -84,6 +94,9 @@ class Allocation:
     file_offset: int = -1
     #: What cuMemAdvise and prefetches recorded for managed memory (``_managed_calls.py``).
     advice: Any = None
+    #: Mapped bytes past ``size`` (to the next :data:`ALIGN` step) whose memory
+    #: the store (or host buffer) also holds: see the module docstring.
+    slack: int = 0
 
     @property
     def is_host(self) -> bool:
@@ -162,15 +175,15 @@ class AddressSpace:
                 f"({self.capacities[device] - self.used[device]} of "
                 f"{self.capacities[device]} bytes free)")
         base = self._next[device]
-        self._next[device] += -(-nbytes // ALIGN) * ALIGN
+        self._next[device] += granules(nbytes)
+        slack = 0  # bytes a given store (a pool file's region) holds past nbytes are not ours
         if store is not None:
             if nbytes <= POISON_LIMIT:
                 store[:] = 0xFF
-        elif nbytes <= POISON_LIMIT:
-            store = np.full(nbytes, 0xFF, dtype=np.uint8)
         else:
-            store = np.zeros(nbytes, dtype=np.uint8)  # lazily committed pages
-        a = Allocation(base, nbytes, device, kind, store, owner=owner)
+            store = device_store(nbytes)
+            slack = granules(nbytes) - nbytes
+        a = Allocation(base, nbytes, device, kind, store, owner=owner, slack=slack)
         self.used[device] += nbytes
         self._insert(a)
         return a
@@ -202,7 +215,8 @@ class AddressSpace:
             raise CudaOutOfMemoryError(2, "cuMemHostAlloc", f"while allocating {nbytes} bytes of "
                                                             f"page-locked host memory ({e})") from None
         base = (buf.ctypes.data + 4095) & ~4095
-        a = Allocation(base, nbytes, -1, "pinned", None, mapped=mapped, owner=owner, flags=flags)
+        a = Allocation(base, nbytes, -1, "pinned", None, mapped=mapped, owner=owner, flags=flags,
+                       slack=granules(nbytes) - nbytes)  # inside buf's extra page
         self._host_buffers[base] = buf
         self._insert(a)
         return a
@@ -320,11 +334,29 @@ class AddressSpace:
                          f"{device} ({self.capacities[device] - self.used[device]} bytes free)")
         buf = np.full(nbytes + 4096, 0xFF, dtype=np.uint8)  # unwritten memory reads as garbage
         base = (buf.ctypes.data + 4095) & ~4095
-        a = Allocation(base, nbytes, device, "managed", None, owner=owner)
+        a = Allocation(base, nbytes, device, "managed", None, owner=owner,
+                       slack=granules(nbytes) - nbytes)  # inside buf's extra page
         self.used[device] += nbytes
         self._host_buffers[base] = buf
         self._insert(a)
         return a
+
+
+def granules(nbytes: int) -> int:
+    """``nbytes`` rounded up to the allocation granularity (:data:`ALIGN`)."""
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def device_store(nbytes: int) -> np.ndarray:
+    """The bytes of a fresh device allocation of ``nbytes``: a view of a buffer of
+    :func:`granules` bytes (the allocation's mapped slack follows it there).
+
+    Filled with 0xFF up to :data:`POISON_LIMIT` bytes (memory nobody wrote
+    reads as NaN or -1), zeros above (lazily committed pages).
+    """
+    span = granules(nbytes)
+    buf = np.full(span, 0xFF, dtype=np.uint8) if nbytes <= POISON_LIMIT else np.zeros(span, np.uint8)
+    return buf[:nbytes]
 
 
 def read_host(address: int, nbytes: int) -> np.ndarray:

@@ -79,18 +79,26 @@ class _KernelMemory:
             return a.store.ctypes.data + off, a.store
         return a.base + off, a
 
-    def live_grants(self) -> tuple[list, list]:
+    @property
+    def memcheck(self) -> str:
+        """What an access into an allocation's mapped slack is: ``report`` or ``strict`` (``_memcheck.py``)."""
+        return self._b.memcheck
+
+    def live_grants(self) -> tuple[list, list[int], list]:
         """Grants for every live allocation this launch may touch, in address order.
 
         The device memory of the launch's device and of its peers, page-locked
         memory of ``cuMemHostAlloc`` (all of it: unified addressing), mapped
         registered memory and managed memory.  For kernels whose accesses
         are known only when they run (PTX): each access is checked against
-        these.  Returns the grants and the buffers to keep alive.
+        these.  Returns the grants, each one's mapped slack (bytes past its
+        end that its host memory also holds: ``Allocation.slack``) and the
+        buffers to keep alive.
         """
         from ._hostrt import Grant
 
         grants: list[Any] = []
+        slack: list[int] = []
         keep: list[Any] = []
         ctx = self._ctx
         for a in self._b.memory.allocations():
@@ -109,7 +117,8 @@ class _KernelMemory:
             else:
                 continue
             grants.append(Grant(a.base, a.size, host, 1))
-        return grants, keep
+            slack.append(a.slack)
+        return grants, slack, keep
 
     def write(self, address: int, data: Any) -> None:
         data = np.ascontiguousarray(np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8))

@@ -103,10 +103,24 @@ cooperative launch's whole grid; another launch's next block whenever the
 resident ones only spin); the threads of a block are fibers switched only where a thread must wait (``bar.sync``,
 ``bar.red``, warp collectives).  Warps are 32 consecutive linear thread
 ids; ``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
-``bar.warp.sync`` complete when every lane of the member mask has arrived
-(a lane outside its own mask, lanes meeting at different collectives or
-with different masks, a mask naming lanes that exited or do not exist:
-719 naming the line; a lane that never arrives: the deadlock fault).
+``bar.warp.sync`` wait, as the ISA says, for the non-exited lanes of their
+own member mask to execute a collective of the same kind with the same mask
+(at any instruction): lanes in other branches with other masks, disjoint or
+not, go on meanwhile, each group completing at its own instruction
+(``sim/tests/ptx/test_ptx_warp.py``, the disjoint and overlapping cases).
+Lanes a partial last warp lacks are not members; exited lanes are not
+waited for.  Faults, each 719 naming the line, only where the ISA leaves the
+behaviour or a result undefined: a lane outside its own mask; a lane of the
+mask that never comes to a matching collective (it exited at another, or
+waits at another kind or with another mask: the deadlock fault); and a
+``shfl.sync`` lane whose computed source lane is in range (``p`` true) but
+not a non-exited member of its mask -- the ISA makes that result undefined
+(a GPU returns some register's value), and the executor refuses to invent
+one rather than hand back a plausible number.  No fault: a source lane out
+of range (``p`` false: the lane's own value, as the ISA defines), a source
+lane that is a member (whatever other lanes of the warp are doing), and a
+member that exited before a ``vote``/``match``/``redux``/``bar.warp.sync``
+(it is left out, as the ISA's "non-exited threads" says).
 ``activemask`` is the lanes converged at it: a lane waits until every lane
 of its warp that has not exited is at an ``activemask`` or blocked at a
 barrier or collective, and gets the lanes at the same ``activemask``

@@ -4,7 +4,7 @@ One concern: between parsing and translation, refuse (218,
 ``CUDA_ERROR_INVALID_PTX``, naming the PTX line and the reason) every
 instruction a driver's JIT (``ptxas``) would refuse at
 ``cuModuleLoadData`` although the translator could run it -- the simulator
-may be stricter than a driver, never more lenient.  Two checks:
+may be stricter than a driver, never more lenient.  The checks:
 
 * the instruction's spelling: for each opcode of :data:`._forms.LEGAL`
   (the arithmetic, logic, compare, select and convert instructions), the
@@ -19,8 +19,18 @@ may be stricter than a driver, never more lenient.  Two checks:
   operand -- same size, and ``.f`` only with ``.f``/``.b``, ``.s``/``.u``
   with ``.s``/``.u``/``.b``, ``f16x2``/``bf16x2`` with ``.b32``, predicates
   only with ``.pred``; ``cvt``, ``ld`` and ``st`` may use wider integer
-  registers for integer types ("Operand size exceeding instruction-type
-  size"); an integer literal is not a float operand;
+  registers for integer types, and ``ld``/``st`` of a bit-size type any
+  register at least as wide, floats too ("Operand size exceeding
+  instruction-type size"); an integer literal is not a float operand;
+* ld/st/ldu's modifiers: one of those ptxas was asked about (``_forms.MODSET``)
+  that it never accepts with the opcode (``_forms.MODS``: ``st.sat``,
+  ``ld.aligned``...) is refused, and so is an operand count it does not take
+  (``_forms.BASEARITY``, forms without a cache-hint or level qualifier); the
+  memory-order qualifiers combine as ptxas allows (``_memory_order``); a
+  variable's address only in its own state space (generic: ``.global``,
+  ``.shared`` or ``.local`` ones), never a store to a kernel parameter;
+* every register named is declared (``_undeclared``: a ``.reg`` of the
+  function or a ``.func``'s register parameter) or a special register;
 * the operands themselves (``_operands``): the count (``_forms.ARITY``),
   ld/st/ldu's state space, vector width and type (``_forms.LDST``), the
   guard a predicate, an address register an integer or bit one, immediate
@@ -32,11 +42,12 @@ may be stricter than a driver, never more lenient.  Two checks:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Vec
+from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Sym, Vec
 from ._errors import PtxError
-from ._forms import ARITY, LDST, LEGAL, MINVER
+from ._forms import ARITY, BASEARITY, LDST, LEGAL, MINVER, MODS, MODSET
 from ._types import CTYPE
 
 __all__ = ["check", "problems", "form_key", "ldst_key"]
@@ -60,6 +71,8 @@ def form_key(it: Instr) -> str:
 
 def _compatible(want: str, have: str, relaxed: bool) -> bool:
     """Whether a register of type ``have`` may be an operand of type ``want``."""
+    if want == "pred~":  # vote's predicate operands: ptxas takes an .f16x2 register too
+        return have in ("pred", "f16x2")
     if want == "pred" or have == "pred":
         return want == have
     fixed = want.startswith("=")  # an operand type the instruction's type does not set
@@ -71,6 +84,8 @@ def _compatible(want: str, have: str, relaxed: bool) -> bool:
     if relaxed and have[0] == "b" and _SIZE[have] >= _SIZE[want]:
         return True  # cvt: a wider bit-size register holds any type
     kw, kh = want[0], have[0]
+    if relaxed and kw == "b" and not fixed and _SIZE[have] >= _SIZE[want]:
+        return True  # ld/st of a bit-size type: any register at least as wide, floats too
     if want == "f16x2":
         return have in ("b32", "f16x2")
     if want == "bf16x2":
@@ -131,8 +146,18 @@ def _roles(it: Instr) -> Sequence[str | None]:
         return [_wide(t), t, t, _wide(t)]
     if b in ("mov", "add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "abs",
              "neg", "and", "or", "xor", "not", "cnot", "brev", "copysign", "sqrt", "rcp",
-             "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc", "cvta"):
+             "rsqrt", "ex2", "lg2", "sin", "cos", "tanh", "addc", "subc", "madc", "cvta", "sad"):
         return [t] * n
+    # the warp collectives: a member mask (and match's result) is an integer or bit register
+    if b == "shfl":  # shfl.sync.mode.b32 d[|p], a, b, c, membermask
+        return [t, t, "b32", "b32", "=u32"]
+    if b == "vote":  # vote.sync.mode.pred d, {!}a, membermask (.ballot: a .b32 d); ptxas
+        # also takes an .f16x2 register for .pred ones of .all/.any/.uni ("pred~")
+        return (["pred~", "pred~", "=u32"] if t == "pred" else [t, "pred", "=u32"])
+    if b == "match":  # match.mode.sync.type d[|p], a, membermask
+        return ["=u32", t, "=u32"]
+    if b == "redux":  # redux.sync.op.type d, a, membermask: integer registers only
+        return ["=u" + t[1:], "=u" + t[1:], "=u32"]
     return []
 
 
@@ -168,8 +193,97 @@ def ldst_key(it: Instr) -> str | None:
     return f"{it.base}.{space}.{vec}.{types[0]}"
 
 
-def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
+_SCOPES = frozenset({"cta", "gpu", "sys", "cluster"})
+_ORDERS = frozenset({"relaxed", "acquire", "release"})
+_CACHE = frozenset({"ca", "cg", "cs", "lu", "cv", "wb", "wt"})
+
+
+def _memory_order(it: Instr) -> str | None:
+    """ld/st's memory-order qualifiers as ptxas combines them (each modifier once;
+    ``.weak``, ``.volatile`` or ``.relaxed``/``.acquire``/``.release`` with one scope, the
+    last not with a cache operator or ``.nc``; a scope only with one of those; one cache
+    operator; ``.nc`` in ``.global`` only): ``sim/tests/ptx/test_ptx_check.py`` checks
+    these rules against ptxas's verdicts on the probes of ``sim/tools/ptx_forms/gen.py``."""
+    if len(set(it.mods)) != len(it.mods):
+        return f"{it.opcode}: a modifier given twice"
+    mods = set(it.mods)
+    orders, scopes = mods & _ORDERS, mods & _SCOPES
+    if "nc" in mods and "global" not in mods:
+        return f"{it.opcode}: .nc needs the .global state space"
+    if orders and (mods & (_CACHE | {"nc"})):
+        return f"{it.opcode}: .{min(orders)} cannot be combined with a cache operator or .nc"
+    sem = len(orders) + ("volatile" in mods) + ("weak" in mods)
+    if sem > 1:
+        return f"{it.opcode}: more than one of .weak, .volatile, .relaxed, .acquire, .release"
+    if orders and len(scopes) != 1:
+        return f"{it.opcode}: .{min(orders)} needs one scope (.cta, .cluster, .gpu, .sys)"
+    if scopes and not orders:
+        return f"{it.opcode}: a scope without .relaxed, .acquire or .release"
+    if len(mods & _CACHE) > 1:
+        return f"{it.opcode}: more than one cache operator"
+    return None
+
+
+_GENERIC = frozenset({"global", "shared", "local"})  # what a generic address may name
+
+
+def _symbol_space(it: Instr, syms: dict[str, str]) -> str | None:
+    """ld/st/ldu of a variable's address in another state space than the variable's (a
+    generic one names only .global, .shared or .local variables); st to an entry's
+    parameter, which is read-only."""
+    if it.base not in ("ld", "st", "ldu"):
+        return None
+    for a in it.args:
+        if isinstance(a, Addr) and isinstance(a.base, Sym) and a.base.name in syms:
+            have = syms[a.base.name]
+            spaces = [m.split("::")[0] for m in it.mods if m.split("::")[0] in _LDST_SPACES]
+            want = spaces[0] if spaces else ""
+            if want != have.removeprefix("entry ") and not (want == "" and have in _GENERIC):
+                return (f"{it.opcode}: {a.base.name} is a .{have.removeprefix('entry ')} "
+                        f"variable, not in the instruction's {'.' + want if want else 'generic'} "
+                        "state space (state space mismatch)")
+            if it.base == "st" and have == "entry param":
+                return f"{it.opcode}: {a.base.name} is a kernel parameter, which is read-only"
+    return None
+
+
+def _registers_of(it: Instr) -> list[Reg]:
+    """The registers ``it`` names: operands, vector and pair items, address bases."""
+    out: list[Reg] = []
+    for a in it.args:
+        items = a.items if isinstance(a, Vec) else (a.base if isinstance(a, Addr) else a,)
+        out += [x for x in items if isinstance(x, Reg)]
+    return out
+
+
+#: The PTX ISA's special registers (``%tid.x`` is ``%tid``'s component).
+_SPECIAL = re.compile(
+    r"%(tid|ntid|laneid|warpid|nwarpid|ctaid|nctaid|smid|nsmid|gridid|is_explicit_cluster|"
+    r"clusterid|nclusterid|cluster_ctaid|cluster_nctaid|cluster_ctarank|cluster_nctarank|"
+    r"lanemask_(eq|le|lt|ge|gt)|clock|clock_hi|clock64|pm[0-7](_64)?|envreg([0-9]|[12][0-9]|3[01])|"
+    r"globaltimer(_lo|_hi)?|reserved_smem_offset_(begin|end|cap|[01])|total_smem_size|"
+    r"aggr_smem_size|dynamic_smem_size|current_graph_exec)")
+
+
+def _undeclared(it: Instr, regs: dict[str, str | None], families: dict[str, int],
+                syms: dict[str, str]) -> str | None:
+    """A register no ``.reg`` of the function declares and no special register: ptxas
+    refuses it (``%p3`` of ``.reg .pred %p<3>``, ``%p1`` where no ``%p`` is declared)."""
+    for r in _registers_of(it):
+        if r.name in regs or r.name in syms or _SPECIAL.fullmatch(r.name.split(".")[0]):
+            continue
+        stem = r.name.rstrip("0123456789")
+        if stem in families:
+            return (f"{it.opcode}: register {r.name} is not declared (.reg {stem}<"
+                    f"{families[stem]}> declares {stem}0..{stem}{families[stem] - 1})")
+        return f"{it.opcode}: register {r.name} is not declared"
+    return None
+
+
+def _operands(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | None = None) -> str | None:
     """Operand rules of ptxas beyond the types: guard, count, ld/st, addresses, immediates."""
+    if it.pred is not None and it.pred.name not in regs:
+        return f"{it.opcode}: the guard {it.pred.name} is not a declared register"
     if it.pred is not None and regs.get(it.pred.name, "pred") != "pred":
         return (f"{it.opcode}: the guard {it.pred.name} is a .{regs[it.pred.name]} register, "
                 "not a predicate (predicate expression expected)")
@@ -177,6 +291,24 @@ def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
     if counts is not None and len(it.args) not in counts:
         return (f"{it.opcode}: {len(it.args)} operands; ptxas takes "
                 f"{' or '.join(str(n) for n in sorted(counts))} (arguments mismatch)")
+    taken = MODS.get(it.base)
+    if taken is not None:
+        bad = [m for m in it.mods if m in MODSET and m not in taken]
+        if bad:
+            return (f"{it.opcode}: modifier .{bad[0]}, which {it.base} does not take (illegal "
+                    "modifier)")
+        why = _memory_order(it)
+        if why is not None:
+            return why
+        counts = BASEARITY.get(it.base)
+        if counts is not None and not any("::" in m for m in it.mods) and len(it.args) not in counts:
+            return (f"{it.opcode}: {len(it.args)} operands; ptxas takes "
+                    f"{' or '.join(str(n) for n in sorted(counts))} (arguments mismatch)")
+    if it.base == "bra" and it.args and not isinstance(it.args[0], Sym):
+        return f"{it.opcode}: a label expected as the target (a register target is brx.idx's)"
+    why = _symbol_space(it, syms or {})
+    if why is not None:
+        return why
     k = ldst_key(it)
     if k is not None and LDST.get(k) is False:
         return (f"{it.opcode}: state space, vector width or type that {it.base} does not take "
@@ -200,13 +332,13 @@ def _operands(it: Instr, regs: dict[str, str | None]) -> str | None:
     return None
 
 
-def _instr(it: Instr, regs: dict[str, str | None]) -> str | None:
+def _instr(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | None = None) -> str | None:
     """Why ptxas refuses ``it`` (None: it does not)."""
     legal = LEGAL.get(it.base)
     if legal is not None and form_key(it) not in legal:
         return (f"{it.opcode}: a modifier, rounding mode or type that {it.base} does not take "
                 "(not a form a driver's PTX JIT accepts)")
-    why = _operands(it, regs)
+    why = _operands(it, regs, syms)
     if why is not None:
         return why
     if (it.base == "setp" and it.args and isinstance(it.args[0], Vec)
@@ -216,7 +348,7 @@ def _instr(it: Instr, regs: dict[str, str | None]) -> str | None:
     for k, (role, a) in enumerate(zip(_roles(it), it.args, strict=False)):
         if role is None:
             continue
-        want = role.lstrip("=")
+        want = role.lstrip("=").rstrip("~")
         if isinstance(a, Reg):
             have = regs.get(a.name)
             if have is not None and not _compatible(role, have, relaxed):
@@ -248,12 +380,22 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
                 out.append((fn.line, f".{d} {', '.join(map(str, vals))} of {fn.name}: ptxas "
                                      "expects positive non-zero values"))
         regs = _reg_types(fn)
+        for p in fn.params + fn.rets:  # a .func's .reg parameters are registers too
+            regs.setdefault(p.name, None)
+        families: dict[str, int] = {}
+        for d in fn.body or []:
+            if isinstance(d, Decl) and d.space == "reg" and d.count:
+                families[d.name] = max(families.get(d.name, 0), d.count)
+        syms = {g.name: g.space for g in m.globals.values()}
+        syms.update((p.name, "entry param" if fn.kind == "entry" else "param") for p in fn.params)
+        syms.update((d.name, d.space) for d in fn.body or []
+                    if isinstance(d, Decl) and d.space in ("local", "shared", "param"))
         for it in fn.body or []:
             if isinstance(it, Decl) and it.space == "reg" and it.type not in REG_TYPES:
                 out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
                                      "such register"))
             elif isinstance(it, Instr):
-                why = _instr(it, regs)
+                why = _undeclared(it, regs, families, syms) or _instr(it, regs, syms)
                 if why is not None:
                     out.append((it.line, why))
     return out

@@ -131,7 +131,9 @@ class FuncCtx:
         if (src in FLOATS) != (dst in FLOATS):
             if SIZE[src] == SIZE[dst]:
                 return f"ptx::bits<{dst}>({expr})"
-            if src in FLOATS:  # a float register read wider/narrower as bits
+            if src in FLOATS and SIZE[dst] < SIZE[src]:  # st.b16 of an .f32 register: its low bits
+                return f"(({dst})ptx::bits<{'uint32_t' if SIZE[src] == 4 else 'uint64_t'}>({expr}))"
+            if src in FLOATS:  # a float register read wider as bits
                 raise self.error(f"a .{src} register used as a {SIZE[dst]}-byte value")
             u = {4: "uint32_t", 8: "uint64_t"}.get(SIZE[dst])
             if u is None:

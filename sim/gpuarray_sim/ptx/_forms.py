@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["LEGAL", "ARITY", "LDST", "MINVER", "TABLE", "parse_table", "parse_operand_tables"]
+__all__ = ["LEGAL", "ARITY", "LDST", "MINVER", "MODSET", "MODS", "BASEARITY", "TABLE", "parse_table",
+           "parse_operand_tables", "parse_modifier_tables"]
 
 #: The packaged table (package data of ``gpuarray_sim.ptx``).
 TABLE = Path(__file__).with_name("legal_forms.txt")
@@ -55,3 +56,28 @@ def parse_operand_tables(text: str) -> tuple[dict[str, frozenset[int]], dict[str
 
 #: ``MINVER[target]``: the oldest ``.version`` ptxas accepts with that ``.target``.
 ARITY, LDST, MINVER = parse_operand_tables(TABLE.read_text())
+
+
+def parse_modifier_tables(text: str) -> tuple[frozenset[str], dict[str, frozenset[str]],
+                                              dict[str, frozenset[int]]]:
+    """``MODSET``, ``MODS`` and ``BASEARITY`` from the ``@modset``, ``@mods`` and
+    ``@basearity`` lines: the modifiers probed with ld/st/ldu, those ptxas accepts with
+    each, and their operand counts."""
+    modset: frozenset[str] = frozenset()
+    mods: dict[str, frozenset[str]] = {}
+    base_arity: dict[str, frozenset[int]] = {}
+    for line in text.splitlines():
+        if line.startswith("@modset "):
+            modset = frozenset(m.lstrip(".") for m in line.split()[1:])
+        elif line.startswith("@mods "):
+            _, base, *ms = line.split()
+            mods[base] = frozenset(m.lstrip(".") for m in ms)
+        elif line.startswith("@basearity "):
+            _, base, counts = line.split()
+            base_arity[base] = frozenset(int(n) for n in counts.split(","))
+    return modset, mods, base_arity
+
+
+#: ``MODS[base]``: of the modifiers ``MODSET`` probes, those ptxas accepts with ld/st/ldu;
+#: ``BASEARITY[base]``: their operand counts.
+MODSET, MODS, BASEARITY = parse_modifier_tables(TABLE.read_text())

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import _hostrt, _phases
+from .. import _hostrt, _memcheck, _phases
+from .._memory import DeviceFault
 from ._ast import EntryInfo
 from ._errors import UnsupportedPtx
 
@@ -51,7 +52,17 @@ class _Launch(ctypes.Structure):
                 ("block", ctypes.c_void_p), ("local_pool", ctypes.c_void_p),
                 ("touched", ctypes.c_void_p), ("last_touched", ctypes.c_void_p),
                 ("code", ctypes.c_void_p), ("cooperative", ctypes.c_uint32),
-                ("grid_gen", ctypes.c_uint32), ("grid_arrived", ctypes.c_uint64)]
+                ("grid_gen", ctypes.c_uint32), ("grid_arrived", ctypes.c_uint64),
+                ("slack", ctypes.c_void_p), ("oob", ctypes.c_void_p), ("oob_cap", ctypes.c_uint64),
+                ("oob_count", ctypes.c_uint64), ("strict", ctypes.c_uint64)]
+
+
+class _Oob(ctypes.Structure):
+    """``ptx::OobAccess`` of ``ptxrt.h``: one access into a grant's mapped slack."""
+
+    _fields_ = [("addr", ctypes.c_uint64), ("size", ctypes.c_uint64), ("grant", ctypes.c_uint32),
+                ("write", ctypes.c_uint32), ("line", ctypes.c_uint32),
+                ("block", ctypes.c_uint32 * 3), ("thread", ctypes.c_uint32 * 3)]
 
 
 _NO_GRANT = _hostrt.Grant(0, 0, None, 0)
@@ -179,22 +190,34 @@ class PtxKernel:
         threads = block[0] * block[1] * block[2]
         pool = (np.empty(slots * threads * local, dtype=np.uint8) if local > LOCAL_ON_STACK
                 else np.empty(0, dtype=np.uint8))
-        grants, keep = mem.live_grants()
+        grants, slack, keep = mem.live_grants()
         touched = np.tile(_UNTOUCHED, max(1, len(grants)))
+        slacks = (ctypes.c_uint64 * max(1, len(slack)))(*slack)
+        oob = (_Oob * _memcheck.KEEP)()
+        strict = mem.memcheck == "strict"
         launch = _Launch(ctypes.addressof(pblock), self.info.param_size,
                          ctypes.addressof(table), shared.ctypes.data, shared_size,
                          dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
                          ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data,
                          touched.ctypes.data, ctypes.addressof(_NO_TOUCH), code,
-                         int(bool(cooperative)), 0, 0)
+                         int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
+                         ctypes.addressof(oob), _memcheck.KEEP, 0, int(strict))
         runtime = self.program.runtime()  # built on first use: not the kernel's time
         # interpreted: a long launch's later blocks run the translation once it is built
         upgrade = self.program.upgrade_cell(self.name) if code else None
         t0 = time.perf_counter()
         try:
-            runtime.launch(self.name, entry, launch, grid, block, grants,
-                           source=self.program.source_line, slots=slots,
-                           cooperative=cooperative, upgrade=upgrade)
+            try:
+                runtime.launch(self.name, entry, launch, grid, block, grants,
+                               source=self.program.source_line, slots=slots,
+                               cooperative=cooperative, upgrade=upgrade)
+            except DeviceFault as f:
+                if strict and launch.oob_count:  # the fault was an access into slack
+                    raise self._strict_fault(f, oob[0], grants) from None
+                raise
+            finally:
+                if launch.oob_count and not strict:  # reported even when the launch faulted later
+                    self._report(launch, oob, grants)
         finally:
             self.program.launch_ended(upgrade)
             took = time.perf_counter() - t0
@@ -207,6 +230,30 @@ class PtxKernel:
                 sys.stdout.flush()
                 os.write(1, out.raw[:launch.printf_len])
         return _touched_ranges(grants, touched)
+
+    def _access(self, r: _Oob, grants: Sequence[Any]) -> _memcheck.Access:
+        g = grants[r.grant]
+        return _memcheck.Access(r.addr, r.size, bool(r.write), r.line, tuple(r.block),
+                                tuple(r.thread), g.base, g.size)
+
+    def _strict_fault(self, f: DeviceFault, r: _Oob, grants: Sequence[Any]) -> DeviceFault:
+        """Strict mode's fault of an access into slack, saying where it is and what a GPU does."""
+        a = self._access(r, grants)
+        return DeviceFault(f.code, f"{f.detail}; {a.address + a.size - a.alloc_base - a.alloc_size} "
+                                   f"bytes past the end of the {a.alloc_size}-byte allocation at "
+                                   f"0x{a.alloc_base:x}, inside its mapped 512-byte granule: a GPU "
+                                   "does not fault there (compute-sanitizer reports it); "
+                                   "GPUARRAY_SIM_MEMCHECK=strict makes it a fault")
+
+    def _report(self, launch: _Launch, oob: ctypes.Array, grants: Sequence[Any]) -> None:
+        """Report the launch's accesses into mapped slack (``_memcheck.report``)."""
+        kept = min(int(launch.oob_count), len(oob))
+        accesses = [self._access(r, grants) for r in oob[:kept]]
+        try:
+            _memcheck.report(self.name, accesses, int(launch.oob_count), self.program.source_line)
+        except _memcheck.MemcheckWarning as w:  # a warnings filter made the report an error
+            raise DeviceFault(700, f"kernel {self.name}: {w} (MemcheckWarning is an error here: "
+                                   "CUDA_ERROR_ILLEGAL_ADDRESS)") from None
 
 
 def _touched_ranges(grants: Sequence[Any], touched: np.ndarray) -> list[tuple[int, int, bool]]:

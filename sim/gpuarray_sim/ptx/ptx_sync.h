@@ -139,7 +139,8 @@ inline void complete(Thread* t, Warp& w, uint32_t mask, uint32_t line) {
             if (!(mask >> j & 1)) {
                 char m[160];
                 snprintf(m, sizeof m, "shfl.sync: lane %u of warp %u reads lane %d, which is not "
-                         "in the member mask 0x%x", i, t->warp, j, mask);
+                         "a non-exited lane of the member mask 0x%x (the ISA: an undefined result)",
+                         i, t->warp, j, mask);
                 trap(t, line, m);
             }
             r = w.val[j];
@@ -211,10 +212,18 @@ inline uint64_t collective(Thread* t, uint32_t kind, uint32_t mask, uint64_t val
     while (w.gen[lane] == g) {
         // Exited lanes are not waited for: the PTX ISA's shfl/vote/match.sync wait for the
         // "non-exited threads" of the mask, and GPUs run bar.warp.sync so (numba-cuda's
-        // reduction kernel syncs its warp after lanes returned).  A lane that waits
-        // elsewhere is not exited: that is a deadlock, which the runtime reports.
+        // reduction kernel syncs its warp after lanes returned).  A lane of the mask counts
+        // once it waits at a collective of this kind with this mask (any instruction, as
+        // the ISA's "same qualifiers and same membermask"); one waiting at another
+        // collective is not here yet -- it may come once its own completes -- and one that
+        // never comes is a deadlock, which the runtime reports.
         const uint32_t live = mask & ~w.exited;
-        if ((w.arrived & live) == live) {
+        uint32_t here = 0;
+        for (uint32_t m = w.arrived & live; m; m &= m - 1) {
+            const uint32_t i = __builtin_ctz(m);
+            if (w.kind[i] == kind && (w.mask[i] & ~w.exited) == live) here |= 1u << i;
+        }
+        if (here == live) {
             complete(t, w, live, line);
             break;
         }

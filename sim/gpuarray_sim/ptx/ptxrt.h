@@ -27,6 +27,14 @@
 // size is CUDA_ERROR_MISALIGNED_ADDRESS (716); the fault carries the PTX
 // line (rt->line).
 //
+// Mapped slack (the memcheck model, sim/gpuarray_sim/_memcheck.py): the
+// bytes from an allocation's end to its next granule boundary
+// (Launch::slack, per grant) are mapped on a GPU, so an access there does
+// not fault; it is recorded (Launch::oob: address, size, PTX line, block,
+// thread; every one counted, the first oob_cap kept) for a report as
+// compute-sanitizer's memcheck gives one, and is a fault only when
+// Launch::strict is set.
+//
 // Ranges touched, for the race detector: each global access also widens,
 // for the grant it hit, the interval of bytes read or written (offsets
 // [lo, hi) from the grant's base; Launch::touched holds rlo, rhi, wlo, whi
@@ -64,6 +72,13 @@ const uint64_t kShared = 0x0001000000000000ull;
 const uint64_t kLocal = 0x0002000000000000ull;
 const uint64_t kParam = 0x0003000000000000ull;
 
+// One access into a grant's mapped slack (ptx/_run.py mirrors it).
+struct OobAccess {
+    uint64_t addr, size;
+    uint32_t grant, write, line;
+    uint32_t block[3], thread[3];
+};
+
 // Filled by the simulator (ptx/_run.py mirrors it with ctypes).
 struct Launch {
     const char* params;
@@ -89,7 +104,13 @@ struct Launch {
     uint32_t cooperative;       // a cooperative launch: grid.sync may be used
     uint32_t grid_gen;          // grid barrier: completed generations
     uint64_t grid_arrived;      // threads at the grid barrier now
+    const uint64_t* slack;      // mapped bytes past each grant's end (see above)
+    OobAccess* oob;             // the first oob_cap accesses into slack
+    uint64_t oob_cap;
+    uint64_t oob_count;         // every access into slack (atomic)
+    uint64_t strict;            // an access into slack is a fault (700)
 };
+
 
 // A trap (or an error of the kernel the runtime reports as 719).
 struct Trap : std::exception {
@@ -153,6 +174,23 @@ inline void touch(uint64_t* r, uint64_t off, uint64_t size, int write) {
     if (off + size > r[1]) r[1] = off + size;
 }
 
+// Records an access past a grant's end that stays in its mapped slack.
+inline void out_of_bounds(Thread* t, uint32_t grant, uint64_t a, uint64_t size, int write,
+                          uint32_t line) {
+    Launch* L = t->L;
+    const uint64_t n = __atomic_fetch_add(&L->oob_count, 1, __ATOMIC_RELAXED);
+    if (n >= L->oob_cap) return;
+    OobAccess& r = L->oob[n];
+    const ga_host_rt* rt = t->rt;
+    r.addr = a;
+    r.size = size;
+    r.grant = grant;
+    r.write = (uint32_t)write;
+    r.line = line;
+    r.block[0] = rt->block_idx.x, r.block[1] = rt->block_idx.y, r.block[2] = rt->block_idx.z;
+    r.thread[0] = rt->thread_idx.x, r.thread[1] = rt->thread_idx.y, r.thread[2] = rt->thread_idx.z;
+}
+
 inline char* global_slow(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
     ga_host_rt* rt = t->rt;
     int lo = 0, hi = rt->ngrants - 1, found = -1;
@@ -173,6 +211,14 @@ inline char* global_slow(Thread* t, uint64_t a, uint64_t size, int write, uint32
             t->L->last_touched = t->L->touched + 4 * found;
             touch(t->L->last_touched, off, size, write);
             return g.host + off;
+        }
+        const uint64_t mapped = g.size + t->L->slack[found];
+        if (off < mapped && size <= mapped - off && (!write || g.writable)) {
+            out_of_bounds(t, (uint32_t)found, a, size, write, line);  // strict: what the fault was
+            if (!t->L->strict) {
+                touch(t->L->touched + 4 * found, off, size, write);
+                return g.host + off;
+            }
         }
     }
     fault(t, 700, a, size, write, line);

@@ -127,6 +127,33 @@ REFUSED = [
     ("ld.global.u32 %r0, [%p0];", "as an address"),
     ("bar.sync 16;", "out of the range"),
     ("bar.sync 1, 33;", "multiple of the warp size"),
+    # ld/st's modifiers as ptxas combines them, warp collectives without .sync (part 2)
+    ("st.global.sat.u32 [%a0], %r0;", "modifier .sat, which st does not take"),
+    ("ld.relaxed.global.u32 %r0, [%a0];", "needs one scope"),
+    ("ld.gpu.global.u32 %r0, [%a0];", "a scope without"),
+    ("ld.shared.nc.u32 %r0, [%a0];", ".nc needs the .global state space"),
+    ("ld.volatile.relaxed.gpu.global.u32 %r0, [%a0];", "more than one of"),
+    ("ld.global.ca.cg.u32 %r0, [%a0];", "more than one cache operator"),
+    ("ld.relaxed.gpu.global.ca.u32 %r0, [%a0];", "cannot be combined with a cache operator"),
+    ("st.global.u32 [%a0], %r0, %r1;", "3 operands"),
+    ("shfl.idx.b32 %r0, %r1, %r2, %r1;", "shfl does not take"),
+    # what the ptxas-judged mutants of the fuzzer found loading (part 2)
+    (".local .u32 lv; ld.global.u32 %r0, [lv];", "state space mismatch"),
+    (".shared .u32 sv; ld.u32 %r0, [sv+4]; ld.local.u32 %r0, [sv];", "state space mismatch"),
+    ("bra $end, $end;", "2 operands"),
+    ("bra %a0;", "a label expected"),
+    ("match.any.sync.b32 %r0, %p0, %r1;", "register %p0 of type .pred"),
+    ("match.any.sync.b32 %r0, %r1, %d0;", "register %d0 of type .f64"),
+    ("redux.sync.min.u32 %d0, %r1, %r2;", "register %d0 of type .f64"),
+    ("redux.sync.and.b32 %f0, %r1, %r2;", "register %f0 of type .f32"),
+    ("vote.sync.ballot.b32 %r0, %p0, %f0;", "register %f0 of type .f32"),
+    ("shfl.sync.idx.b32 %r0, %r1, 0, 31, %f0;", "register %f0 of type .f32"),
+    ("sad.rz.u32 %r0, %r1, %r2, %r0;", "sad does not take"),
+    ("@%q7 add.f32 %f0, %f1, %f2;", "not a declared register"),
+    ("add.f32 %f0, %f3, %f1;", "register %f3 is not declared"),
+    ("cvt.u64.u32 %a0, %p2;", "register %p2 is not declared"),
+    ("cvt.u64.u32 %zz1, %r0;", "register %zz1 is not declared"),
+    ("sad.u32 %r0, %r1, %a0, %r2;", "register %a0 of type .b64"),
 ]
 REGS = (".reg .b16 %h<3>; .reg .f64 %d<3>; .reg .u32 %r<3>; .reg .b32 %b<3>; .reg .f32 %f<3>;"
         " .reg .s32 %s<3>; .reg .pred %p<2>; .reg .b64 %a<2>;")
@@ -154,7 +181,9 @@ def test_refused_through_the_driver_interface():
 @pytest.mark.parametrize("body", ["sub.rn.f16 %h0, %h1, %h2;", "add.rn.f16x2 %b0, %b1, %b2;",
                                   "cvt.rn.f16x2.f32 %b0, %f0, %f1;", "add.f32 %f0, %b1, %f1;",
                                   "mul.lo.u32 %r0, %b1, %s2;", "cvt.u16.u32 %h0, %r0;",
-                                  "cvt.u32.u16 %r0, %b0;", "add.f32 %f0, %f1, 0f3F800000;"])
+                                  "cvt.u32.u16 %r0, %b0;", "add.f32 %f0, %f1, 0f3F800000;",
+                                  "ld.global.b16 %f0, [%a0];", "st.global.b8 [%a0], %d0;",
+                                  ".shared .u32 sv; ld.u32 %r0, [sv+4];"])
 def test_legal_forms_load(body):
     assert not problems(parse(_kernel(body)))
     load(_kernel(body))
@@ -188,3 +217,34 @@ def test_ptxas_agrees_with_the_table_on_a_sample():
     differ = [(f, v, g) for (v, f), g in zip(sample, got, strict=True)
               if (v == "ok") != (g == "ok")]
     assert not differ, differ[:10]
+
+
+def test_a_bit_size_ld_st_of_a_wider_float_register_runs():
+    """ptxas takes ``ld.b16`` into an ``.f32`` register (and ``st.b16`` from one): the PTX ISA's
+    relaxed rules for bit-size types, the value zero-extended on load, its low bits stored
+    (the translator refused the launch, 200, before)."""
+    import numpy as np
+
+    from sim.tests.ptx.support import download, launch, u64, upload
+
+    b = backend()
+    text = HEAD + """.visible .entry k(.param .u64 p)
+{
+  .reg .b64 %a<2>; .reg .f32 %f<2>; .reg .f64 %d<1>; .reg .f16x2 %h<1>;
+  ld.param.u64 %a0, [p];
+  ld.global.b16 %f0, [%a0];
+  st.global.b32 [%a0+8], %f0;
+  ld.global.b32 %f1, [%a0+16];
+  st.global.b16 [%a0+24], %f1;
+  ld.global.b8 %d0, [%a0];
+  st.global.b64 [%a0+32], %d0;
+  ld.global.b16 %h0, [%a0];
+  st.global.b32 [%a0+40], %h0;
+  ret;
+}
+"""
+    a = np.array([0xFFFFFFFFFFFFABCD, 0, 0x12345678, 2**64 - 1, 0, 0], np.uint64)
+    d = upload(b, a)
+    launch(b, text, "k", [u64(d)])
+    got = download(b, d, 6, np.uint64)
+    assert [hex(x) for x in got[1:]] == ["0xabcd", "0x12345678", "0xffffffffffff5678", "0xcd", "0xabcd"]

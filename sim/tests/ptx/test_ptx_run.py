@@ -417,7 +417,7 @@ UNSUPPORTED = HEAD + """
   tex.1d.v4.f32.s32 {%f1, %f2, %f3, %f4}, [%t, {%i}];
   ret;
 }
-.func helper() { mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%f1}, {%f1}, {%f1}; ret; }
+.func helper() { .reg .f32 %f<2>; mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%f1}, {%f1}, {%f1}; ret; }
 .visible .entry calls_mma() { call helper; ret; }
 .visible .entry fine(.param .u64 o) { .reg .b64 %o; ld.param.u64 %o, [o];
   st.global.u32 [%o], 7; ret; }

@@ -89,7 +89,7 @@ def referee(argv: list[str] | None, packages: tuple[str, ...], needs_kernel: dic
         print(f"run.py: numba-cuda {version} is installed; the list of expected failures is "
               f"for {VERSION}", file=sys.stderr)
         return 2
-    junit = args.junit or Path(tempfile.mkdtemp(prefix="numba-referee-")) / "junit.xml"
+    junit = (args.junit or Path(tempfile.mkdtemp(prefix="numba-referee-")) / "junit.xml").resolve()
     caller = Path(sys.argv[0]).resolve().parent
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(caller), env.get("PYTHONPATH")]))
@@ -101,7 +101,10 @@ def referee(argv: list[str] | None, packages: tuple[str, ...], needs_kernel: dic
            "--tb=native", "-q", "-rN", f"--junitxml={junit}", *args.pytest_args, *packages]
     print("$", " ".join(cmd), flush=True)
     t0 = time.monotonic()
-    code = subprocess.run(cmd, env=env).returncode
+    # In this folder: pytest run elsewhere with --pyargs loads the conftest.py of the
+    # folder's test*/ subfolders (from the repository root: gpuarray's tests/conftest.py,
+    # whose settings -- GPUARRAY_SIM_MEMCHECK=strict -- are not numba-cuda's).
+    code = subprocess.run(cmd, env=env, cwd=HERE).returncode
     wall = time.monotonic() - t0
     if not junit.exists():
         print(f"run.py: pytest exited with status {code} and wrote no report", file=sys.stderr)

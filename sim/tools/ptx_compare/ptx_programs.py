@@ -1,6 +1,6 @@
 """The PTX programs of the ``ptx-vs-gpu`` step (sim/tools/ptx_compare/ptx_compare.py), with their inputs.
 
-Four sources, each with fixed, seeded inputs (made once per run and given
+Five sources, each with fixed, seeded inputs (made once per run and given
 to both sides, so both launch exactly the same bytes):
 
 ``ops:<case>``    the per-instruction programs of sim/tests/ptx/test_ptx_ops.py (its
@@ -14,7 +14,10 @@ to both sides, so both launch exactly the same bytes):
                   else the committed sim/tests/ptx/fixtures/nvrtc_kernels.ptx),
                   launched as the kernels layer plans the cases of
                   sim/tests/ptx/fixtures/kernel_cases.py;
-``saxpy``         sim/tests/ptx/fixtures/saxpy.ptx (NVRTC's, an ``fma.rn``).
+``saxpy``         sim/tests/ptx/fixtures/saxpy.ptx (NVRTC's, an ``fma.rn``);
+``rules:<case>``  issue 44's rules, written here: disjoint-mask shuffles, a read past
+                  an allocation's end inside its granularity, bit-size ld/st of wider
+                  float registers, and loads ptxas refuses (both sides must refuse).
 
 A :class:`Program` holds the PTX text, its buffers (initial contents; those
 marked ``out`` are compared) and a function from the buffers' device
@@ -272,10 +275,109 @@ def saxpy_programs(wanted: Callable[[str], bool]) -> list[Program]:
                     launches)]
 
 
+# ------------------------------------------------------------- rules:<case>
+_RULES_HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
+#: The rules issue 44 changed, each as a program whose outcome a GPU decides: what it runs
+#: (and the values), or the load it refuses (both sides' 218 is "equal").
+RULES: dict[str, str] = {
+    # two .sync shuffles in different branches with disjoint member masks: each waits only
+    # for its own mask's lanes (the simulator answered 719 before)
+    "shfl_disjoint_masks": """.visible .entry k(.param .u64 p)
+{
+  .reg .b64 %a<2>; .reg .b32 %r<6>; .reg .pred %q<2>;
+  ld.param.u64 %a0, [p];
+  mov.u32 %r0, %tid.x;
+  mul.lo.u32 %r1, %r0, 7;
+  setp.lt.u32 %q0, %r0, 16;
+  @!%q0 bra $hi;
+  shfl.sync.idx.b32 %r2, %r1, 3, 0x0f, 0x0000ffff;
+  bra $out;
+$hi:
+  shfl.sync.down.b32 %r2, %r1, 2, 0x1f, 0xffff0000;
+$out:
+  mul.wide.u32 %a1, %r0, 4;
+  add.s64 %a1, %a0, %a1;
+  st.global.u32 [%a1], %r2;
+  ret;
+}
+""",
+    # a read past a 4-byte allocation's end, inside its mapped granularity: a GPU runs it
+    # (memcheck would report it); the value read is not compared, the launch's success is
+    "read_past_end": """.visible .entry k(.param .u64 p, .param .u64 q)
+{
+  .reg .b64 %a<2>; .reg .b32 %r<2>;
+  ld.param.u64 %a0, [p];
+  ld.param.u64 %a1, [q];
+  ld.volatile.global.u32 %r0, [%a1+12];
+  mov.u32 %r1, 1;
+  st.global.u32 [%a0], %r1;
+  ret;
+}
+""",
+    # ld/st of a bit-size type with a wider float register (ptxas takes it; the simulator
+    # refused it): zero-extended in, the low bits out
+    "bit_size_wide_float": """.visible .entry k(.param .u64 p)
+{
+  .reg .b64 %a<1>; .reg .f32 %f<2>; .reg .f64 %d<1>;
+  ld.param.u64 %a0, [p];
+  ld.global.b16 %f0, [%a0];
+  st.global.b32 [%a0+8], %f0;
+  ld.global.b32 %f1, [%a0+16];
+  st.global.b16 [%a0+24], %f1;
+  ld.global.b8 %d0, [%a0];
+  st.global.b64 [%a0+32], %d0;
+  ret;
+}
+""",
+}
+#: Bodies ptxas refuses (issue 44's checker rules): the device's load must refuse them too.
+REFUSED_RULES: dict[str, str] = {
+    "st_sat": "st.global.sat.u32 [%a0], %r0;",
+    "relaxed_without_scope": "ld.relaxed.global.u32 %r0, [%a0];",
+    "nc_shared": "ld.shared.nc.u32 %r0, [%a0];",
+    "two_cache_operators": "ld.global.ca.cg.u32 %r0, [%a0];",
+    "space_of_a_local": ".local .u32 lv;\n  ld.global.u32 %r0, [lv];",
+    "generic_of_a_param": "ld.u32 %r0, [p];",
+    "store_to_a_kernel_param": "st.param.u32 [p], %r0;",
+    "bra_two_labels": "bra $end, $end;",
+    "shfl_without_sync": "shfl.idx.b32 %r0, %r0, 0, 0x1f;",
+    "match_of_a_predicate": ".reg .pred %q<1>;\n  match.any.sync.b32 %r0, %q0, 0xffffffff;",
+    "float_member_mask": ".reg .pred %q<1>; .reg .f32 %g<1>;\n  vote.sync.ballot.b32 %r0, %q0, %g0;",
+    "sad_of_a_64_bit_register": "sad.u32 %r0, %r0, %a0, %r0;",
+    "undeclared_register": "add.u32 %r0, %r1, 1;",
+}
+
+
+def rules_programs(wanted: Callable[[str], bool]) -> list[Program]:
+    """Issue 44's rules: the programs of :data:`RULES` and the loads of :data:`REFUSED_RULES`."""
+    out: list[Program] = []
+    if wanted("rules:shfl_disjoint_masks"):
+        out.append(Program("rules:shfl_disjoint_masks", _RULES_HEAD + RULES["shfl_disjoint_masks"],
+                           [Buf(np.zeros(32, np.uint32), out=True)],
+                           lambda p: [("k", (1, 1, 1), (32, 1, 1), 0, [_u64(p[0])])]))
+    if wanted("rules:read_past_end"):
+        out.append(Program("rules:read_past_end", _RULES_HEAD + RULES["read_past_end"],
+                           [Buf(np.zeros(1, np.uint32), out=True), Buf(np.ones(1, np.uint32))],
+                           lambda p: [("k", (1, 1, 1), (1, 1, 1), 0, [_u64(p[0]), _u64(p[1])])]))
+    if wanted("rules:bit_size_wide_float"):
+        data = np.array([0xFFFFFFFFFFFFABCD, 0, 0x12345678, 2**64 - 1, 0], np.uint64)
+        out.append(Program("rules:bit_size_wide_float", _RULES_HEAD + RULES["bit_size_wide_float"],
+                           [Buf(data, out=True)],
+                           lambda p: [("k", (1, 1, 1), (1, 1, 1), 0, [_u64(p[0])])]))
+    for name, body in REFUSED_RULES.items():
+        if wanted("rules:" + name):
+            text = (_RULES_HEAD + ".visible .entry k(.param .u64 p)\n{\n  .reg .b64 %a<1>; "
+                    f".reg .b32 %r<1>;\n  {body}\n$end:\n  ret;\n}}\n")
+            out.append(Program("rules:" + name, text, [Buf(np.zeros(1, np.uint32), out=True)],
+                               lambda p: [("k", (1, 1, 1), (1, 1, 1), 0, [_u64(p[0])])],
+                               note="ptxas refuses it: both loads must refuse (218)"))
+    return out
+
+
 def programs(patterns: list[str] | None = None) -> list[Program]:
     """Every program whose name matches one of ``patterns`` (fnmatch; None: all)."""
     def wanted(name: str) -> bool:
         return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
     return (ops_programs(wanted) + numba_programs(wanted) + nvrtc_programs(wanted)
-            + saxpy_programs(wanted))
+            + saxpy_programs(wanted) + rules_programs(wanted))

@@ -28,7 +28,11 @@ import tempfile
 HEAD = ".version 9.0\n.target sm_90\n.address_size 64\n"
 REGTYPES = ("pred", "b16", "u16", "s16", "f16", "b32", "u32", "s32", "f32", "b64", "u64",
             "s64", "f64", "u8", "s8", "b8", "f16x2")
-PREAMBLE = "".join(f"  .reg .{t} %{t}_<4>;\n" for t in REGTYPES)
+PREAMBLE = "".join(f"  .reg .{t} %{t}_<4>;\n" for t in REGTYPES) + "  .local .u32 l_var;\n"
+#: A variable of each state space for the address probes (``l_var`` is in the preamble, the
+#: kernel parameter ``k_p`` in the entry's list).
+VARS = ".global .u32 g_var;\n.shared .u32 s_var;\n.const .u32 c_var;\n"
+SYMBOLS = ("g_var", "s_var", "c_var", "l_var", "k_p")
 #: The register an operand of instruction type ``t`` naturally lives in.
 NATURAL = {"s8": "s16", "u8": "u16", "b8": "b16", "bf16": "b16", "bf16x2": "b32",
            "f16x2": "b32"}
@@ -194,7 +198,100 @@ def _forms() -> list[str]:
         for v in imms:
             add(tmpl.format(v))
     out += _new_forms()
+    out += _collective_forms()
     return list(dict.fromkeys(out))
+
+
+def _collective_forms() -> list[str]:
+    """Spellings of the warp collectives and of cvta, and their neighbours ptxas refuses
+    (a shuffle without its mode, a collective without .sync, a modifier it does not take)."""
+    out: list[str] = []
+    add = out.append
+    extra = ("", ".gpu", ".aligned", ".uni", ".sat", ".volatile")
+    for mode in ("", ".up", ".down", ".bfly", ".idx"):
+        for t in ("b32", "u32", "f32", "b64"):
+            for m in extra:
+                add(f"shfl.sync{mode}{m}.{t} %b32_0, %b32_1, %b32_2, %b32_3, %b32_0;")
+            add(f"shfl{mode}.{t} %b32_0, %b32_1, %b32_2, %b32_3;")
+    for mode in (".all", ".any", ".uni", ".ballot"):
+        for t in ("pred", "b32"):
+            d = "%pred_0" if t == "pred" else "%b32_0"
+            for m in extra:
+                add(f"vote.sync{mode}{m}.{t} {d}, %pred_1, %b32_2;")
+            add(f"vote{mode}.{t} {d}, %pred_1;")
+    for mode in (".any", ".all", ""):
+        for t in ("b32", "b64", "u32"):
+            for m in extra:
+                add(f"match{mode}.sync{m}.{t} %b32_0, %{t}_1, %b32_2;")
+    for op in (".add", ".min", ".max", ".and", ".or", ".xor", ""):
+        for t in ("u32", "s32", "b32", "u64"):
+            for m in extra:
+                add(f"redux.sync{op}{m}.{t} %{t}_0, %{t}_1, %b32_2;")
+    for rt in REGTYPES:  # each operand of each collective a register of every kind
+        r = f"%{rt}_3"
+        for k in range(5):
+            ops = ["%b32_0", "%b32_1", "%b32_2", "%b32_3", "%b32_0"]
+            ops[k] = r
+            add(f"shfl.sync.idx.b32 {', '.join(ops)};")
+        for k in range(3):
+            for head, ops in (("vote.sync.all.pred", ["%pred_0", "%pred_1", "%b32_2"]),
+                              ("vote.sync.ballot.b32", ["%b32_0", "%pred_1", "%b32_2"]),
+                              ("match.any.sync.b32", ["%b32_0", "%b32_1", "%b32_2"]),
+                              ("match.any.sync.b64", ["%b32_0", "%b64_1", "%b32_2"]),
+                              ("redux.sync.add.u32", ["%u32_0", "%u32_1", "%b32_2"]),
+                              ("redux.sync.and.b32", ["%b32_0", "%b32_1", "%b32_2"])):
+                ops = list(ops)
+                ops[k] = r
+                add(f"{head} {', '.join(ops)};")
+    for rt in REGTYPES:  # sad's operands: registers of its type's size and kind
+        add(f"sad.u32 %u32_0, %u32_1, %{rt}_2, %u32_3;")
+        add(f"sad.s64 %{rt}_0, %s64_1, %s64_2, %s64_3;")
+    for m in ("", ".rn", ".rz", ".sat", ".hi", ".lo", ".ftz"):  # sad takes no modifier
+        for t in INT + ("b32", "f32"):
+            add(f"sad{m}.{t} {reg(t)}, {reg(t, 1)}, {reg(t, 2)}, {reg(t, 3)};")
+    for to in ("", ".to"):
+        for sp in ("", ".global", ".shared", ".local", ".const", ".param"):
+            for t in ("u32", "u64", "s64", "b64", "s32", "b32", "f64"):
+                for m in ("", ".volatile", ".sat"):
+                    add(f"cvta{to}{sp}{m}.{t} %{t}_0, %{t}_1;")
+    return out
+
+
+#: Modifiers probed one at a time with ld, st and ldu (``_memory_forms``): those ptxas never
+#: accepts with the opcode are refused by the checker (``@mods`` rows); others pass to the
+#: translator.
+MEM_MODS = (".sat", ".ftz", ".rn", ".rz", ".approx", ".full", ".uni", ".aligned", ".sync",
+            ".wide", ".hi", ".lo", ".cc", ".relu", ".noftz", ".NaN", ".abs", ".volatile",
+            ".relaxed", ".acquire", ".release", ".weak", ".cta", ".gpu", ".sys", ".cluster",
+            ".nc", ".ca", ".cg", ".cs", ".lu", ".cv", ".wb", ".wt",
+            ".to", ".trap", ".clamp", ".shiftamt")
+
+
+def _memory_forms() -> list[str]:
+    """ld/st/ldu with each modifier of :data:`MEM_MODS` in the places one can stand (after
+    the opcode, after the state space, with and without a scope or an ordering), and with
+    one operand fewer and one more than they take."""
+    out: list[str] = []
+    add = out.append
+    for m in MEM_MODS:
+        for pre, post in (("", ""), (".relaxed", ".gpu"), ("", ".gpu"), (".relaxed", "")):
+            for sp in (".global", ".shared"):
+                add(f"ld{pre}{m}{post}{sp}.u32 %u32_0, [%b64_1];")
+                add(f"ld{pre}{post}{sp}{m}.u32 %u32_0, [%b64_1];")
+                add(f"st{pre}{m}{post}{sp}.u32 [%b64_1], %u32_0;")
+                add(f"st{pre}{post}{sp}{m}.u32 [%b64_1], %u32_0;")
+        add(f"ldu{m}.global.u32 %u32_0, [%b64_1];")
+        add(f"ldu.global{m}.u32 %u32_0, [%b64_1];")
+    for sp in ("", ".global", ".shared", ".local", ".param", ".const"):
+        for t, r in (("u32", "%u32_0"), ("u64", "%u64_0"), ("f32", "%f32_0")):
+            add(f"ld{sp}.{t} {r}, [%b64_1];")
+            add(f"ld{sp}.{t} {r};")
+            add(f"ld{sp}.{t} [%b64_1];")
+            add(f"ld{sp}.{t} {r}, [%b64_1], %b64_2;")
+            add(f"st{sp}.{t} [%b64_1], {r};")
+            add(f"st{sp}.{t} [%b64_1];")
+            add(f"st{sp}.{t} [%b64_1], {r}, {r};")
+    return out
 
 
 def _new_forms() -> list[str]:
@@ -269,10 +366,19 @@ def _operand_forms() -> list[str]:
                     addr = "[%b64_1]" if sp != ".param" else "[%b64_1]"
                     add(f"{op}{sp}{v}.{t} {val}, {addr};" if op != "st" else
                         f"{op}{sp}{v}.{t} {addr}, {val};")
-    for t in ("u8", "u16", "u32", "u64", "f32", "f64", "s32"):
+    for t in ("u8", "u16", "u32", "u64", "f32", "f64", "s32", "b8", "b16", "b32", "b64"):
         for rt in REGTYPES:  # register widths: a register narrower or of another kind
             add(f"ld.global.{t} %{rt}_0, [%b64_1];")
             add(f"st.global.{t} [%b64_1], %{rt}_0;")
+    for sym in SYMBOLS:  # a variable's state space against the instruction's
+        for sp in LDST_SPACES:
+            for off in ("", "+4"):
+                add(f"ld{sp}.u32 %u32_0, [{sym}{off}];")
+                add(f"st{sp}.u32 [{sym}{off}], %u32_0;")
+                add(f"ldu{sp}.u32 %u32_0, [{sym}{off}];")
+    for form in ("bra $k_end;", "bra.uni $k_end;", "bra $k_end, $k_end;", "bra.uni $k_end, $k_end;",
+                 "bra;", "bra %b64_1;", "@%pred_0 bra $k_end;", "@%pred_0 bra $k_end, $k_end;"):
+        add(form)  # bra's operand: one label
     for rt in REGTYPES:  # the address operand's register
         add(f"ld.global.u32 %u32_0, [%{rt}_1];")
         add(f"ld.global.u32 %u32_0, [%{rt}_1+8];")
@@ -403,11 +509,12 @@ def _natural_args(tmpl: str, n: int) -> list[str]:
 def module(forms: list[str]) -> str:
     """One kernel holding ``forms``, the first on line ``FIRST`` and one a line."""
     body = "".join(f"  {f}\n" for f in forms)
-    return (HEAD + ".visible .entry k()\n{\n" + PREAMBLE + body + "$k_end:\n  ret;\n}\n")
+    return (HEAD + VARS + ".visible .entry k(.param .u32 k_p)\n{\n" + PREAMBLE + body
+            + "$k_end:\n  ret;\n}\n")
 
 
 #: The PTX line of the first form in :func:`module`.
-FIRST = HEAD.count("\n") + 3 + PREAMBLE.count("\n")
+FIRST = HEAD.count("\n") + VARS.count("\n") + 3 + PREAMBLE.count("\n")
 _ERR = re.compile(r", line (\d+); (error|fatal)\s*: (.*)")
 
 
@@ -486,6 +593,9 @@ def legal_text(forms: list[str], verdicts: list[str], heads: list[str]) -> str:
     spelling = set(_forms())
     firsts = _firsts(forms, verdicts)
     arity = set(firsts) | set(_arity_forms(firsts))
+    memory = set(_memory_forms())
+    mods: dict[str, set[str]] = {}
+    mem_counts: dict[str, set[int]] = {}
 
     legal: dict[str, set[str]] = {}
     counts: dict[str, set[int]] = {}
@@ -497,23 +607,36 @@ def legal_text(forms: list[str], verdicts: list[str], heads: list[str]) -> str:
             keys = legal.setdefault(it.base, set())
             if v == "ok":
                 keys.add(form_key(it))
-        if f in arity and v == "ok":
+        if (f in arity or it.base in CONTROL) and v == "ok":
             counts.setdefault(form_key(it), set()).add(len(it.args))
         k = ldst_key(it)
         if k is not None:  # accepted with some register of the probes
             ldst[k] = ldst.get(k, False) or v == "ok"
+        if f in memory:
+            accepted = mods.setdefault(it.base, set())
+            if v == "ok":
+                accepted.update("." + m for m in it.mods)
+                mem_counts.setdefault(it.base, set()).add(len(it.args))
     lines = ["# What a driver's PTX JIT accepts (ptxas -arch=sm_90, PTX ISA 9.0).\n"
                 "# Generated by sim/tools/ptx_forms/gen.py from ptxas's verdicts; do not edit.\n"
                 "# One line an opcode the table covers: the opcode, then its accepted spellings\n"
                 "# (_check.form_key: opcode and sorted modifiers, '|', the types in order), "
                 "space-separated;\n# '@arity KEY N[,N]': the operand counts ptxas accepts of "
                 "that spelling;\n# '@ldst BASE.SPACE.VEC.TYPE ok|refused': ld/st/ldu's state "
-                "space, vector and type;\n# '@minver TARGET VERSION': the oldest .version "
+                "space, vector and type;\n# '@modset MOD...': the modifiers probed one at a "
+                "time with ld/st/ldu, and '@mods BASE MOD...' those ptxas accepts with BASE;\n"
+                "# '@basearity BASE N[,N]': ld/st/ldu's operand counts (no cache-hint or level "
+                "qualifier);\n# '@minver TARGET VERSION': the oldest .version "
                 "of the .target.\n"]
     lines += [" ".join([base, *sorted(legal[base])]) + "\n" for base in sorted(legal)]
     lines += [f"@arity {key} {','.join(str(n) for n in sorted(counts[key]))}\n"
               for key in sorted(counts)]
     lines += [f"@ldst {key} {'ok' if ldst[key] else 'refused'}\n" for key in sorted(ldst)]
+    lines.append("@modset " + " ".join(MEM_MODS) + "\n")
+    lines += [f"@mods {base} {' '.join(sorted(m for m in mods[base] if m in MEM_MODS))}\n"
+              for base in sorted(mods)]
+    lines += [f"@basearity {base} {','.join(str(n) for n in sorted(mem_counts[base]))}\n"
+              for base in sorted(mem_counts)]
     return "".join(lines) + minimum_versions(heads)
 
 
@@ -524,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--legal", default="sim/gpuarray_sim/ptx/legal_forms.txt")
     a = ap.parse_args(argv)
     spell = _forms()
-    forms = spell + _operand_forms()
+    forms = list(dict.fromkeys(spell + _operand_forms() + _memory_forms()))
     verdicts = ptxas_verdicts(forms, a.ptxas)
     extra = [f for f in _arity_forms(_firsts(forms, verdicts)) if f not in set(forms)]
     verdicts += ptxas_verdicts(extra, a.ptxas)
