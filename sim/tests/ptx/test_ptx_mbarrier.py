@@ -1,0 +1,269 @@
+"""mbarrier objects: init, arrive (count, .noComplete, .expect_tx), arrive_drop, test_wait,
+try_wait (state and .parity), pending_count, expect_tx/complete_tx, inval.
+
+An mbarrier is 8 bytes of shared memory holding an expected arrival count,
+a pending count, a phase parity and a tx-count (the PTX ISA's "mbarrier"
+section); a phase completes when the pending count and the tx-count reach 0.
+``try_wait`` lets the other threads of the block run while the phase is
+incomplete (``ptx_sync.h``); what the ISA leaves undefined traps.  Every test
+runs in both tiers (conftest.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import gpuarray  # noqa: F401  (registers the host build's toolchain)
+from gpuarray.errors import CudaError
+from sim.tests.ptx.support import HEAD, backend, download, fixture, launch, u64
+
+pytestmark = pytest.mark.usefixtures("ptx_tier")
+
+
+@pytest.fixture
+def b():
+    return backend()
+
+
+def _zeros(b, n: int, dtype=np.uint32) -> int:
+    from sim.tests.ptx.support import upload
+
+    return upload(b, np.zeros(n, dtype))
+
+
+# Each of `rounds` rounds: every thread writes round*1000+tid to data[tid], arrives at
+# the block's mbarrier (init'ed with %ntid.x by thread 0), waits for the phase with
+# try_wait in a loop, reads data[(tid+1) % ntid] into out[round][tid], and waits at a
+# second phase before the next round overwrites data.  Without the waits a thread
+# reads its neighbour's stale value (the threads are fibers that run until they block).
+ROUNDS = HEAD + """
+.visible .entry rounds(.param .u64 out, .param .u32 nrounds)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<20>;
+    .reg .b64 %rd<10>;
+    .shared .align 8 .b64 bar;
+    .shared .align 4 .b8 data[4096];
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [nrounds];
+    mov.u32 %r2, %tid.x;
+    mov.u32 %r3, %ntid.x;
+    setp.ne.u32 %p1, %r2, 0;
+    @%p1 bra $SKIP;
+    mbarrier.init.shared.b64 [bar], %r3;
+$SKIP:
+    bar.sync 0;
+    mov.u32 %r4, 0;
+    mov.u32 %r10, data;
+    shl.b32 %r11, %r2, 2;
+    add.u32 %r12, %r10, %r11;
+    add.u32 %r13, %r2, 1;
+    rem.u32 %r13, %r13, %r3;
+    shl.b32 %r13, %r13, 2;
+    add.u32 %r13, %r10, %r13;
+$ROUND:
+    setp.ge.u32 %p1, %r4, %r1;
+    @%p1 bra $DONE;
+    mad.lo.u32 %r5, %r4, 1000, %r2;
+    st.shared.u32 [%r12], %r5;
+    mbarrier.arrive.release.cta.shared::cta.b64 %rd2, [bar];
+$WAIT1:
+    mbarrier.try_wait.shared::cta.b64 %p2, [bar], %rd2;
+    @!%p2 bra $WAIT1;
+    ld.shared.u32 %r6, [%r13];
+    mad.lo.u32 %r7, %r4, %r3, %r2;
+    mul.wide.u32 %rd3, %r7, 4;
+    add.s64 %rd4, %rd1, %rd3;
+    st.global.u32 [%rd4], %r6;
+    mbarrier.arrive.shared.b64 %rd2, [bar];
+$WAIT2:
+    mbarrier.test_wait.shared.b64 %p2, [bar], %rd2;
+    @!%p2 bra $WAIT2;
+    add.u32 %r4, %r4, 1;
+    bra $ROUND;
+$DONE:
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 32, 96])
+def test_arrive_and_wait_across_a_block_flips_the_phase_each_round(b, threads):
+    rounds = 5
+    out = _zeros(b, rounds * threads)
+    launch(b, ROUNDS, "rounds", [u64(out), ctypes.c_uint32(rounds)], block=(threads, 1, 1))
+    got = download(b, out, rounds * threads, np.uint32).reshape(rounds, threads)
+    tid = np.arange(threads)
+    want = np.array([r * 1000 + (tid + 1) % threads for r in range(rounds)])
+    np.testing.assert_array_equal(got, want)
+
+
+# One thread: the results of test_wait/try_wait (by token and by parity) as phases
+# complete; expected count from init, arrive with a count, arrive_drop lowering the
+# expected count of later phases, .noComplete and pending_count, expect_tx/complete_tx.
+SINGLE = HEAD + """
+.visible .entry single(.param .u64 out)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<12>;
+    .shared .align 8 .b64 bar;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, bar;
+    mbarrier.init.shared::cta.b64 [%r1], 3;
+    // phase 0: 3 expected; 2 arrive at once
+    mbarrier.arrive.shared::cta.b64 %rd2, [%r1], 2;
+    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd2;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1], %r2;
+    mbarrier.test_wait.parity.shared::cta.b64 %p1, [%r1], 0;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+4], %r2;
+    // the third arrival drops out: phase 0 completes, later phases expect 2
+    mbarrier.arrive_drop.shared::cta.b64 %rd3, [%r1];
+    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd2;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+8], %r2;
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 0;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+12], %r2;
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 1;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+16], %r2;
+    // phase 1: a .noComplete arrival, its pending count, a try_wait that fails
+    mbarrier.arrive.noComplete.shared::cta.b64 %rd4, [%r1], 1;
+    mbarrier.pending_count.b64 %r3, %rd4;
+    st.global.u32 [%rd1+20], %r3;
+    mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd4, 1000;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+24], %r2;
+    // the second arrival announces 16 bytes of transactions: not complete yet
+    mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r1], 16;
+    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd4;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+28], %r2;
+    mbarrier.complete_tx.shared::cta.b64 [%r1], 10;
+    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd4;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+32], %r2;
+    mbarrier.complete_tx.shared::cta.b64 [%r1], 6;
+    mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd5;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+36], %r2;
+    // phase 2 (parity 0 again): through a generic address
+    mov.u64 %rd6, bar;
+    cvta.shared.u64 %rd6, %rd6;
+    mbarrier.test_wait.parity.b64 %p1, [%rd6], 0;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+40], %r2;
+    mbarrier.arrive.b64 %rd7, [%rd6], 2;
+    mbarrier.test_wait.parity.b64 %p1, [%rd6], 0;
+    selp.u32 %r2, 1, 0, %p1;
+    st.global.u32 [%rd1+44], %r2;
+    mbarrier.inval.shared.b64 [bar];
+    ret;
+}
+"""
+
+
+def test_counts_phases_parity_drop_no_complete_and_tx(b):
+    out = _zeros(b, 12)
+    launch(b, SINGLE, "single", [u64(out)])
+    got = download(b, out, 12, np.uint32).tolist()
+    # phase 0 incomplete (by token, by parity); complete after the drop; parity 1
+    # (phase 1) not; pending count 2 before the .noComplete arrival; try_wait false;
+    # the tx-count holds the phase until complete_tx has taken all 16 bytes; the
+    # generic address reaches the same object
+    assert got == [0, 0, 1, 1, 0, 2, 0, 0, 0, 1, 0, 1]
+
+
+def test_nvcc_cuda_barrier_and_cuda_ptx_parity_waits(b):
+    text = fixture("nvcc_cuda_barrier")
+    threads, rounds = 64, 4
+    out = _zeros(b, 2 * rounds * threads, np.int32)
+    module = launch(b, text, "barrier_rounds", [u64(out), ctypes.c_int32(rounds)],
+                    grid=(2, 1, 1), block=(threads, 1, 1))
+    got = download(b, out, 2 * rounds * threads, np.int32).reshape(2, rounds, threads)
+    tid = np.arange(threads)
+    want = np.array([r * 1000 + (tid + 1) % threads for r in range(rounds)])
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(got[1], want)
+    out2 = _zeros(b, threads, np.int32)
+    launch(b, text, "ptx_parity", [u64(out2)], block=(threads, 1, 1), module=module)
+    got2 = download(b, out2, threads, np.int32)
+    # sum = tid ^ 1; data[t] = (t ^ 1) + 1; out = data[(t + 2) % n] + sum
+    t2 = (tid + 2) % threads
+    np.testing.assert_array_equal(got2, ((t2 ^ 1) + 1) + (tid ^ 1))
+
+
+FAULTS = HEAD + """
+.visible .entry fault(.param .u64 g, .param .u32 what)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<8>;
+    .shared .align 8 .b64 bars[2];
+    ld.param.u64 %rd1, [g];
+    ld.param.u32 %r1, [what];
+    mov.u32 %r2, bars;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra $MISALIGNED;
+    setp.eq.u32 %p1, %r1, 2;
+    @%p1 bra $GLOBAL;
+    setp.eq.u32 %p1, %r1, 3;
+    @%p1 bra $UNINIT;
+    setp.eq.u32 %p1, %r1, 4;
+    @%p1 bra $TOO_MANY;
+    setp.eq.u32 %p1, %r1, 5;
+    @%p1 bra $NEVER;
+    setp.eq.u32 %p1, %r1, 6;
+    @%p1 bra $OUTSIDE;
+    mbarrier.init.shared.b64 [%r2], 0;
+    ret;
+$MISALIGNED:
+    mbarrier.init.shared.b64 [%r2+4], 1;
+    ret;
+$GLOBAL:
+    mbarrier.init.b64 [%rd1], 1;
+    ret;
+$UNINIT:
+    mbarrier.arrive.shared.b64 %rd2, [%r2+8];
+    ret;
+$TOO_MANY:
+    mbarrier.init.shared.b64 [%r2], 2;
+    mbarrier.arrive.shared.b64 %rd2, [%r2], 3;
+    ret;
+$NEVER:
+    mbarrier.init.shared.b64 [%r2], 2;
+    mbarrier.arrive.shared.b64 %rd2, [%r2];
+$LOOP:
+    mbarrier.try_wait.shared.b64 %p2, [%r2], %rd2;
+    @!%p2 bra $LOOP;
+    ret;
+$OUTSIDE:
+    mbarrier.init.shared.b64 [%r2+16], 1;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("what, code, text", [
+    (0, 719, "the expected count 0 is out of the range"),
+    (1, 716, ""),
+    (2, 700, ""),
+    (3, 719, "not an initialised mbarrier object"),
+    (4, 719, "an arrival count of 3 with 2 arrivals pending"),
+    (5, 702, "mbarrier.try_wait.shared.b64 %p2"),
+    (6, 700, ""),
+])
+def test_faults_as_a_gpu_or_undefined_behaviour_traps(b, monkeypatch, what, code, text):
+    monkeypatch.setenv("GPUARRAY_SIM_LAUNCH_TIMEOUT", "1")
+    g = _zeros(b, 4)
+    with pytest.raises(CudaError) as e:
+        launch(b, FAULTS, "fault", [u64(g), ctypes.c_uint32(what)])
+    assert e.value.code == code, str(e.value)
+    assert text in str(e.value)
+    assert "mbarrier" in str(e.value) or "line" in str(e.value)
