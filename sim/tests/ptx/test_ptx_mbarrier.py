@@ -267,3 +267,41 @@ def test_faults_as_a_gpu_or_undefined_behaviour_traps(b, monkeypatch, what, code
     assert e.value.code == code, str(e.value)
     assert text in str(e.value)
     assert "mbarrier" in str(e.value) or "line" in str(e.value)
+
+
+# Forms ptxas -arch=sm_90 refuses (its words after the form), refused at load with 218
+# naming the line; the table's probes (sim/tools/ptx_forms/gen.py) hold the rest.
+@pytest.mark.parametrize("version, body, what", [
+    ("8.0", "mbarrier.arrive.shared::cluster.b64 %rd2, [%r1];", "Sink '_'"),
+    ("8.0", "mbarrier.init.shared::cluster.b64 [%r1], 1;", "does not take"),
+    ("8.0", "mbarrier.try_wait.release.cta.shared.b64 %p1, [%r1], %rd2;", "does not take"),
+    ("8.0", "mbarrier.pending_count.shared.b64 %r2, %rd2;", "does not take"),
+    ("8.0", "mbarrier.init.shared.b64 [%r1], %rd2;", "arguments mismatch"),
+    ("8.0", "mbarrier.arrive.noComplete.shared.b64 %rd2, [%r1];", "ptxas takes 3"),
+    ("8.0", "mbarrier.test_wait.parity.shared.b64 %p1, [%r1], %rd2;", "arguments mismatch"),
+    ("8.0", "mbarrier.arrive.shared.b32 %rd2, [%r1];", "does not take"),
+    ("8.0", "mbarrier.test_wait.shared.b64 %r2, [%r1], %rd2;", "arguments mismatch"),
+    ("8.5", "mbarrier.arrive.relaxed.cta.shared.b64 %rd2, [%r1];", ".version 8.6"),
+    ("7.8", "mbarrier.expect_tx.shared.b64 [%r1], 16;", ".version 8.0"),
+    ("7.8", "mbarrier.try_wait.acquire.cta.shared.b64 %p1, [%r1], %rd2;", ".version 8.0"),
+])
+def test_forms_ptxas_refuses_are_refused_at_load(b, version, body, what):
+    text = (f".version {version}\n.target sm_90\n.address_size 64\n.visible .entry k() {{ "
+            ".reg .pred %p<3>; .reg .b32 %r<4>; .reg .b64 %rd<4>;\n" + body + "\nret; }\n")
+    with pytest.raises(CudaError) as e:
+        b.module_load_data(text.encode() + b"\0")
+    assert e.value.code == 218 and "PTX line 5" in str(e.value), str(e.value)
+    assert what in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("version, body", [
+    ("8.6", "mbarrier.arrive.relaxed.cta.shared.b64 %rd2, [%r1];"),
+    ("8.0", "mbarrier.arrive.shared::cluster.b64 _, [%r1];"),
+    ("8.0", "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 1, 1000;"),
+    ("8.0", "mbarrier.expect_tx.relaxed.cta.shared.b64 [%r1], 16;"),
+    ("7.8", "mbarrier.arrive.shared.b64 %rd2, [%r1];"),
+])
+def test_forms_ptxas_accepts_load(b, version, body):
+    text = (f".version {version}\n.target sm_90\n.address_size 64\n.visible .entry k() {{ "
+            ".reg .pred %p<3>; .reg .b32 %r<4>; .reg .b64 %rd<4>;\n" + body + "\nret; }\n")
+    b.module_load_data(text.encode() + b"\0")
