@@ -35,7 +35,14 @@ may be stricter than a driver, never more lenient.  The checks:
   ld/st/ldu's state space, vector width and type (``_forms.LDST``), the
   guard a predicate, an address register an integer or bit one, immediate
   ranges and barrier counts; and the module's ``.version`` against its
-  ``.target`` (``_forms.MINVER``) and positive entry directives.  The
+  ``.target`` (``_forms.MINVER``) and positive entry directives;
+* mbarrier: its spellings are rows of the table like any opcode's (every
+  operation with each state space, ordering, scope and
+  ``.noComplete``/``.expect_tx``/``.parity``), its operands typed (32-bit
+  integer counts and parities, 64-bit integer states, a predicate
+  waitComplete), an arrive on a ``.shared::cluster`` object writes the sink
+  ``_``, and a qualifier newer than the module's ``.version`` is refused
+  (``_mbarrier_version``: ``.relaxed`` 8.6, the others 8.0).  The
   tables come from ptxas (``sim/tools/ptx_forms/gen.py``), whose probe rows
   ``sim/tests/ptx/test_ptx_check.py`` also checks every rule against.
 """
