@@ -34,60 +34,9 @@ def _zeros(b, n: int, dtype=np.uint32) -> int:
     return upload(b, np.zeros(n, dtype))
 
 
-# Each of `rounds` rounds: every thread writes round*1000+tid to data[tid], arrives at
-# the block's mbarrier (init'ed with %ntid.x by thread 0), waits for the phase with
-# try_wait in a loop, reads data[(tid+1) % ntid] into out[round][tid], and waits at a
-# second phase before the next round overwrites data.  Without the waits a thread
-# reads its neighbour's stale value (the threads are fibers that run until they block).
-ROUNDS = HEAD + """
-.visible .entry rounds(.param .u64 out, .param .u32 nrounds)
-{
-    .reg .pred %p<4>;
-    .reg .b32 %r<20>;
-    .reg .b64 %rd<10>;
-    .shared .align 8 .b64 bar;
-    .shared .align 4 .b8 data[4096];
-    ld.param.u64 %rd1, [out];
-    ld.param.u32 %r1, [nrounds];
-    mov.u32 %r2, %tid.x;
-    mov.u32 %r3, %ntid.x;
-    setp.ne.u32 %p1, %r2, 0;
-    @%p1 bra $SKIP;
-    mbarrier.init.shared.b64 [bar], %r3;
-$SKIP:
-    bar.sync 0;
-    mov.u32 %r4, 0;
-    mov.u32 %r10, data;
-    shl.b32 %r11, %r2, 2;
-    add.u32 %r12, %r10, %r11;
-    add.u32 %r13, %r2, 1;
-    rem.u32 %r13, %r13, %r3;
-    shl.b32 %r13, %r13, 2;
-    add.u32 %r13, %r10, %r13;
-$ROUND:
-    setp.ge.u32 %p1, %r4, %r1;
-    @%p1 bra $DONE;
-    mad.lo.u32 %r5, %r4, 1000, %r2;
-    st.shared.u32 [%r12], %r5;
-    mbarrier.arrive.release.cta.shared::cta.b64 %rd2, [bar];
-$WAIT1:
-    mbarrier.try_wait.shared::cta.b64 %p2, [bar], %rd2;
-    @!%p2 bra $WAIT1;
-    ld.shared.u32 %r6, [%r13];
-    mad.lo.u32 %r7, %r4, %r3, %r2;
-    mul.wide.u32 %rd3, %r7, 4;
-    add.s64 %rd4, %rd1, %rd3;
-    st.global.u32 [%rd4], %r6;
-    mbarrier.arrive.shared.b64 %rd2, [bar];
-$WAIT2:
-    mbarrier.test_wait.shared.b64 %p2, [bar], %rd2;
-    @!%p2 bra $WAIT2;
-    add.u32 %r4, %r4, 1;
-    bra $ROUND;
-$DONE:
-    ret;
-}
-"""
+# The programs (fixtures/mbarrier_rules.ptx, whose comments say what they do) are also
+# the ptx-vs-gpu step's rules:mbarrier (sim/tools/ptx_compare/ptx_programs.py).
+ROUNDS = SINGLE = fixture("mbarrier_rules")
 
 
 @pytest.mark.parametrize("threads", [1, 32, 96])
@@ -99,74 +48,6 @@ def test_arrive_and_wait_across_a_block_flips_the_phase_each_round(b, threads):
     tid = np.arange(threads)
     want = np.array([r * 1000 + (tid + 1) % threads for r in range(rounds)])
     np.testing.assert_array_equal(got, want)
-
-
-# One thread: the results of test_wait/try_wait (by token and by parity) as phases
-# complete; expected count from init, arrive with a count, arrive_drop lowering the
-# expected count of later phases, .noComplete and pending_count, expect_tx/complete_tx.
-SINGLE = HEAD + """
-.visible .entry single(.param .u64 out)
-{
-    .reg .pred %p<4>;
-    .reg .b32 %r<8>;
-    .reg .b64 %rd<12>;
-    .shared .align 8 .b64 bar;
-    ld.param.u64 %rd1, [out];
-    mov.u32 %r1, bar;
-    mbarrier.init.shared::cta.b64 [%r1], 3;
-    // phase 0: 3 expected; 2 arrive at once
-    mbarrier.arrive.shared::cta.b64 %rd2, [%r1], 2;
-    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd2;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1], %r2;
-    mbarrier.test_wait.parity.shared::cta.b64 %p1, [%r1], 0;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+4], %r2;
-    // the third arrival drops out: phase 0 completes, later phases expect 2
-    mbarrier.arrive_drop.shared::cta.b64 %rd3, [%r1];
-    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd2;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+8], %r2;
-    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 0;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+12], %r2;
-    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 1;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+16], %r2;
-    // phase 1: a .noComplete arrival, its pending count, a try_wait that fails
-    mbarrier.arrive.noComplete.shared::cta.b64 %rd4, [%r1], 1;
-    mbarrier.pending_count.b64 %r3, %rd4;
-    st.global.u32 [%rd1+20], %r3;
-    mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd4, 1000;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+24], %r2;
-    // the second arrival announces 16 bytes of transactions: not complete yet
-    mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r1], 16;
-    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd4;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+28], %r2;
-    mbarrier.complete_tx.shared::cta.b64 [%r1], 10;
-    mbarrier.test_wait.shared::cta.b64 %p1, [%r1], %rd4;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+32], %r2;
-    mbarrier.complete_tx.shared::cta.b64 [%r1], 6;
-    mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd5;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+36], %r2;
-    // phase 2 (parity 0 again): through a generic address
-    mov.u64 %rd6, bar;
-    cvta.shared.u64 %rd6, %rd6;
-    mbarrier.test_wait.parity.b64 %p1, [%rd6], 0;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+40], %r2;
-    mbarrier.arrive.b64 %rd7, [%rd6], 2;
-    mbarrier.test_wait.parity.b64 %p1, [%rd6], 0;
-    selp.u32 %r2, 1, 0, %p1;
-    st.global.u32 [%rd1+44], %r2;
-    mbarrier.inval.shared.b64 [bar];
-    ret;
-}
-"""
 
 
 def test_counts_phases_parity_drop_no_complete_and_tx(b):
