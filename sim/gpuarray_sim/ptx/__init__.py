@@ -145,7 +145,18 @@ branch and thread.  Cooperative launches make the whole grid resident
 ``cudaCGSynchronize`` (libcudadevrt's, provided by the executor: a
 barrier of every thread of the grid, a trap outside a cooperative
 launch); CUDA C++'s own ``grid.sync`` (which reads the grid workspace
-from ``%envreg``) is not.  The race
+from ``%envreg``) is not.  ``mbarrier`` objects (``cuda::barrier``,
+``cuda::ptx::mbarrier_*``; ``ptx_sync.h``'s ``mb_*``) are 8 shared bytes
+in the executor's own encoding of the ISA's opaque state (pending and
+expected counts, tx-count, phase parity, a tag that tells an initialised
+object from unwritten shared memory); a token is the object as it was
+before its arrive.  ``try_wait`` on an incomplete phase yields once, as a
+loop's spin does (a wait that never completes is the 702 timeout naming
+it); ``test_wait`` never yields.  A non-shared generic address faults 700,
+a misaligned object 716; what the ISA leaves undefined (no ``init``,
+counts outside [1, 2^20 - 1], an arrival beyond the pending count, a
+``.noComplete`` arrival that completes, ``pending_count`` of a token not
+from ``.noComplete``) traps (719) naming the line.  The race
 detector sees what a PTX kernel touched: ``accesses`` is empty (the ranges
 are known only while it runs), the checked global accesses of ``ptxrt.h``
 widen per allocation the interval read and the interval written (atomics
