@@ -186,3 +186,22 @@ def test_forms_ptxas_accepts_load(b, version, body):
     text = (f".version {version}\n.target sm_90\n.address_size 64\n.visible .entry k() {{ "
             ".reg .pred %p<3>; .reg .b32 %r<4>; .reg .b64 %rd<4>;\n" + body + "\nret; }\n")
     b.module_load_data(text.encode() + b"\0")
+
+
+def test_a_cooperative_grid_of_block_barriers_as_large_as_the_device_holds(b):
+    # numba-cuda's test_external_cooperative_func launches its cuda::barrier over
+    # max_cooperative_grid_blocks(32): 4224 blocks of 32 threads, more fibers than a
+    # process may map at once; a cooperative grid starts its blocks one at a time too and
+    # makes the rest resident when nothing resident progresses (grid.sync: test_ptx_resident)
+    from sim.tests.ptx.support import LEGACY
+
+    module = b.module_load_data(fixture("nvcc_cuda_barrier").encode() + b"\0")
+    f = b.module_get_function(module, "barrier_rounds")
+    blocks, threads, rounds = b.resident_blocks(f, 32, 0), 32, 1
+    assert blocks == 4224
+    out = _zeros(b, blocks * rounds * threads, np.int32)
+    b.launch_kernel(f, (blocks, 1, 1), (threads, 1, 1), 0, LEGACY,
+                    [u64(out), ctypes.c_int32(rounds)], cooperative=True)
+    b.ctx_synchronize()
+    got = download(b, out, blocks * threads, np.int32).reshape(blocks, threads)
+    assert (got == (np.arange(threads) + 1) % threads).all()
