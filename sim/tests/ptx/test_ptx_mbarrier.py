@@ -205,3 +205,16 @@ def test_a_cooperative_grid_of_block_barriers_as_large_as_the_device_holds(b):
     b.ctx_synchronize()
     got = download(b, out, blocks * threads, np.int32).reshape(blocks, threads)
     assert (got == (np.arange(threads) + 1) % threads).all()
+
+
+@pytest.mark.parametrize("threads", [2, 64])
+def test_nvcc_mbarrier_primitives_drop_try_wait_and_parity(b, threads):
+    out = _zeros(b, threads, np.int32)
+    launch(b, fixture("nvcc_mbarrier_primitives"), "primitives", [u64(out)],
+           block=(threads, 1, 1))
+    got = download(b, out, threads, np.int32)
+    t = np.arange(threads)
+    # the odd threads dropped out after phase 0; the even ones read next[t + 2], written
+    # before phase 1 completed, and test_wait.parity 1 is true after it
+    want = np.where(t % 2 == 0, ((t + 2) % threads + 1) * 10 + 1, 0)
+    np.testing.assert_array_equal(got, want)
