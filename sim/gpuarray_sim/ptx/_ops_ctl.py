@@ -1,7 +1,7 @@
 """PTX control flow, synchronisation, warp collectives and calls to C++.
 
 One concern: ``bra``/``ret``/``exit``/``trap``, barriers and fences,
-``shfl``/``vote``/``match``/``redux``/``activemask``, and ``call`` with its
+``mbarrier`` objects, ``shfl``/``vote``/``match``/``redux``/``activemask``, and ``call`` with its
 ``.param`` sequences (``vprintf`` and ``__assertfail`` provided by the
 simulator).
 """
