@@ -325,6 +325,12 @@ def _operands(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | Non
             and "shared::cluster" in it.mods and it.args and it.args[0] is not None):
         return (f"{it.opcode}: the state of an arrive on a .shared::cluster object is the sink "
                 "'_' (Sink '_' is expected as a destination operand)")
+    if it.base == "mbarrier" and it.mods and len(it.args) > 2 and isinstance(it.args[2], Imm):
+        op, v = it.mods[0], it.args[2].value
+        if op in ("arrive", "arrive_drop") and "expect_tx" not in it.mods and v <= 0:
+            return f"{it.opcode}: an arrival count of {v} (a literal count must be positive)"
+        if op in ("test_wait", "try_wait") and "parity" in it.mods and v not in (0, 1):
+            return f"{it.opcode}: a phase parity of {v} (a literal parity is 0 or 1)"
     if it.base == "bra" and it.args and not isinstance(it.args[0], Sym):
         return f"{it.opcode}: a label expected as the target (a register target is brx.idx's)"
     why = _symbol_space(it, syms or {})

@@ -276,7 +276,7 @@ def _mbarrier(ctx: FuncCtx, it: Instr) -> str:
     if op in ("expect_tx", "complete_tx"):
         (n,) = args
         tx = f"(int64_t){ctx.value(n, 'u32')}"
-        return (f"(void)ptx::mb_arrive(T, {addr}, {generic}, 0u, "
+        return (f"(void)ptx::mb_arrive(T, {addr}, {generic}, false, 0u, "
                 f"{tx if op == 'expect_tx' else '-' + tx}, false, false, {line}, \"{op}\");")
     if len(args) > 1:
         raise ctx.error(f"{it.opcode}: too many operands")
@@ -287,7 +287,7 @@ def _mbarrier(ctx: FuncCtx, it: Instr) -> str:
         tx = "0"
         if "noComplete" in it.mods and not args:
             raise ctx.error(f"{it.opcode}: .noComplete without a count")
-    call = (f"ptx::mb_arrive(T, {addr}, {generic}, {count}, {tx}, "
+    call = (f"ptx::mb_arrive(T, {addr}, {generic}, true, {count}, {tx}, "
             f"{'true' if op == 'arrive_drop' else 'false'}, "
             f"{'true' if 'noComplete' in it.mods else 'false'}, {line}, \"{op}\")")
     return ctx.assign(d, call, "uint64_t")

@@ -353,9 +353,11 @@ inline void mb_inval(Thread* t, uint64_t a, bool generic, uint32_t line) {
 }
 
 // arrive / arrive_drop (drop), with .expect_tx (tx > 0 before the arrive-on) and
-// .noComplete; expect_tx / complete_tx alone have count 0.  Returns the token.
-inline uint64_t mb_arrive(Thread* t, uint64_t a, bool generic, uint32_t count, int64_t tx,
-                          bool drop, bool no_complete, uint32_t line, const char* op) {
+// .noComplete; expect_tx / complete_tx alone do not arrive (`arrives` false).
+// Returns the token.
+inline uint64_t mb_arrive(Thread* t, uint64_t a, bool generic, bool arrives, uint32_t count,
+                          int64_t tx, bool drop, bool no_complete, uint32_t line,
+                          const char* op) {
     char* p = mb_ptr(t, a, generic, line);
     const uint64_t w = mb_load(t, p, line, op);
     Mbar m = mb_unpack(w);
@@ -367,7 +369,7 @@ inline uint64_t mb_arrive(Thread* t, uint64_t a, bool generic, uint32_t count, i
             mb_trap(t, line, op, "the tx-count leaves the range [-(2^20 - 1), 2^20 - 1]");
         m.tx = (int32_t)sum;
     }
-    if (count) {
+    if (arrives) {
         mb_count(t, line, op, "the count", count);
         if (drop) {
             if (count > m.expected) mb_trap(t, line, op, "the count exceeds the expected count");

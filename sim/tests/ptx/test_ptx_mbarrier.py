@@ -102,6 +102,8 @@ FAULTS = HEAD + """
     @%p1 bra $NEVER;
     setp.eq.u32 %p1, %r1, 6;
     @%p1 bra $OUTSIDE;
+    setp.eq.u32 %p1, %r1, 7;
+    @%p1 bra $ZERO;
     mbarrier.init.shared.b64 [%r2], 0;
     ret;
 $MISALIGNED:
@@ -127,6 +129,11 @@ $LOOP:
 $OUTSIDE:
     mbarrier.init.shared.b64 [%r2+16], 1;
     ret;
+$ZERO:
+    mbarrier.init.shared.b64 [%r2], 2;
+    mov.u32 %r3, 0;
+    mbarrier.arrive.shared.b64 %rd2, [%r2], %r3;
+    ret;
 }
 """
 
@@ -139,6 +146,7 @@ $OUTSIDE:
     (4, 719, "an arrival count of 3 with 2 arrivals pending"),
     (5, 702, "mbarrier.try_wait.shared.b64 %p2"),
     (6, 700, ""),
+    (7, 719, "mbarrier.arrive: the count 0 is out of the range [1, 2^20 - 1]"),
 ])
 def test_faults_as_a_gpu_or_undefined_behaviour_traps(b, monkeypatch, what, code, text):
     monkeypatch.setenv("GPUARRAY_SIM_LAUNCH_TIMEOUT", "1")
@@ -162,6 +170,8 @@ def test_faults_as_a_gpu_or_undefined_behaviour_traps(b, monkeypatch, what, code
     ("8.0", "mbarrier.test_wait.parity.shared.b64 %p1, [%r1], %rd2;", "arguments mismatch"),
     ("8.0", "mbarrier.arrive.shared.b32 %rd2, [%r1];", "does not take"),
     ("8.0", "mbarrier.test_wait.shared.b64 %r2, [%r1], %rd2;", "arguments mismatch"),
+    ("8.0", "mbarrier.arrive.shared.b64 %rd2, [%r1], 0;", "a literal count must be positive"),
+    ("8.0", "mbarrier.test_wait.parity.shared.b64 %p1, [%r1], 2;", "a literal parity is 0 or 1"),
     ("8.5", "mbarrier.arrive.relaxed.cta.shared.b64 %rd2, [%r1];", ".version 8.6"),
     ("7.8", "mbarrier.expect_tx.shared.b64 [%r1], 16;", ".version 8.0"),
     ("7.8", "mbarrier.try_wait.acquire.cta.shared.b64 %p1, [%r1], %rd2;", ".version 8.0"),
