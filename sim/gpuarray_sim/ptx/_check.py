@@ -40,8 +40,8 @@ may be stricter than a driver, never more lenient.  The checks:
   operation with each state space, ordering, scope and
   ``.noComplete``/``.expect_tx``/``.parity``), its operands typed (32-bit
   integer counts and parities, 64-bit integer states, a predicate
-  waitComplete), an arrive on a ``.shared::cluster`` object writes the sink
-  ``_``, and a qualifier newer than the module's ``.version`` is refused
+  waitComplete), a literal arrival count positive and a literal parity 0 or
+  1, an arrive on a ``.shared::cluster`` object writes the sink ``_``, and a qualifier newer than the module's ``.version`` is refused
   (``_mbarrier_version``: ``.relaxed`` 8.6, the others 8.0).  The
   tables come from ptxas (``sim/tools/ptx_forms/gen.py``), whose probe rows
   ``sim/tests/ptx/test_ptx_check.py`` also checks every rule against.
