@@ -6,8 +6,13 @@
 // (the launch's `slots`, at most as many as the simulated device holds at
 // once): one block at a time while its threads make progress -- each block
 // runs to its end before the next starts, as before -- and more at once when
-// they are needed.  A cooperative launch (`cooperative`) makes every block
-// of the grid resident from the start (grid.sync); otherwise, when a round
+// they are needed.  A cooperative launch (`cooperative`) has every block of
+// the grid resident: its blocks, too, start one at a time, and the first
+// round with no progress (threads at grid.sync, or spinning) admits all the
+// rest at once -- a grid of blocks that each complete alone (a block-scope
+// barrier) so never holds the fibers of all its threads together (4224
+// blocks of 32 threads, numba-cuda's max_cooperative_grid_blocks, are more
+// fibers than the process may map); otherwise, when a round
 // of the resident blocks' waiting threads made no progress and some thread
 // spun in a loop (a flag or lock another block may set), one more block is
 // admitted, up to the slots, and the resident blocks' rounds interleave: a
@@ -578,7 +583,7 @@ bool run_grid(Launch* l, bool cooperative) {
     }
     unsigned int nlive = 0, nfree = l->nslots;
     for (unsigned int i = 0; i < l->nslots; ++i) free_slots[i] = &l->slots[l->nslots - 1 - i];
-    unsigned int width = cooperative ? l->nslots : 1;  // blocks resident at once
+    unsigned int width = 1;  // blocks resident at once (a cooperative grid's: see above)
     unsigned long long next_block = 0;
     bool ok = true;
     double spin_since = -1;  // when rounds of spinning without progress began
@@ -636,7 +641,10 @@ bool run_grid(Launch* l, bool cooperative) {
             spin_since = -1;
             continue;
         }
-        if (spun && width < l->nslots && next_block < nblocks) {
+        if (cooperative && width < l->nslots && next_block < nblocks) {
+            width = l->nslots;  // waits nothing resident ends: the whole grid is resident
+            spin_since = -1;
+        } else if (spun && width < l->nslots && next_block < nblocks) {
             ++width;  // the resident blocks only spin: another block may end the wait
             spin_since = -1;
         } else if (spun) {

@@ -101,7 +101,7 @@ Blocks run on the stream's OS thread, one at a time while they progress
 and several resident together when they must be (``_hostrt.cpp``: a
 cooperative launch's whole grid; another launch's next block whenever the
 resident ones only spin); the threads of a block are fibers switched only where a thread must wait (``bar.sync``,
-``bar.red``, warp collectives).  Warps are 32 consecutive linear thread
+``bar.red``, warp collectives, an incomplete ``mbarrier.try_wait``).  Warps are 32 consecutive linear thread
 ids; ``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
 ``bar.warp.sync`` wait, as the ISA says, for the non-exited lanes of their
 own member mask to execute a collective of the same kind with the same mask
@@ -139,13 +139,26 @@ threads only spun are no deadlock; after ``GPUARRAY_SIM_LAUNCH_TIMEOUT``
 seconds (default 30) of them with no thread finishing or passing a barrier
 and no block left to admit, the launch ends with
 ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a GPU) naming the loop's
-branch and thread.  Cooperative launches make the whole grid resident
-(``COOPERATIVE_LAUNCH_TOO_LARGE`` beyond the device's residency);
+branch and thread.  Cooperative launches have the whole grid resident
+(``COOPERATIVE_LAUNCH_TOO_LARGE`` beyond the device's residency): their
+blocks start one at a time too, and the first round with no progress
+admits all the rest at once;
 ``grid.sync`` is numba-cuda's ``cudaCGGetIntrinsicHandle``/
 ``cudaCGSynchronize`` (libcudadevrt's, provided by the executor: a
 barrier of every thread of the grid, a trap outside a cooperative
 launch); CUDA C++'s own ``grid.sync`` (which reads the grid workspace
-from ``%envreg``) is not.  The race
+from ``%envreg``) is not.  ``mbarrier`` objects (``cuda::barrier``,
+``cuda::ptx::mbarrier_*``; ``ptx_sync.h``'s ``mb_*``) are 8 shared bytes
+in the executor's own encoding of the ISA's opaque state (pending and
+expected counts, tx-count, phase parity, a tag that tells an initialised
+object from unwritten shared memory); a token is the object as it was
+before its arrive.  ``try_wait`` on an incomplete phase yields once, as a
+loop's spin does (a wait that never completes is the 702 timeout naming
+it); ``test_wait`` never yields.  A non-shared generic address faults 700,
+a misaligned object 716; what the ISA leaves undefined (no ``init``,
+counts outside [1, 2^20 - 1], an arrival beyond the pending count, a
+``.noComplete`` arrival that completes, ``pending_count`` of a token not
+from ``.noComplete``) traps (719) naming the line.  The race
 detector sees what a PTX kernel touched: ``accesses`` is empty (the ranges
 are known only while it runs), the checked global accesses of ``ptxrt.h``
 widen per allocation the interval read and the interval written (atomics

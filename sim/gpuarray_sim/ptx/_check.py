@@ -35,7 +35,14 @@ may be stricter than a driver, never more lenient.  The checks:
   ld/st/ldu's state space, vector width and type (``_forms.LDST``), the
   guard a predicate, an address register an integer or bit one, immediate
   ranges and barrier counts; and the module's ``.version`` against its
-  ``.target`` (``_forms.MINVER``) and positive entry directives.  The
+  ``.target`` (``_forms.MINVER``) and positive entry directives;
+* mbarrier: its spellings are rows of the table like any opcode's (every
+  operation with each state space, ordering, scope and
+  ``.noComplete``/``.expect_tx``/``.parity``), its operands typed (32-bit
+  integer counts and parities, 64-bit integer states, a predicate
+  waitComplete), a literal arrival count positive and a literal parity 0 or
+  1, an arrive on a ``.shared::cluster`` object writes the sink ``_``, and a qualifier newer than the module's ``.version`` is refused
+  (``_mbarrier_version``: ``.relaxed`` 8.6, the others 8.0).  The
   tables come from ptxas (``sim/tools/ptx_forms/gen.py``), whose probe rows
   ``sim/tests/ptx/test_ptx_check.py`` also checks every rule against.
 """
@@ -158,6 +165,16 @@ def _roles(it: Instr) -> Sequence[str | None]:
         return ["=u32", t, "=u32"]
     if b == "redux":  # redux.sync.op.type d, a, membermask: integer registers only
         return ["=u" + t[1:], "=u" + t[1:], "=u32"]
+    if b == "mbarrier":  # .b64 is the object's size: counts and parities are 32-bit integers,
+        op = it.mods[0] if it.mods else ""  # states 64-bit ones, waitComplete a predicate
+        if op in ("init", "expect_tx", "complete_tx"):
+            return [None, "=u32"]
+        if op in ("arrive", "arrive_drop"):
+            return ["=u64", None, "=u32"]
+        if op in ("test_wait", "try_wait"):
+            return ["pred", None, "=u32" if "parity" in it.mods else "=u64", "=u32"]
+        if op == "pending_count":
+            return ["=u32", "=u64"]
     return []
 
 
@@ -304,6 +321,16 @@ def _operands(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | Non
         if counts is not None and not any("::" in m for m in it.mods) and len(it.args) not in counts:
             return (f"{it.opcode}: {len(it.args)} operands; ptxas takes "
                     f"{' or '.join(str(n) for n in sorted(counts))} (arguments mismatch)")
+    if (it.base == "mbarrier" and it.mods and it.mods[0] in ("arrive", "arrive_drop")
+            and "shared::cluster" in it.mods and it.args and it.args[0] is not None):
+        return (f"{it.opcode}: the state of an arrive on a .shared::cluster object is the sink "
+                "'_' (Sink '_' is expected as a destination operand)")
+    if it.base == "mbarrier" and it.mods and len(it.args) > 2 and isinstance(it.args[2], Imm):
+        op, v = it.mods[0], it.args[2].value
+        if op in ("arrive", "arrive_drop") and "expect_tx" not in it.mods and v <= 0:
+            return f"{it.opcode}: an arrival count of {v} (a literal count must be positive)"
+        if op in ("test_wait", "try_wait") and "parity" in it.mods and v not in (0, 1):
+            return f"{it.opcode}: a phase parity of {v} (a literal parity is 0 or 1)"
     if it.base == "bra" and it.args and not isinstance(it.args[0], Sym):
         return f"{it.opcode}: a label expected as the target (a register target is brx.idx's)"
     why = _symbol_space(it, syms or {})
@@ -367,6 +394,30 @@ def _instr(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | None =
     return None
 
 
+#: mbarrier's qualifiers newer than the oldest .version of sm_90 (7.8): ptxas's verdicts on
+#: every accepted spelling of the table at .version 7.8, 8.0, 8.5 and 8.6.
+_MB_V80 = frozenset({"expect_tx", "complete_tx", "release", "acquire", "relaxed", "cta", "cluster",
+                     "shared::cluster"})
+
+
+def _mbarrier_version(it: Instr, version: tuple[int, int]) -> str | None:
+    """An mbarrier qualifier the module's ``.version`` does not have yet (``.relaxed``: 8.6,
+    but 8.0 on expect_tx/complete_tx; the orderings, scopes, tx-counts, ``.shared::cluster``:
+    8.0)."""
+    if it.base != "mbarrier" or not it.mods:
+        return None
+    mods = set(it.mods)
+    need = None
+    if "relaxed" in mods and it.mods[0] not in ("expect_tx", "complete_tx"):
+        need, what = (8, 6), "relaxed"
+    elif mods & _MB_V80:
+        need, what = (8, 0), min(mods & _MB_V80)
+    if need is None or version >= need:
+        return None
+    return (f"{it.opcode}: .{what} needs PTX ISA .version {need[0]}.{need[1]} or newer (the "
+            f"module's is {version[0]}.{version[1]})")
+
+
 def problems(m: PtxModule) -> list[tuple[int, str]]:
     """Every ``(PTX line, reason)`` a driver's JIT refuses in module ``m``."""
     out: list[tuple[int, str]] = []
@@ -395,7 +446,8 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
                 out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
                                      "such register"))
             elif isinstance(it, Instr):
-                why = _undeclared(it, regs, families, syms) or _instr(it, regs, syms)
+                why = (_undeclared(it, regs, families, syms) or _instr(it, regs, syms)
+                       or _mbarrier_version(it, m.version))
                 if why is not None:
                     out.append((it.line, why))
     return out

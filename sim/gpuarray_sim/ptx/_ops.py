@@ -35,6 +35,7 @@ from ._ops_ctl import (
     _exit,
     _fence,
     _match,
+    _mbarrier,
     _nop,
     _redux,
     _ret,
@@ -77,7 +78,7 @@ _HANDLERS = {
     "setp": _setp, "set": _set, "selp": _selp, "testp": _testp, "copysign": _copysign, "cvt": _cvt,
     "bra": _bra, "ret": _ret, "exit": _exit, "trap": _trap, "brkpt": _trap,
     "nanosleep": _nop, "prefetch": _nop, "prefetchu": _nop, "pmevent": _nop,
-    "membar": _fence, "fence": _fence, "bar": _bar, "barrier": _bar,
+    "membar": _fence, "fence": _fence, "bar": _bar, "barrier": _bar, "mbarrier": _mbarrier,
     "shfl": _shfl, "vote": _vote, "match": _match, "redux": _redux, "activemask": _activemask,
     "call": _call, "dp4a": dp, "dp2a": dp, "fns": fns,
     **{f"{v}{n}": video for v in ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax")

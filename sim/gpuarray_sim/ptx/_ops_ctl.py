@@ -1,14 +1,14 @@
 """PTX control flow, synchronisation, warp collectives and calls to C++.
 
 One concern: ``bra``/``ret``/``exit``/``trap``, barriers and fences,
-``shfl``/``vote``/``match``/``redux``/``activemask``, and ``call`` with its
+``mbarrier`` objects, ``shfl``/``vote``/``match``/``redux``/``activemask``, and ``call`` with its
 ``.param`` sequences (``vprintf`` and ``__assertfail`` provided by the
 simulator).
 """
 
 from __future__ import annotations
 
-from ._ast import Instr, Sym, Vec
+from ._ast import Addr, Instr, Sym, Vec
 from ._context import FuncCtx, cname
 from ._opbase import type_of
 from ._ops_graph import GRAPH_CALLS, graph_call
@@ -215,3 +215,79 @@ def _cg_call(ctx: FuncCtx, callee: str, ptrs: list[str], nrets: int, nparams: in
     if nrets:
         out += f" ptx::store<uint32_t>({ptrs[0]}, 0);"
     return "{ " + out + " }"
+
+
+# ------------------------------------------------------------- mbarrier
+#: Modifiers of each mbarrier operation the translator runs (besides ``.b64``, the
+#: state space and the ignored ``.sem``/``.scope`` ones): ptxas judges the spelling
+#: (``_check.py``), this refuses what the runtime does not implement.
+_MB_OPS = {"init": set(), "inval": set(), "arrive": {"noComplete", "expect_tx"},
+           "arrive_drop": {"noComplete", "expect_tx"}, "test_wait": {"parity"},
+           "try_wait": {"parity"}, "pending_count": set(), "expect_tx": set(),
+           "complete_tx": set()}
+_MB_SPACES = ("shared", "shared::cta", "shared::cluster")
+_MB_IGNORED = {"release", "acquire", "relaxed", "cta", "cluster", "b64"}
+
+
+def _mbarrier(ctx: FuncCtx, it: Instr) -> str:
+    """mbarrier objects in shared memory (``ptx_sync.h``, ``mb_*``): init, inval, arrive
+    (count, ``.noComplete``, ``.expect_tx``), arrive_drop, expect_tx, complete_tx,
+    test_wait/try_wait (state or ``.parity``), pending_count."""
+    op = it.mods[0] if it.mods else ""
+    if op not in _MB_OPS or "b64" not in it.mods:
+        raise ctx.error(f"{it.opcode}: a form of mbarrier the simulator's PTX executor does not "
+                        "support")
+    spaces = [m for m in it.mods if m in _MB_SPACES]
+    for m in it.mods[1:]:
+        if m not in _MB_OPS[op] and m not in _MB_SPACES and m not in _MB_IGNORED:
+            raise ctx.error(f"{it.opcode}: the modifier .{m} is not supported")
+    generic = "false" if spaces else "true"
+    args = list(it.args)
+    line = it.line
+    if op == "pending_count":
+        d, s = args
+        return ctx.assign(d, f"ptx::mb_pending_count(T, {ctx.value(s, 'b64')}, {line})",
+                          "uint32_t")
+    if op in ("test_wait", "try_wait"):
+        d, a, v = args[:3]
+        if not isinstance(a, Addr) or len(args) > 4:
+            raise ctx.error(f"{it.opcode}: operands not (waitComplete, [addr], state)")
+        parity = "parity" in it.mods
+        val = ctx.value(v, "b32" if parity else "b64")
+        if len(args) == 4:  # the suspend-time hint (ns): a GPU's, not observable here
+            ctx.value(args[3], "b32")
+        call = (f"ptx::mb_wait(T, {ctx.address(a)}, {generic}, (uint64_t){val}, "
+                f"{'true' if parity else 'false'}, {'true' if op == 'try_wait' else 'false'}, "
+                f"{line})")
+        return ctx.assign(d, call, "bool")
+    d = None
+    if op in ("arrive", "arrive_drop"):
+        d = args.pop(0)
+    if not args or not isinstance(args[0], Addr):
+        raise ctx.error(f"{it.opcode}: the address operand is not [...]")
+    addr = ctx.address(args.pop(0))
+    if op == "init":
+        (n,) = args
+        return f"ptx::mb_init(T, {addr}, {generic}, {ctx.value(n, 'u32')}, {line});"
+    if op == "inval":
+        if args:
+            raise ctx.error(f"{it.opcode}: operands after the address")
+        return f"ptx::mb_inval(T, {addr}, {generic}, {line});"
+    if op in ("expect_tx", "complete_tx"):
+        (n,) = args
+        tx = f"(int64_t){ctx.value(n, 'u32')}"
+        return (f"(void)ptx::mb_arrive(T, {addr}, {generic}, false, 0u, "
+                f"{tx if op == 'expect_tx' else '-' + tx}, false, false, {line}, \"{op}\");")
+    if len(args) > 1:
+        raise ctx.error(f"{it.opcode}: too many operands")
+    if "expect_tx" in it.mods:  # arrive.expect_tx state, [addr], txCount: one arrival
+        count, tx = "1u", f"(int64_t){ctx.value(args[0], 'u32')}"
+    else:
+        count = ctx.value(args[0], "u32") if args else "1u"
+        tx = "0"
+        if "noComplete" in it.mods and not args:
+            raise ctx.error(f"{it.opcode}: .noComplete without a count")
+    call = (f"ptx::mb_arrive(T, {addr}, {generic}, true, {count}, {tx}, "
+            f"{'true' if op == 'arrive_drop' else 'false'}, "
+            f"{'true' if 'noComplete' in it.mods else 'false'}, {line}, \"{op}\")")
+    return ctx.assign(d, call, "uint64_t")

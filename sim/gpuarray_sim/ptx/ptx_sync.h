@@ -262,6 +262,162 @@ inline uint32_t activemask(Thread* t, uint32_t line) {
     return w.am_res[lane];
 }
 
+// ------------------------------------------------------------- mbarrier
+// An mbarrier object is 8 bytes of the block's shared memory (8-byte aligned:
+// else 716; outside the window, or a generic address outside the shared
+// window, 700).  Its state, in the executor's own encoding (the PTX ISA makes
+// it opaque): pending arrival count (bits 0-19), expected arrival count (20-39),
+// tx-count (40-60, two's complement: the ISA's range is +-(2^20 - 1)), a tag
+// (61-62: 01 an initialised object -- shared memory a block did not write
+// reads 0xff, so tag 11, and mbarrier.inval writes 0), the phase parity (63).
+// A phase completes when the pending count and the tx-count are both 0: the
+// parity flips, the pending count is the expected count again, the tx-count 0.
+// A state token (mbarrier.arrive's result) is the object as it was before the
+// arrive-on (tag 10 from a .noComplete arrive, the only tokens
+// mbarrier.pending_count may read).  What the ISA leaves undefined -- any
+// operation but init on an object init did not make (or inval unmade), counts
+// out of [1, 2^20 - 1], an arrive beyond the pending count, a .noComplete
+// arrive that would complete the phase, pending_count of another token --
+// traps (719) naming the instruction's line rather than invent a result.
+constexpr uint64_t kMbTagMask = 3ull << 61, kMbValid = 1ull << 61, kMbNoComplete = 2ull << 61;
+constexpr uint32_t kMbMax = (1u << 20) - 1;
+
+struct Mbar {
+    uint32_t pending, expected, phase;
+    int32_t tx;
+};
+
+inline Mbar mb_unpack(uint64_t w) {
+    Mbar m;
+    m.pending = (uint32_t)(w & kMbMax);
+    m.expected = (uint32_t)(w >> 20 & kMbMax);
+    m.tx = (int32_t)((uint32_t)(w >> 40 & 0x1fffff) << 11) >> 11;
+    m.phase = (uint32_t)(w >> 63);
+    return m;
+}
+
+inline uint64_t mb_pack(const Mbar& m) {
+    return (uint64_t)m.pending | (uint64_t)m.expected << 20 |
+           (uint64_t)((uint32_t)m.tx & 0x1fffff) << 40 | kMbValid | (uint64_t)m.phase << 63;
+}
+
+[[noreturn]] inline void mb_trap(Thread* t, uint32_t line, const char* op, const char* why) {
+    char m[160];
+    snprintf(m, sizeof m, "mbarrier.%s: %s (undefined in the PTX ISA)", op, why);
+    trap(t, line, m);
+}
+
+// The object's bytes: `generic` -- no state space given, the address must be in
+// the shared window (a GPU faults otherwise); else a .shared address.
+inline char* mb_ptr(Thread* t, uint64_t a, bool generic, uint32_t line) {
+    if (generic && (a >> 48) != 1) fault(t, 700, a, 8, 1, line);
+    return sptr(t, a, 8, 1, line);
+}
+
+inline uint64_t mb_load(Thread* t, char* p, uint32_t line, const char* op) {
+    const uint64_t w = load<uint64_t>(p);
+    if ((w & kMbTagMask) != kMbValid)
+        mb_trap(t, line, op, "not an initialised mbarrier object (no init, or inval since)");
+    return w;
+}
+
+inline void mb_count(Thread* t, uint32_t line, const char* op, const char* what, uint32_t n) {
+    if (n < 1 || n > kMbMax) {
+        char m[96];
+        snprintf(m, sizeof m, "%s %u is out of the range [1, 2^20 - 1]", what, n);
+        mb_trap(t, line, op, m);
+    }
+}
+
+// The phase completes once nothing is pending.
+inline void mb_settle(Thread* t, Mbar& m) {
+    if (m.pending == 0 && m.tx == 0) {
+        m.phase ^= 1;
+        m.pending = m.expected;
+        ++t->rt->progress;
+    }
+}
+
+inline void mb_init(Thread* t, uint64_t a, bool generic, uint32_t count, uint32_t line) {
+    char* p = mb_ptr(t, a, generic, line);
+    mb_count(t, line, "init", "the expected count", count);
+    Mbar m{count, count, 0, 0};
+    store<uint64_t>(p, mb_pack(m));
+    ++t->rt->progress;
+}
+
+inline void mb_inval(Thread* t, uint64_t a, bool generic, uint32_t line) {
+    char* p = mb_ptr(t, a, generic, line);
+    mb_load(t, p, line, "inval");
+    store<uint64_t>(p, 0);
+}
+
+// arrive / arrive_drop (drop), with .expect_tx (tx > 0 before the arrive-on) and
+// .noComplete; expect_tx / complete_tx alone do not arrive (`arrives` false).
+// Returns the token.
+inline uint64_t mb_arrive(Thread* t, uint64_t a, bool generic, bool arrives, uint32_t count,
+                          int64_t tx, bool drop, bool no_complete, uint32_t line,
+                          const char* op) {
+    char* p = mb_ptr(t, a, generic, line);
+    const uint64_t w = mb_load(t, p, line, op);
+    Mbar m = mb_unpack(w);
+    if (tx) {
+        const uint64_t n = (uint64_t)(tx < 0 ? -tx : tx);
+        if (n > kMbMax) mb_trap(t, line, op, "a tx count out of the range [0, 2^20 - 1]");
+        const int64_t sum = (int64_t)m.tx + tx;
+        if (sum > (int64_t)kMbMax || sum < -(int64_t)kMbMax)
+            mb_trap(t, line, op, "the tx-count leaves the range [-(2^20 - 1), 2^20 - 1]");
+        m.tx = (int32_t)sum;
+    }
+    if (arrives) {
+        mb_count(t, line, op, "the count", count);
+        if (drop) {
+            if (count > m.expected) mb_trap(t, line, op, "the count exceeds the expected count");
+            m.expected -= count;
+        }
+        if (count > m.pending) {
+            char b[96];
+            snprintf(b, sizeof b, "an arrival count of %u with %u arrivals pending", count,
+                     m.pending);
+            mb_trap(t, line, op, b);
+        }
+        m.pending -= count;
+        if (no_complete && m.pending == 0 && m.tx == 0)
+            mb_trap(t, line, op, ".noComplete, but the arrive-on completes the phase");
+    }
+    mb_settle(t, m);
+    store<uint64_t>(p, mb_pack(m));
+    ++t->rt->progress;
+    return no_complete ? (w & ~kMbTagMask) | kMbNoComplete : w;
+}
+
+// test_wait / try_wait: whether the phase of `token` (parity: the phase of that
+// parity, the value's bit 0) has completed.  try_wait, the ISA's potentially
+// blocking form, lets the other threads run once when it has not (a yield in a
+// loop, as ptx::spin: the thread may go on with other work, so a wait that never
+// ends is the launch timeout, 702, naming this line).
+inline bool mb_wait(Thread* t, uint64_t a, bool generic, uint64_t v, bool parity, bool block,
+                    uint32_t line) {
+    const char* op = block ? "try_wait" : "test_wait";
+    char* p = mb_ptr(t, a, generic, line);
+    if (!parity && (v & kMbTagMask) != kMbValid && (v & kMbTagMask) != kMbNoComplete)
+        mb_trap(t, line, op, "the state operand is not a token mbarrier.arrive returned");
+    const uint32_t want = parity ? (uint32_t)(v & 1) : (uint32_t)(v >> 63);
+    bool done = (uint32_t)(mb_load(t, p, line, op) >> 63) != want;
+    if (!done && block) {
+        spin(t, line);
+        done = (uint32_t)(mb_load(t, p, line, op) >> 63) != want;
+    }
+    return done;
+}
+
+inline uint32_t mb_pending_count(Thread* t, uint64_t token, uint32_t line) {
+    if ((token & kMbTagMask) != kMbNoComplete)
+        mb_trap(t, line, "pending_count", "the state operand is not a token of "
+                                          "mbarrier.arrive.noComplete or arrive_drop.noComplete");
+    return (uint32_t)(token & kMbMax);
+}
+
 // ------------------------------------------------------------- lifecycle
 inline void begin(Thread* t, ga_host_rt* rt, Launch* L, char* local, uint64_t local_size) {
     t->rt = rt;

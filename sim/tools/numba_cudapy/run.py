@@ -48,11 +48,9 @@ SELECTION = tuple(f"{PACKAGE}.{m}" for m in (
 ))
 #: "::Class::test" (numba's module paths are not in the report) -> the kernel it needs
 #: executed that the simulator cannot execute.
-NEEDS_KERNEL: dict[str, str] = {
-    "::TestCudaCooperativeGroups::test_external_cooperative_func":
-        "a CUDA C++ cuda::barrier in the linked code: mbarrier.init.shared.b64, which the "
-        "PTX executor does not run (its grid.sync, cudaCGSynchronize, it runs)",
-}
+#: Empty: test_external_cooperative_func's linked cuda::barrier (mbarrier.init, arrive,
+#: try_wait) runs since the PTX executor runs mbarrier objects.
+NEEDS_KERNEL: dict[str, str] = {}
 #: Failures for another reason, with that reason.
 OTHER_EXPECTED: dict[str, str] = {}
 #: Tests not run, with the reason (a test that would poison its process, as on a GPU,

@@ -17,7 +17,8 @@ to both sides, so both launch exactly the same bytes):
 ``saxpy``         sim/tests/ptx/fixtures/saxpy.ptx (NVRTC's, an ``fma.rn``);
 ``rules:<case>``  issue 44's rules, written here: disjoint-mask shuffles, a read past
                   an allocation's end inside its granularity, bit-size ld/st of wider
-                  float registers, and loads ptxas refuses (both sides must refuse).
+                  float registers, mbarrier objects (sim/tests/ptx/fixtures/
+                  mbarrier_rules.ptx), and loads ptxas refuses (both sides must refuse).
 
 A :class:`Program` holds the PTX text, its buffers (initial contents; those
 marked ``out`` are compared) and a function from the buffers' device
@@ -364,6 +365,20 @@ def rules_programs(wanted: Callable[[str], bool]) -> list[Program]:
         out.append(Program("rules:bit_size_wide_float", _RULES_HEAD + RULES["bit_size_wide_float"],
                            [Buf(data, out=True)],
                            lambda p: [("k", (1, 1, 1), (1, 1, 1), 0, [_u64(p[0])])]))
+    if wanted("rules:mbarrier"):
+        # mbarrier objects (sim/tests/ptx/fixtures/mbarrier_rules.ptx): a block of 96 threads
+        # arriving and waiting (try_wait, test_wait) through 5 rounds, and one thread's
+        # test_wait/try_wait answers, pending_count of a .noComplete token, arrive_drop and
+        # expect_tx/complete_tx (the simulator's guess the GPU decides: pending_count is
+        # the count before that arrive)
+        rounds, threads = 5, 96
+        out.append(Program(
+            "rules:mbarrier", (FIXTURES / "mbarrier_rules.ptx").read_text(encoding="utf-8"),
+            [Buf(np.zeros(rounds * threads, np.uint32), out=True),
+             Buf(np.zeros(12, np.uint32), out=True)],
+            lambda p: [("rounds", (1, 1, 1), (threads, 1, 1), 0,
+                        [_u64(p[0]), ctypes.c_uint32(rounds)]),
+                       ("single", (1, 1, 1), (1, 1, 1), 0, [_u64(p[1])])]))
     for name, body in REFUSED_RULES.items():
         if wanted("rules:" + name):
             text = (_RULES_HEAD + ".visible .entry k(.param .u64 p)\n{\n  .reg .b64 %a<1>; "

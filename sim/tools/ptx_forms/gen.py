@@ -199,6 +199,7 @@ def _forms() -> list[str]:
             add(tmpl.format(v))
     out += _new_forms()
     out += _collective_forms()
+    out += _mbarrier_forms()
     return list(dict.fromkeys(out))
 
 
@@ -254,6 +255,72 @@ def _collective_forms() -> list[str]:
             for t in ("u32", "u64", "s64", "b64", "s32", "b32", "f64"):
                 for m in ("", ".volatile", ".sat"):
                     add(f"cvta{to}{sp}{m}.{t} %{t}_0, %{t}_1;")
+    return out
+
+
+#: mbarrier operations and their operands in natural registers: the form with the most
+#: operands first (the arity probes drop and add one from the first accepted spelling).
+MBARRIER_OPS = (
+    ("init", ("[%b64_1], %u32_2",)),
+    ("inval", ("[%b64_1]",)),
+    ("arrive", ("%b64_0, [%b64_1], %u32_2", "%b64_0, [%b64_1]", "_, [%b64_1], %u32_2",
+                "_, [%b64_1]")),
+    ("arrive_drop", ("%b64_0, [%b64_1], %u32_2", "%b64_0, [%b64_1]", "_, [%b64_1]")),
+    ("test_wait", ("%pred_0, [%b64_1], %b64_2",)),
+    ("try_wait", ("%pred_0, [%b64_1], %b64_2, %u32_3", "%pred_0, [%b64_1], %b64_2")),
+    ("expect_tx", ("[%b64_1], %u32_2",)),
+    ("complete_tx", ("[%b64_1], %u32_2",)),
+    ("pending_count", ("%u32_0, %b64_1",)),
+)
+
+
+def _mbarrier_forms() -> list[str]:
+    """mbarrier's spellings: each operation with the modifiers one may give it (state space,
+    ordering, scope, .noComplete/.expect_tx, .parity) and their neighbours ptxas refuses,
+    then each operand a register of every kind."""
+    out: list[str] = []
+    add = out.append
+    extras = {"arrive": ("", ".noComplete", ".expect_tx"),
+              "arrive_drop": ("", ".noComplete", ".expect_tx"),
+              "test_wait": ("", ".parity"), "try_wait": ("", ".parity")}
+    for op, shapes in MBARRIER_OPS:
+        for x in extras.get(op, ("",)):
+            for sem in ("", ".release", ".acquire", ".relaxed"):
+                for scope in ("", ".cta", ".cluster", ".gpu"):
+                    for sp in ("", ".shared", ".shared::cta", ".shared::cluster", ".global"):
+                        for ops in shapes:
+                            if x == ".parity":
+                                ops = ops.replace("%b64_2", "%u32_2")
+                            add(f"mbarrier.{op}{x}{sem}{scope}{sp}.b64 {ops};")
+        add(f"mbarrier.{op}.shared.b32 {shapes[0]};")
+        add(f"mbarrier.{op}.shared.u64 {shapes[0]};")
+        add(f"mbarrier.{op}.shared {shapes[0]};")
+    add("mbarrier.try_wait.parity.shared.b64 %pred_0, [%b64_1], %u32_2, %u32_3;")
+    for v in ("0", "1", "-1", "2", "1048575", "1048576"):  # literal counts and parities
+        add(f"mbarrier.arrive.shared.b64 %b64_0, [%b64_1], {v};")
+        add(f"mbarrier.arrive_drop.noComplete.shared.b64 %b64_0, [%b64_1], {v};")
+        add(f"mbarrier.arrive.expect_tx.shared.b64 %b64_0, [%b64_1], {v};")
+        add(f"mbarrier.init.shared.b64 [%b64_1], {v};")
+        add(f"mbarrier.expect_tx.shared.b64 [%b64_1], {v};")
+        add(f"mbarrier.test_wait.parity.shared.b64 %pred_0, [%b64_1], {v};")
+        add(f"mbarrier.try_wait.parity.shared.b64 %pred_0, [%b64_1], {v}, 100;")
+        add(f"mbarrier.try_wait.shared.b64 %pred_0, [%b64_1], %b64_2, {v};")
+    add("mbarrier.arrive.shared.b64 %b64_0, [s_var];")
+    add("mbarrier.init.shared.b64 [s_var], 1;")
+    add("mbarrier.init.shared.b64 [%b32_1], 1;")
+    add("mbarrier.test_wait.parity.shared.b64 %pred_0, [%b32_1], 1;")
+    for rt in REGTYPES:  # each operand a register of every kind
+        r = f"%{rt}_3"
+        for op, shapes in MBARRIER_OPS:
+            args = _split_args(shapes[0])
+            for k, a in enumerate(args):
+                if a.startswith("%"):
+                    bad = list(args)
+                    bad[k] = r
+                    sp = "" if op == "pending_count" else ".shared"
+                    add(f"mbarrier.{op}{sp}.b64 {', '.join(bad)};")
+        add(f"mbarrier.test_wait.parity.shared.b64 %pred_0, [%b64_1], {r};")
+        add(f"mbarrier.try_wait.parity.shared.b64 %pred_0, [%b64_1], %u32_2, {r};")
     return out
 
 
