@@ -137,7 +137,11 @@ class Param:
 
 @dataclass
 class Function:
-    """An ``.entry`` or ``.func``: ``body`` is None for a declaration (prototype)."""
+    """An ``.entry`` or ``.func``: ``body`` is None for a declaration (prototype).
+
+    ``protos`` and ``calltargets`` are the body's label-scoped declarations
+    an indirect ``call`` names (``call (r), %fp, (a), label;``).
+    """
 
     name: str
     kind: str
@@ -147,6 +151,10 @@ class Function:
     linkage: str = ""
     perf: dict[str, tuple[int, ...]] = field(default_factory=dict)
     body: list | None = None  # Instr, Decl, ("label", name, line), ("{", line), ("}", line)
+    #: ``label: .callprototype (rets) _ (params);`` of the body: label -> (rets, params, line)
+    protos: dict[str, tuple[list[Param], list[Param], int]] = field(default_factory=dict)
+    #: ``label: .calltargets f, g;`` of the body: label -> (function names, line)
+    calltargets: dict[str, tuple[list[str], int]] = field(default_factory=dict)
 
 
 @dataclass

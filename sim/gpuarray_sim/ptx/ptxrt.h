@@ -71,6 +71,9 @@ namespace ptx {
 const uint64_t kShared = 0x0001000000000000ull;
 const uint64_t kLocal = 0x0002000000000000ull;
 const uint64_t kParam = 0x0003000000000000ull;
+// Function addresses (mov.u64 %rd, f): kFunc + 16 * (i + 1) for the module's i-th function
+// (ptx/_info.py, FUNC_BASE); no access window holds them.
+const uint64_t kFunc = 0x0004000000000000ull;
 
 // One access into a grant's mapped slack (ptx/_run.py mirrors it).
 struct OobAccess {
@@ -165,6 +168,12 @@ static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer 
     t->rt->line = line;
     t->rt->fault(t->rt, code, a, size, write);
     throw Trap("unreachable");
+}
+
+// An indirect call of an address that is no function of the call's prototype: the GPU
+// would jump to a program counter holding no such code, CUDA_ERROR_INVALID_PC (718).
+[[noreturn]] inline void bad_call(Thread* t, uint64_t a, uint32_t line) {
+    fault(t, 718, a, 0, 0, line);
 }
 
 // Widen the read (write = 0) or written interval r of a grant by [off, off + size).
