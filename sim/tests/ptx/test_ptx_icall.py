@@ -196,6 +196,8 @@ PROTO = "proto: .callprototype (.param .b32 _) _ (.param .b32 _, .param .b32 _);
     (PROTO, "call %rd1, (pa, pc), proto;"),                # no result for the prototype's
     (PROTO, "call (pr), %rd1, (pa, pw), proto;"),          # a .b64 argument for a .b32
     (PROTO, "call (pr), %rd1, (pa, pc), nowhere;"),        # no such prototype
+    ("t: .calltargets twice, plus;", "call (pr), %rd1, (pa), t;"),      # targets' count
+    ("t: .calltargets twice, wide;", "call (pr), %rd1, (pa, pc), t;"),  # mixed signatures
 ])
 def test_a_call_that_does_not_match_its_prototype_is_refused_at_load(proto, call):
     with pytest.raises(PtxError) as e:
@@ -206,6 +208,10 @@ def test_a_call_that_does_not_match_its_prototype_is_refused_at_load(proto, call
 def test_the_prototype_forms_load():
     load(_one_call(PROTO, "call (pr), %rd1, (pa, pc), proto;"))
     load(_one_call("proto: .callprototype _ (.param .b32 _);", "call %rd1, (pa), proto;"))
+    load(_one_call("proto: .callprototype _ (.param .b32 _) .noreturn;", "call %rd1, (pa), proto;"))
+    load(_one_call("t: .calltargets twice, plus;", "call.uni (pr), %rd1, (pa, pc), t;"))
+    load(_one_call("proto: .callprototype (.param .u32 _) _ (.param .f32 _, .param .s32 _);",
+                   "call (pr), %rd1, (pa, pc), proto;"))  # ptxas compares sizes, not types
 
 
 VOID = HEAD + """
