@@ -53,9 +53,9 @@ import re
 from collections.abc import Sequence
 
 from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Sym, Vec
-from ._info import indirect_call
 from ._errors import PtxError
 from ._forms import ARITY, BASEARITY, LDST, LEGAL, MINVER, MODS, MODSET
+from ._info import indirect_call
 from ._types import CTYPE
 
 __all__ = ["check", "problems", "form_key", "ldst_key"]
