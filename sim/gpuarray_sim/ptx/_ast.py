@@ -10,7 +10,13 @@ import struct
 from dataclasses import dataclass, field
 
 __all__ = ["Reg", "Imm", "FImm", "Sym", "Addr", "Vec", "Instr", "Decl", "Param", "Function",
-           "GlobalVar", "EntryInfo", "PtxModule", "TYPE_SIZES"]
+           "GlobalVar", "EntryInfo", "PtxModule", "TYPE_SIZES", "HEAP_VAR", "HEAP_BYTES"]
+
+#: The device heap of a module that calls ``malloc``/``free`` (CUDA's device-side heap,
+#: provided by the executor): a module variable of this name and size (CUDA's default
+#: ``cudaLimitMallocHeapSize``, 8 MiB), its first 8 bytes the offset of the next free byte.
+HEAP_VAR = "__gpuarray_sim_heap"
+HEAP_BYTES = 8 << 20
 
 #: Bytes of each fundamental PTX type.
 TYPE_SIZES = {f"{k}{b}": b // 8 for k in "bsuf" for b in (8, 16, 32, 64)}

@@ -8,7 +8,7 @@ simulator).
 
 from __future__ import annotations
 
-from ._ast import Addr, Instr, Reg, Sym, Vec
+from ._ast import HEAP_VAR, Addr, Instr, Reg, Sym, Vec
 from ._context import FuncCtx, cname
 from ._info import indirect_call, signature
 from ._opbase import type_of
@@ -21,8 +21,8 @@ __all__ = ["BUILTIN_CALLS", "call_target", "indirect_target", "callee_skip"]
 #: and ``cudaCGSynchronize(handle, flags)``), provided by the executor.
 CG_CALLS = ("cudaCGGetIntrinsicHandle", "cudaCGSynchronize")
 #: External functions the executor provides itself (the device runtime's graph calls:
-#: ``_ops_graph.py``).
-BUILTIN_CALLS = ("vprintf", "__assertfail", *GRAPH_CALLS, *CG_CALLS)
+#: ``_ops_graph.py``; ``malloc``/``free`` on the module's device heap, ``_ast.HEAP_VAR``).
+BUILTIN_CALLS = ("vprintf", "__assertfail", "malloc", "free", *GRAPH_CALLS, *CG_CALLS)
 
 
 # -------------------------------------------------------- control, sync
@@ -279,6 +279,16 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
         return graph_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
     if callee in CG_CALLS:
         return _cg_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
+    if callee == "malloc":
+        if len(names) != 2 or len(rets) != 1:
+            raise ctx.error("malloc called with other than (size) -> pointer")
+        return (f"ptx::store<uint64_t>({ptrs[0]}, ptx::dev_malloc(T, {ctx.address_of(HEAP_VAR)}, "
+                f"ptx::load<uint64_t>({ptrs[1]}), {it.line}));")
+    if callee == "free":
+        if len(names) - len(rets) != 1:
+            raise ctx.error("free called with other than (pointer)")
+        return (f"ptx::dev_free(T, {ctx.address_of(HEAP_VAR)}, ptx::load<uint64_t>({ptrs[-1]}), "
+                f"{it.line});")
     if callee == "__assertfail":
         return f"T->rt->line = {it.line}; T->rt->fault(T->rt, 710, 0, 0, 0);"
     return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "

@@ -14,6 +14,8 @@ import struct
 
 from .._codes import INVALID_PTX, UNSUPPORTED_PTX_VERSION
 from ._ast import (
+    HEAP_BYTES,
+    HEAP_VAR,
     TYPE_SIZES,
     Addr,
     Decl,
@@ -553,6 +555,9 @@ def parse(text: str) -> PtxModule:
         raise PtxError(INVALID_PTX, "PTX without a .version directive", 1)
     if not target:
         raise PtxError(INVALID_PTX, "PTX without a .target directive", 1)
+    if any(n in functions and functions[n].body is None for n in ("malloc", "free")):
+        # the device heap malloc/free use (ptxrt.h dev_malloc): top offset 0 = empty
+        gvars.setdefault(HEAP_VAR, GlobalVar(HEAP_VAR, "global", HEAP_BYTES, 16, bytes(8), 0))
     m = PtxModule(version, target, address_size, {}, functions, gvars, text)
     for fn in functions.values():
         if fn.kind == "entry" and fn.body is not None:

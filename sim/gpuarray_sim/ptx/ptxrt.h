@@ -176,6 +176,34 @@ static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer 
     fault(t, 718, a, 0, 0, line);
 }
 
+// Forward: the checked global access (below).
+inline char* gptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line);
+
+// CUDA's device-side malloc/free on the module's heap (ptx/_ast.py HEAP_VAR, HEAP_BYTES):
+// its first 8 bytes are the offset of the next free byte (0: empty; blocks start at 64),
+// advanced atomically; blocks are 16-byte aligned; an exhausted heap returns NULL, as
+// CUDA's does.  Freed blocks are not reused.
+const uint64_t kHeapBytes = 8ull << 20;
+inline uint64_t dev_malloc(Thread* t, uint64_t heap, uint64_t size, uint32_t line) {
+    if (size == 0) return 0;
+    uint64_t* top = reinterpret_cast<uint64_t*>(gptr(t, heap, 8, 1, line));
+    const uint64_t n = (size + 15) & ~15ull;
+    if (n < size) return 0;
+    uint64_t cur = __atomic_load_n(top, __ATOMIC_RELAXED);
+    for (;;) {
+        const uint64_t start = cur ? cur : 64;
+        if (start > kHeapBytes || n > kHeapBytes - start) return 0;
+        if (__atomic_compare_exchange_n(top, &cur, start + n, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED))
+            return heap + start;
+    }
+}
+inline void dev_free(Thread* t, uint64_t heap, uint64_t p, uint32_t line) {
+    if (p == 0) return;
+    if (p < heap + 64 || p >= heap + kHeapBytes || (p & 15))
+        trap(t, line, "free of a pointer malloc did not return");
+}
+
 // Widen the read (write = 0) or written interval r of a grant by [off, off + size).
 inline void touch(uint64_t* r, uint64_t off, uint64_t size, int write) {
     r += write ? 2 : 0;
