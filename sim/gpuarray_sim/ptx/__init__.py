@@ -46,7 +46,13 @@ access checked.  Its own room beneath the simulator, in four layers:
     null, a function of another signature -- faults
     ``CUDA_ERROR_INVALID_PC`` (718, sticky) naming the call's line, as a
     GPU's jump to no such code would.  The interpreter tier does the same
-    lookup in its ``ICALL`` step.  An instruction, modifier or type the translator does not
+    lookup in its ``ICALL`` step.  ``malloc``/``free`` (CUDA's device
+    heap, which numba-cuda's runtime allocates arrays from) are the
+    executor's own: a bump allocator (``ptxrt.h`` ``dev_malloc``) on a
+    hidden 8 MiB module variable (``_ast.HEAP_VAR``, CUDA's default heap
+    limit) of every module that declares them -- 16-byte aligned blocks,
+    NULL once exhausted, freed blocks not reused, ``free`` of a pointer it
+    did not return a trap (719) naming the line.  An instruction, modifier or type the translator does not
     know makes every entry that reaches it unlaunchable: the launch fails
     with ``CUDA_ERROR_INVALID_IMAGE`` (200, not sticky) naming the
     instruction and its PTX line -- never a silently different program.
