@@ -17,6 +17,11 @@ from sim.tests.ptx.support import HEAD, backend, download, launch, u64, upload
 
 pytestmark = pytest.mark.usefixtures("ptx_tier")
 
+
+@pytest.fixture
+def b():
+    return backend()
+
 HEAP = HEAD + """
 .extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_param_0);
 .extern .func free(.param .b64 free_param_0);
