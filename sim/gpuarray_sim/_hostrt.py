@@ -61,7 +61,8 @@ ABI = 4
 
 _NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 710: "CUDA_ERROR_ASSERT", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
           714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
-          702: "CUDA_ERROR_LAUNCH_TIMEOUT", 2: "CUDA_ERROR_OUT_OF_MEMORY"}
+          702: "CUDA_ERROR_LAUNCH_TIMEOUT", 718: "CUDA_ERROR_INVALID_PC",
+          2: "CUDA_ERROR_OUT_OF_MEMORY"}
 _GLOBAL, _SHARED, _STACK, _EXCEPTION, _DEADLOCK, _SPIN = 0, 1, 2, 3, 4, 5
 
 
@@ -179,6 +180,11 @@ class HostRuntime:
             why = "misaligned" if rc == 716 else "outside it"
             raise DeviceFault(rc, f"kernel {kernel}: {what} of {fault.size} bytes at offset {off}"
                                   f" of a {fault.extent}-byte __shared__ array, {why} ({name}); "
+                                  f"{where}")
+        if rc == 718:  # ptxrt.h's bad_call: an indirect call of what is no such function
+            raise DeviceFault(rc, f"kernel {kernel}: indirect call of address 0x{fault.addr:x}, "
+                                  "which is no function of the call's prototype (a data "
+                                  f"pointer, null, or a function of another signature) ({name}); "
                                   f"{where}")
         if fault.size == 0:  # a memory fault the checks did not see (a raw dereference)
             raise DeviceFault(rc, f"kernel {kernel}: memory fault at host address "

@@ -290,6 +290,12 @@ class SimModuleCalls(SimCore):
             out[name] = hit[0]
         for g, a in fresh:
             for off, sym, add in g.relocs:
+                if sym in program.module.functions and sym not in out:  # a function's address
+                    from .ptx._info import function_addresses
+
+                    out_fn = function_addresses(program.module)[sym]
+                    self.memory.write(a, off, int(out_fn + add).to_bytes(8, "little"))
+                    continue
                 if sym not in out:
                     raise CudaError(NOT_FOUND, call, f"the initialiser of {g.name} names "
                                                      f"{sym!r}, which is not a module variable")

@@ -35,7 +35,24 @@ access checked.  Its own room beneath the simulator, in four layers:
     frames of the thread's local arena; call-site ``.param`` variables byte
     arrays; every load and store goes through a checked helper of
     ``ptxrt.h``; one exported wrapper per ``.entry`` has the runtime's entry
-    signature.  An instruction, modifier or type the translator does not
+    signature.  Function addresses (``mov.u64 %rd, f;``, ``.global``
+    initialisers naming functions) are ``kFunc + 16 * (i + 1)`` for the
+    module's i-th function (``_info.function_addresses``: unique, never
+    null, in a window no data access reaches, so a load or store there is
+    700); an indirect ``call (r), %rd, (a), proto;`` (``.callprototype``
+    or ``.calltargets`` declared under a label in the body) switches on
+    the register among the module's functions of the prototype's signature
+    (return and parameter sizes); any other address -- a data pointer,
+    null, a function of another signature -- faults
+    ``CUDA_ERROR_INVALID_PC`` (718, sticky) naming the call's line, as a
+    GPU's jump to no such code would.  The interpreter tier does the same
+    lookup in its ``ICALL`` step.  ``malloc``/``free`` (CUDA's device
+    heap, which numba-cuda's runtime allocates arrays from) are the
+    executor's own: a bump allocator (``ptxrt.h`` ``dev_malloc``) on a
+    hidden 8 MiB module variable (``_ast.HEAP_VAR``, CUDA's default heap
+    limit) of every module that declares them -- 16-byte aligned blocks,
+    NULL once exhausted, freed blocks not reused, ``free`` of a pointer it
+    did not return a trap (719) naming the line.  An instruction, modifier or type the translator does not
     know makes every entry that reaches it unlaunchable: the launch fails
     with ``CUDA_ERROR_INVALID_IMAGE`` (200, not sticky) naming the
     instruction and its PTX line -- never a silently different program.

@@ -10,7 +10,13 @@ import struct
 from dataclasses import dataclass, field
 
 __all__ = ["Reg", "Imm", "FImm", "Sym", "Addr", "Vec", "Instr", "Decl", "Param", "Function",
-           "GlobalVar", "EntryInfo", "PtxModule", "TYPE_SIZES"]
+           "GlobalVar", "EntryInfo", "PtxModule", "TYPE_SIZES", "HEAP_VAR", "HEAP_BYTES"]
+
+#: The device heap of a module that calls ``malloc``/``free`` (CUDA's device-side heap,
+#: provided by the executor): a module variable of this name and size (CUDA's default
+#: ``cudaLimitMallocHeapSize``, 8 MiB), its first 8 bytes the offset of the next free byte.
+HEAP_VAR = "__gpuarray_sim_heap"
+HEAP_BYTES = 8 << 20
 
 #: Bytes of each fundamental PTX type.
 TYPE_SIZES = {f"{k}{b}": b // 8 for k in "bsuf" for b in (8, 16, 32, 64)}
@@ -137,7 +143,11 @@ class Param:
 
 @dataclass
 class Function:
-    """An ``.entry`` or ``.func``: ``body`` is None for a declaration (prototype)."""
+    """An ``.entry`` or ``.func``: ``body`` is None for a declaration (prototype).
+
+    ``protos`` and ``calltargets`` are the body's label-scoped declarations
+    an indirect ``call`` names (``call (r), %fp, (a), label;``).
+    """
 
     name: str
     kind: str
@@ -147,6 +157,10 @@ class Function:
     linkage: str = ""
     perf: dict[str, tuple[int, ...]] = field(default_factory=dict)
     body: list | None = None  # Instr, Decl, ("label", name, line), ("{", line), ("}", line)
+    #: ``label: .callprototype (rets) _ (params);`` of the body: label -> (rets, params, line)
+    protos: dict[str, tuple[list[Param], list[Param], int]] = field(default_factory=dict)
+    #: ``label: .calltargets f, g;`` of the body: label -> (function names, line)
+    calltargets: dict[str, tuple[list[str], int]] = field(default_factory=dict)
 
 
 @dataclass

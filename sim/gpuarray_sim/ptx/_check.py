@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from ._ast import Addr, Decl, FImm, Function, Imm, Instr, PtxModule, Reg, Sym, Vec
 from ._errors import PtxError
 from ._forms import ARITY, BASEARITY, LDST, LEGAL, MINVER, MODS, MODSET
+from ._info import indirect_call
 from ._types import CTYPE
 
 __all__ = ["check", "problems", "form_key", "ldst_key"]
@@ -418,6 +419,43 @@ def _mbarrier_version(it: Instr, version: tuple[int, int]) -> str | None:
             f"module's is {version[0]}.{version[1]})")
 
 
+def _indirect(it: Instr, fn: Function, m: PtxModule, psizes: dict[str, int]) -> str | None:
+    """Why ptxas refuses an indirect ``call`` (None: it does not): a prototype label that is no
+    ``.callprototype``/``.calltargets`` of the function, or results and arguments that are not
+    the prototype's in number and size (``.calltargets``: the first target's signature)."""
+    if not indirect_call(it):
+        return None
+    args = list(it.args)
+    rets = list(args.pop(0).items) if isinstance(args[0], Vec) and args[0].kind == "list" else []
+    args.pop(0)
+    params = list(args.pop(0).items) if args and isinstance(args[0], Vec) else []
+    if len(args) != 1 or not isinstance(args[0], Sym):
+        return "an indirect call names no .callprototype or .calltargets"
+    label = args[0].name
+    if label in fn.protos:
+        prets, pparams, _line = fn.protos[label]
+    elif label in fn.calltargets:
+        for n in fn.calltargets[label][0]:
+            if n not in m.functions or m.functions[n].kind != "func":
+                return f".calltargets {label} names {n}, which is no .func"
+        sigs = {(tuple(p.size for p in m.functions[n].rets),
+                 tuple(p.size for p in m.functions[n].params)) for n in fn.calltargets[label][0]}
+        if len(sigs) > 1:
+            return f".calltargets {label} lists functions of different signatures"
+        first = m.functions[fn.calltargets[label][0][0]]
+        prets, pparams = first.rets, first.params
+    else:
+        return f"indirect call: {label} is no .callprototype or .calltargets of {fn.name}"
+    if len(rets) != len(prets) or len(params) != len(pparams):
+        return (f"indirect call with {len(rets)} results and {len(params)} arguments; its "
+                f"prototype {label} has {len(prets)} and {len(pparams)}")
+    for a, p in zip(rets + params, prets + pparams, strict=True):
+        if isinstance(a, Sym) and a.name in psizes and psizes[a.name] != p.size:
+            return (f"indirect call: {a.name} of {psizes[a.name]} bytes where {label} has a "
+                    f"{p.size}-byte .param")
+    return None
+
+
 def problems(m: PtxModule) -> list[tuple[int, str]]:
     """Every ``(PTX line, reason)`` a driver's JIT refuses in module ``m``."""
     out: list[tuple[int, str]] = []
@@ -441,13 +479,14 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
         syms.update((p.name, "entry param" if fn.kind == "entry" else "param") for p in fn.params)
         syms.update((d.name, d.space) for d in fn.body or []
                     if isinstance(d, Decl) and d.space in ("local", "shared", "param"))
+        psizes = {d.name: d.size for d in fn.body or [] if isinstance(d, Decl) and d.space == "param"}
         for it in fn.body or []:
             if isinstance(it, Decl) and it.space == "reg" and it.type not in REG_TYPES:
                 out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
                                      "such register"))
             elif isinstance(it, Instr):
                 why = (_undeclared(it, regs, families, syms) or _instr(it, regs, syms)
-                       or _mbarrier_version(it, m.version))
+                       or _mbarrier_version(it, m.version) or _indirect(it, fn, m, psizes))
                 if why is not None:
                     out.append((it.line, why))
     return out

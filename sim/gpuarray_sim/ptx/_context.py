@@ -18,6 +18,7 @@ from typing import Any
 
 from ._ast import Addr, Decl, FImm, Function, Imm, PtxModule, Reg, Sym, Vec
 from ._errors import UnsupportedPtx
+from ._info import function_addresses
 from ._types import CTYPE, FLOATS, SIZE, STORAGE
 
 __all__ = ["cname", "FuncCtx", "ModuleLayout", "operand_vec",
@@ -178,8 +179,8 @@ class FuncCtx:
             return "(uint64_t)T->L->dyn_offset"
         if name in self.eparams:
             return f"(ptx::kParam + {self.eparams[name]}ull)"
-        if name in tr.module.functions:
-            raise self.error(f"the address of function {name} (indirect calls are not supported)")
+        if name in tr.fn_addr:
+            return f"(uint64_t){tr.fn_addr[name]:#x}ull"
         if name == "WARP_SZ":  # the PTX ISA's predefined constant
             return "(uint64_t)32ull"
         raise self.error(f"unknown name {name!r}")
@@ -237,6 +238,8 @@ class ModuleLayout:
         #: (numba-cuda's names hold object addresses and counters of the process that
         #: compiled them: the C++, and so its build, must not change with them).
         self.fn_cname = {name: f"F{i}" for i, name in enumerate(m.functions)}
+        #: each function's address, as a value (``mov.u64 %rd, f;``) and an indirect call's target
+        self.fn_addr = function_addresses(m)
         off = 0
         dyn_align = 16
         for g in m.globals.values():

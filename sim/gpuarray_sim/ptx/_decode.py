@@ -5,7 +5,9 @@ scopes renamed, declarations hoisted) and turn every instruction into one
 step of the interpreter (``ptx_interp.cpp``): a *handler* -- the C++ the
 translator's own instruction writers produce for it, with its operands in
 slots (``_slots.py``) -- and the constants ``K`` it reads; or a step the
-interpreter does itself (branch, return, exit, call of a module function).
+interpreter does itself (branch, return, exit, call of a module function,
+indirect call: the register's address looked up among the functions of the
+call's prototype).
 The handlers' C++ is what :mod:`._interp` compiles, once per distinct form,
 for every module that uses it.
 
@@ -20,21 +22,22 @@ translated.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import _ops
-from ._ast import Decl, Function, Instr, PtxModule, Reg, Sym
+from ._ast import Decl, Function, Instr, PtxModule, Reg, Sym, Vec
 from ._context import FuncCtx, ModuleLayout
 from ._emit import _declare, _rescope, entry_facts
 from ._errors import UnsupportedPtx
-from ._ops_ctl import BUILTIN_CALLS, call_target
+from ._info import indirect_call
+from ._ops_ctl import BUILTIN_CALLS, call_target, callee_skip, indirect_target
 from ._slots import SlotCtx
 
 __all__ = ["Step", "DecodedFunction", "Decoded", "decode", "NotInterpretable",
-           "HANDLER", "BRA", "RET", "EXIT", "CALL"]
+           "HANDLER", "BRA", "RET", "EXIT", "CALL", "ICALL"]
 
 #: Step kinds (``ptx::interp::Op`` of ptx_interp.cpp).
-HANDLER, BRA, RET, EXIT, CALL = 0, 1, 2, 3, 4
+HANDLER, BRA, RET, EXIT, CALL, ICALL = 0, 1, 2, 3, 4, 5
 
 
 class NotInterpretable(Exception):
@@ -45,7 +48,7 @@ class NotInterpretable(Exception):
 class Step:
     """One step: ``kind``; ``form`` (a handler's C++) and ``k`` its constants; ``guard`` the
     predicate register's slot + 1 (0: none) and ``neg``; ``target`` (a branch's step, a
-    call's function index); ``back`` (a branch to a label above it: a loop); ``line``."""
+    call's function index, an indirect call's register slot); ``back`` (a branch to a label above it: a loop); ``line``."""
 
     kind: int
     line: int
@@ -107,8 +110,7 @@ def _callee(it: Instr) -> str | None:
 
 def _function(tr: ModuleLayout, fn: Function, index: dict[str, int]
               ) -> tuple[DecodedFunction, str | None]:
-    fn = Function(fn.name, fn.kind, fn.line, fn.params, fn.rets, fn.linkage, fn.perf,
-                  _rescope(fn.body or []))
+    fn = replace(fn, body=_rescope(fn.body or []))
     ctx = SlotCtx(tr, fn)
     real = FuncCtx(tr, fn)  # the translator's context, for its messages
     try:
@@ -173,6 +175,20 @@ def _step(ctx: SlotCtx, real: FuncCtx, it: Instr, labels: dict[str, int],
         return Step(RET, it.line)
     if it.base == "exit":
         return Step(RET if ctx.fn.kind == "entry" else EXIT, it.line)
+    if it.base == "call" and indirect_call(it):
+        _ops.emit(real, it)  # the translator's checks and messages
+        fp, names, callees = indirect_target(ctx, it)
+        if real.regs.get(fp.name) not in ("b64", "u64", "s64"):
+            raise NotInterpretable(f"PTX line {it.line}: an indirect call through {fp.name}")
+        first = it.args[0]
+        nrets = len(first.items) if isinstance(first, Vec) and first.kind == "list" else 0
+        # (address, function index | arrays skipped << 32): a function without a result
+        # called with one gets the arrays after the result's
+        cases = [x for n in callees
+                 for x in (ctx.tr.fn_addr[n], index[n] | callee_skip(ctx, n, nrets) << 32)]
+        return Step(ICALL, it.line, target=ctx.slot(fp.name),
+                    k=[len(names), *(ctx.param_offsets[n][0] for n in names), len(callees),
+                       *cases])
     if it.base == "call":
         _ops.emit(real, it)  # the translator's checks and messages
         callee, names, _rets = call_target(ctx, it)

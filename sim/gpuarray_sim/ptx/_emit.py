@@ -11,13 +11,13 @@ unlaunchable, never a silently different program.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import _ops
 from ._ast import Addr, Decl, Function, Instr, PtxModule, Reg, Sym, Vec
 from ._context import FuncCtx, ModuleLayout, cname
 from ._errors import UnsupportedPtx
-from ._info import reachable
+from ._info import indirect_call, reachable
 from ._types import STORAGE
 
 __all__ = ["Translation", "translate", "entry_facts", "LOCAL_ON_STACK"]
@@ -160,8 +160,7 @@ def _declare(ctx: FuncCtx) -> list[str]:
 def _function(tr: ModuleLayout, fn: Function, ops) -> tuple[str, str | None]:
     """C++ of one function with a body; and the first unsupported thing (or None)."""
     if fn.body is not None:
-        fn = Function(fn.name, fn.kind, fn.line, fn.params, fn.rets, fn.linkage, fn.perf,
-                      _rescope(fn.body))
+        fn = replace(fn, body=_rescope(fn.body))
     ctx = FuncCtx(tr, fn)
     name = tr.fn_cname[fn.name]
     head = f"static void {name}(ptx::Thread* T, char* const* A)"
@@ -248,7 +247,7 @@ def entry_facts(m: PtxModule, broken: dict[str, str]
                 unsupported[name] = broken[f.name]
                 break
             for it in f.body or []:
-                if isinstance(it, Instr) and it.base == "call":
+                if isinstance(it, Instr) and it.base == "call" and not indirect_call(it):
                     callee = _callee(it)
                     g = m.functions.get(callee or "")
                     if callee not in _ops.BUILTIN_CALLS and (g is None or g.body is None):
@@ -259,11 +258,16 @@ def entry_facts(m: PtxModule, broken: dict[str, str]
         recursive = any(f.name in {_callee(x) for g in reach for x in g.body or []
                                    if isinstance(x, Instr) and x.base == "call"}
                         for f in reach if f.kind == "func")
+        # an indirect call may reach any function whose address the entry's code takes
+        recursive = recursive or any(isinstance(x, Instr) and indirect_call(x)
+                                     for g in reach for x in g.body or [])
         local[name] = -(-(info.local_bytes + (16 << 10 if recursive else 0) + 64) // 16) * 16
     return exports, local, unsupported
 
 
 def _callee(it: Instr) -> str | None:
+    if indirect_call(it):
+        return None
     for a in it.args:
         if isinstance(a, Sym):
             return a.name

@@ -9,7 +9,33 @@ from __future__ import annotations
 
 from ._ast import Addr, Decl, EntryInfo, Function, Instr, Param, PtxModule, Sym, Vec
 
-__all__ = ["layout", "reachable", "entry_info"]
+__all__ = ["layout", "reachable", "entry_info", "FUNC_BASE", "function_addresses", "signature",
+           "indirect_call"]
+
+#: Where function addresses live (``mov.u64 %rd, f;``): ``FUNC_BASE + 16 * (i + 1)`` for the
+#: module's i-th function (ptxrt.h's ``kFunc``), a window no data access reaches (it is no
+#: allocation, shared, local or parameter address: loads and stores there fault 700), so a
+#: data pointer called as a function, or a function address used as data, never aliases.
+FUNC_BASE = 0x0004000000000000
+
+
+def function_addresses(m: PtxModule) -> dict[str, int]:
+    """The address of each function of ``m`` (declarations too: unique, never null)."""
+    return {name: FUNC_BASE + 16 * (i + 1) for i, name in enumerate(m.functions)}
+
+
+def signature(rets: list[Param], params: list[Param]) -> tuple:
+    """What an indirect call's prototype must share with its callee: the byte size of each
+    return value and parameter (their types need not be spelt alike: ``.b64``/``.u64``)."""
+    return (tuple(p.size for p in rets), tuple(p.size for p in params))
+
+
+def indirect_call(it: Instr) -> bool:
+    """Whether ``it`` is a call through a register (``call (r), %fp, (a), proto;``)."""
+    args = list(it.args)
+    if args and isinstance(args[0], Vec) and args[0].kind == "list":
+        args.pop(0)
+    return it.base == "call" and bool(args) and not isinstance(args[0], Sym)
 
 
 # -------------------------------------------------------------- entry facts
@@ -48,7 +74,8 @@ def reachable(m: PtxModule, fn: Function) -> list[Function]:
     todo = [fn]
     while todo:
         f = todo.pop()
-        for n in _names(f.body or []):
+        listed = {n for names, _line in f.calltargets.values() for n in names}
+        for n in sorted(_names(f.body or []) | listed):
             g = m.functions.get(n)
             if g is not None and n not in seen and g.body is not None:
                 seen[n] = g

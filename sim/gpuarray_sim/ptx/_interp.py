@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ._decode import CALL, HANDLER, Decoded
+from ._decode import CALL, HANDLER, ICALL, Decoded
 
 __all__ = ["core_entry", "handlers", "handler_source", "Interpreted", "CORE_SOURCE"]
 
@@ -191,7 +191,7 @@ class Interpreted:
             for j, (slot, size, align, line) in enumerate(f.locals):
                 locs[j] = (size, align, slot, line)
             self._keep += [steps, locs]
-            max_args = max((s.k[0] for s in f.steps if s.kind == CALL), default=0)
+            max_args = max((s.k[0] for s in f.steps if s.kind in (CALL, ICALL)), default=0)
             self._funcs[i] = (steps.ctypes.data, locs.ctypes.data, len(f.locals), f.nregs,
                               f.param_bytes, max_args)
         self._entries = np.zeros(max(1, len(decoded.entry_index)), dtype=_ENTRY)

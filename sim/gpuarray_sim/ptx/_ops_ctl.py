@@ -8,20 +8,21 @@ simulator).
 
 from __future__ import annotations
 
-from ._ast import Addr, Instr, Sym, Vec
+from ._ast import HEAP_VAR, Addr, Instr, Reg, Sym, Vec
 from ._context import FuncCtx, cname
+from ._info import indirect_call, signature
 from ._opbase import type_of
 from ._ops_graph import GRAPH_CALLS, graph_call
 
-__all__ = ["BUILTIN_CALLS", "call_target"]
+__all__ = ["BUILTIN_CALLS", "call_target", "indirect_target", "callee_skip"]
 
 #: The device runtime's cooperative-groups calls numba-cuda's ``cg.this_grid()``
 #: and ``GridGroup.sync()`` make (libcudadevrt's ``cudaCGGetIntrinsicHandle(scope)``
 #: and ``cudaCGSynchronize(handle, flags)``), provided by the executor.
 CG_CALLS = ("cudaCGGetIntrinsicHandle", "cudaCGSynchronize")
 #: External functions the executor provides itself (the device runtime's graph calls:
-#: ``_ops_graph.py``).
-BUILTIN_CALLS = ("vprintf", "__assertfail", *GRAPH_CALLS, *CG_CALLS)
+#: ``_ops_graph.py``; ``malloc``/``free`` on the module's device heap, ``_ast.HEAP_VAR``).
+BUILTIN_CALLS = ("vprintf", "__assertfail", "malloc", "free", *GRAPH_CALLS, *CG_CALLS)
 
 
 # -------------------------------------------------------- control, sync
@@ -181,7 +182,92 @@ def call_target(ctx: FuncCtx, it: Instr) -> tuple[str, list[str], list[str]]:
     return callee, names, [p.name for p in rets]
 
 
+def _matches(have: tuple, want: tuple) -> bool:
+    """Whether a function of signature ``have`` may be called through a prototype ``want``:
+    the same, or (as numba declares C functions, see :func:`call_target`) a function without a
+    result called with one, which is then left as it was."""
+    return have == want or (not have[0] and len(want[0]) == 1 and have[1] == want[1])
+
+
+def callee_skip(ctx: FuncCtx, name: str, nrets: int) -> int:
+    """How many leading result arrays an indirect call passes ``name`` fewer (0, or 1 for a
+    function without a result called with one)."""
+    return nrets if not ctx.tr.module.functions[name].rets else 0
+
+
+def indirect_target(ctx: FuncCtx, it: Instr) -> tuple[Reg, list[str], list[str]]:
+    """``(register holding the callee's address, .param arrays passed (results first), the
+    functions it may call)`` of an indirect ``call`` (checked): every function of the module
+    whose signature is the prototype's (``.callprototype``), or the listed ones of a
+    ``.calltargets`` that have it."""
+    args = list(it.args)
+    rets: list = []
+    if args and isinstance(args[0], Vec) and args[0].kind == "list":
+        rets = list(args.pop(0).items)
+    fp = args.pop(0)
+    if not isinstance(fp, Reg) or fp.neg:
+        raise ctx.error(f"{it.opcode}: the callee {fp!r} is not a register")
+    params = list(args.pop(0).items) if args and isinstance(args[0], Vec) else []
+    if len(args) != 1 or not isinstance(args[0], Sym):
+        raise ctx.error(f"{it.opcode}: an indirect call names no .callprototype or .calltargets")
+    label = args[0].name
+    for p in rets + params:
+        if not isinstance(p, Sym) or p.name not in ctx.params:
+            raise ctx.error(f"indirect call: argument {p!r} is not a .param variable")
+    sig = (tuple(ctx.params[p.name][1] for p in rets), tuple(ctx.params[p.name][1] for p in params))
+    m = ctx.tr.module
+    if label in ctx.fn.protos:
+        prets, pparams, _line = ctx.fn.protos[label]
+        if len(prets) != len(rets) or len(pparams) != len(params):
+            raise ctx.error(f"indirect call with {len(rets)} results and {len(params)} arguments; "
+                            f"its prototype {label} has {len(prets)} and {len(pparams)}")
+        want = signature(prets, pparams)
+        names = [n for n, g in m.functions.items() if g.body is not None and g.kind == "func"
+                 and _matches(signature(g.rets, g.params), want)]
+    elif label in ctx.fn.calltargets:
+        listed = ctx.fn.calltargets[label][0]
+        for n in listed:
+            g = m.functions.get(n)
+            if g is None or g.kind != "func":
+                raise ctx.error(f".calltargets {label} names {n}, which is no .func of the module")
+        want = (tuple(p.size for p in m.functions[listed[0]].rets),
+                tuple(p.size for p in m.functions[listed[0]].params))
+        names = [n for n in listed if m.functions[n].body is not None
+                 and _matches(signature(m.functions[n].rets, m.functions[n].params), sig)]
+    else:
+        raise ctx.error(f"indirect call: {label} is no .callprototype or .calltargets of "
+                        f"{ctx.fn.name}")
+    if len(want[0]) == len(sig[0]) and len(want[1]) == len(sig[1]):
+        for have, need in zip(sig[0] + sig[1], want[0] + want[1], strict=True):
+            if have < need:
+                raise ctx.error(f"indirect call: a .param of {have} bytes where {label} has "
+                                f"{need}")
+    return fp, [p.name for p in rets + params], names
+
+
+def _call_params(it: Instr) -> list:
+    """The argument operands of a call (after its results and callee)."""
+    args = list(it.args)
+    if args and isinstance(args[0], Vec) and args[0].kind == "list":
+        args.pop(0)
+    args.pop(0)
+    return list(args[0].items) if args and isinstance(args[0], Vec) else []
+
+
+def _icall(ctx: FuncCtx, it: Instr) -> str:
+    fp, names, callees = indirect_target(ctx, it)
+    ptrs = [ctx.params[n][0] for n in names]
+    nrets = len(names) - len(_call_params(it))
+    cases = " ".join(f"case {ctx.tr.fn_addr[n]:#x}ull: {ctx.tr.fn_cname[n]}(T, av_ + "
+                     f"{callee_skip(ctx, n, nrets)}); break;" for n in callees)
+    return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "
+            f"const uint64_t fp_ = {ctx.value(fp, 'u64')}; switch (fp_) {{ {cases} "
+            f"default: ptx::bad_call(T, fp_, {it.line}); }} }}")
+
+
 def _call(ctx: FuncCtx, it: Instr) -> str:
+    if indirect_call(it):
+        return _icall(ctx, it)
     callee, names, rets = call_target(ctx, it)
     ptrs = [ctx.params[n][0] for n in names]
     if callee == "vprintf":
@@ -193,6 +279,16 @@ def _call(ctx: FuncCtx, it: Instr) -> str:
         return graph_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
     if callee in CG_CALLS:
         return _cg_call(ctx, callee, ptrs, len(rets), len(names) - len(rets), it.line)
+    if callee == "malloc":
+        if len(names) != 2 or len(rets) != 1:
+            raise ctx.error("malloc called with other than (size) -> pointer")
+        return (f"ptx::store<uint64_t>({ptrs[0]}, ptx::dev_malloc(T, {ctx.address_of(HEAP_VAR)}, "
+                f"ptx::load<uint64_t>({ptrs[1]}), {it.line}));")
+    if callee == "free":
+        if len(names) - len(rets) != 1:
+            raise ctx.error("free called with other than (pointer)")
+        return (f"ptx::dev_free(T, {ctx.address_of(HEAP_VAR)}, ptx::load<uint64_t>({ptrs[-1]}), "
+                f"{it.line});")
     if callee == "__assertfail":
         return f"T->rt->line = {it.line}; T->rt->fault(T->rt, 710, 0, 0, 0);"
     return (f"{{ char* const av_[] = {{{', '.join(ptrs) or 'nullptr'}}}; "

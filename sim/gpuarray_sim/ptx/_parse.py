@@ -14,6 +14,8 @@ import struct
 
 from .._codes import INVALID_PTX, UNSUPPORTED_PTX_VERSION
 from ._ast import (
+    HEAP_BYTES,
+    HEAP_VAR,
     TYPE_SIZES,
     Addr,
     Decl,
@@ -392,6 +394,39 @@ def _instr(st: Statement) -> Instr:
     return Instr(st.line, parts[0], tuple(p for p in parts[1:]), args, pred)
 
 
+def _call_decl(st: Statement, body: list, fn: Function) -> None:
+    """``label: .callprototype [(ret)] _ (params) [.noreturn];`` or ``label: .calltargets f, g;``:
+    the label (just read into ``body``) names the declaration, not an instruction."""
+    head = st.words[0]
+    if not body or not isinstance(body[-1], tuple) or body[-1][0] != "label":
+        raise _err(st.line, f"{head} without a label")
+    label = body.pop()[1]
+    if label in fn.protos or label in fn.calltargets:
+        raise _err(st.line, f"{label} is declared twice")
+    a = _Args(st)
+    a.take()
+    if head == ".calltargets":
+        names = []
+        while not a.done():
+            w = a.take()
+            if w != ",":
+                names.append(w)
+        if not names:
+            raise _err(st.line, ".calltargets without a function")
+        fn.calltargets[label] = (names, st.line)
+        return
+    rets = _params(a, st.line) if a.peek() == "(" else []
+    a.take("_")
+    params = _params(a, st.line) if a.peek() == "(" else []
+    while not a.done():
+        w = a.take()
+        if w != ".noreturn":
+            raise _err(st.line, f"unexpected {w!r} in a .callprototype")
+    if len(rets) > 1:
+        raise _err(st.line, ".callprototype with more than one return parameter")
+    fn.protos[label] = (rets, params, st.line)
+
+
 def _body(stmts: list[Statement], i: int, fn: Function) -> int:
     """Read the body starting after its ``{`` at ``stmts[i]``; the index after its ``}``."""
     body: list = []
@@ -429,6 +464,9 @@ def _body(stmts: list[Statement], i: int, fn: Function) -> int:
             if head == ".reg":
                 for extra in _multi_names(w):
                     body.append(Decl(st.line, "reg", d.type, extra, vector=d.vector))
+            continue
+        if head in (".callprototype", ".calltargets"):
+            _call_decl(st, body, fn)
             continue
         if head.startswith("."):
             raise _err(st.line, f"unknown directive {head!r} in the body of {fn.name}")
@@ -517,6 +555,9 @@ def parse(text: str) -> PtxModule:
         raise PtxError(INVALID_PTX, "PTX without a .version directive", 1)
     if not target:
         raise PtxError(INVALID_PTX, "PTX without a .target directive", 1)
+    if any(n in functions and functions[n].body is None for n in ("malloc", "free")):
+        # the device heap malloc/free use (ptxrt.h dev_malloc): top offset 0 = empty
+        gvars.setdefault(HEAP_VAR, GlobalVar(HEAP_VAR, "global", HEAP_BYTES, 16, bytes(8), 0))
     m = PtxModule(version, target, address_size, {}, functions, gvars, text)
     for fn in functions.values():
         if fn.kind == "entry" and fn.body is not None:

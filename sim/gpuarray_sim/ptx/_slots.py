@@ -148,6 +148,8 @@ class SlotCtx(FuncCtx):
             return f"(uint64_t){self.k(tr.shared_offsets[key])}"
         if name in self.eparams:
             return f"(ptx::kParam + {self.k(self.eparams[name])})"
+        if name in tr.fn_addr and name not in self.fparams:
+            return f"(uint64_t){self.k(tr.fn_addr[name])}"
         return super().address_of(name)  # dynamic shared, WARP_SZ, or the error
 
     def address(self, a: Addr) -> str:

@@ -13,7 +13,8 @@
 // writes around the instructions: a function's frame (registers, .local
 // frames in declaration order, zeroed .param arrays), guards, branches (a
 // loop's branch lets the block's other threads run every kSpinEvery-th time,
-// ptx::spin), return, exit and calls of the module's functions, and the
+// ptx::spin), return, exit and calls of the module's functions (direct, or
+// through a register: its address looked up among the prototype's functions), and the
 // entry's thread lifecycle (ptx::begin, ptx::end, the local arena).
 #include <alloca.h>
 
@@ -21,7 +22,7 @@ namespace ptx {
 namespace interp {
 
 typedef void (*Handler)(Thread*, uint64_t*, const uint64_t*, char* const*, char*);
-enum Op : uint32_t { HANDLER = 0, BRA = 1, RET = 2, EXIT = 3, CALL = 4 };
+enum Op : uint32_t { HANDLER = 0, BRA = 1, RET = 2, EXIT = 3, CALL = 4, ICALL = 5 };
 
 // One step (ptx/_interp.py mirrors these layouts).
 struct Step {
@@ -85,10 +86,28 @@ static void run(Thread* T, const Func* funcs, uint32_t fi, char* const* A) {
                 return;
             case EXIT:
                 throw Exit();
-            default: {  // CALL: k = [argument count, offsets of the .param arrays in PB]
+            case CALL: {  // k = [argument count, offsets of the .param arrays in PB]
                 const uint32_t n = (uint32_t)s->k[0];
                 for (uint32_t i = 0; i < n; ++i) av[i] = PB + s->k[1 + i];
                 run(T, funcs, s->target, av);
+                ++s;
+                break;
+            }
+            default: {  // ICALL: target = the address register's slot; k = [argument count,
+                        // .param offsets, number of callees, (address, function index | skip << 32)...]
+                const uint32_t n = (uint32_t)s->k[0];
+                for (uint32_t i = 0; i < n; ++i) av[i] = PB + s->k[1 + i];
+                const uint64_t fp = R[s->target];
+                const uint64_t nc = s->k[1 + n];
+                const uint64_t* c = s->k + 2 + n;
+                uint64_t fi = ~0ull;
+                for (uint64_t j = 0; j < nc; ++j)
+                    if (c[2 * j] == fp) {
+                        fi = c[2 * j + 1];
+                        break;
+                    }
+                if (fi == ~0ull) bad_call(T, fp, s->line);
+                run(T, funcs, (uint32_t)fi, av + (fi >> 32));  // >> 32: result arrays skipped
                 ++s;
                 break;
             }

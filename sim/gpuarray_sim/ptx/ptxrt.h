@@ -71,6 +71,9 @@ namespace ptx {
 const uint64_t kShared = 0x0001000000000000ull;
 const uint64_t kLocal = 0x0002000000000000ull;
 const uint64_t kParam = 0x0003000000000000ull;
+// Function addresses (mov.u64 %rd, f): kFunc + 16 * (i + 1) for the module's i-th function
+// (ptx/_info.py, FUNC_BASE); no access window holds them.
+const uint64_t kFunc = 0x0004000000000000ull;
 
 // One access into a grant's mapped slack (ptx/_run.py mirrors it).
 struct OobAccess {
@@ -165,6 +168,50 @@ static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer 
     t->rt->line = line;
     t->rt->fault(t->rt, code, a, size, write);
     throw Trap("unreachable");
+}
+
+// An indirect call of an address that is no function of the call's prototype: the GPU
+// would jump to a program counter holding no such code, CUDA_ERROR_INVALID_PC (718).
+[[noreturn]] inline void bad_call(Thread* t, uint64_t a, uint32_t line) {
+    fault(t, 718, a, 0, 0, line);
+}
+
+// The heap's header (its first 8 bytes): found among the launch's grants but not widened
+// into the race detector's intervals -- the allocator's own bookkeeping is atomic, and
+// kernels of two streams that both malloc do not race (as on a GPU).
+inline uint64_t* heap_top(Thread* t, uint64_t heap, uint32_t line) {
+    const ga_host_rt* rt = t->rt;
+    for (int i = 0; i < rt->ngrants; ++i) {
+        const ga_host_grant& g = rt->grants[i];
+        if (g.base == heap && g.size >= 8 && g.writable && !(heap & 7))
+            return reinterpret_cast<uint64_t*>(g.host);
+    }
+    fault(t, 700, heap, 8, 1, line);
+}
+
+// CUDA's device-side malloc/free on the module's heap (ptx/_ast.py HEAP_VAR, HEAP_BYTES):
+// its first 8 bytes are the offset of the next free byte (0: empty; blocks start at 64),
+// advanced atomically; blocks are 16-byte aligned; an exhausted heap returns NULL, as
+// CUDA's does.  Freed blocks are not reused.
+const uint64_t kHeapBytes = 8ull << 20;
+inline uint64_t dev_malloc(Thread* t, uint64_t heap, uint64_t size, uint32_t line) {
+    if (size == 0) return 0;
+    uint64_t* top = heap_top(t, heap, line);
+    const uint64_t n = (size + 15) & ~15ull;
+    if (n < size) return 0;
+    uint64_t cur = __atomic_load_n(top, __ATOMIC_RELAXED);
+    for (;;) {
+        const uint64_t start = cur ? cur : 64;
+        if (start > kHeapBytes || n > kHeapBytes - start) return 0;
+        if (__atomic_compare_exchange_n(top, &cur, start + n, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED))
+            return heap + start;
+    }
+}
+inline void dev_free(Thread* t, uint64_t heap, uint64_t p, uint32_t line) {
+    if (p == 0) return;
+    if (p < heap + 64 || p >= heap + kHeapBytes || (p & 15))
+        trap(t, line, "free of a pointer malloc did not return");
 }
 
 // Widen the read (write = 0) or written interval r of a grant by [off, off + size).

@@ -18,7 +18,9 @@ to both sides, so both launch exactly the same bytes):
 ``rules:<case>``  issue 44's rules, written here: disjoint-mask shuffles, a read past
                   an allocation's end inside its granularity, bit-size ld/st of wider
                   float registers, mbarrier objects (sim/tests/ptx/fixtures/
-                  mbarrier_rules.ptx), and loads ptxas refuses (both sides must refuse).
+                  mbarrier_rules.ptx), indirect calls through a stored function address
+                  (fixtures/indirect_call.ptx), and loads ptxas refuses (both sides must
+                  refuse).
 
 A :class:`Program` holds the PTX text, its buffers (initial contents; those
 marked ``out`` are compared) and a function from the buffers' device
@@ -379,6 +381,16 @@ def rules_programs(wanted: Callable[[str], bool]) -> list[Program]:
             lambda p: [("rounds", (1, 1, 1), (threads, 1, 1), 0,
                         [_u64(p[0]), ctypes.c_uint32(rounds)]),
                        ("single", (1, 1, 1), (1, 1, 1), 0, [_u64(p[1])])]))
+    if wanted("rules:indirect_call"):
+        # indirect calls (sim/tests/ptx/fixtures/indirect_call.ptx): 64 threads call twice or
+        # plus through an address chosen by a selector, stored in and loaded from global
+        # memory (the addresses themselves differ between the two sides: not compared)
+        sel = (np.arange(64, dtype=np.uint32) * 2654435761 >> 7 & 1).astype(np.uint32)
+        out.append(Program(
+            "rules:indirect_call", (FIXTURES / "indirect_call.ptx").read_text(encoding="utf-8"),
+            [Buf(np.zeros(64, np.uint32), out=True), Buf(sel), Buf(np.zeros(64, np.uint64))],
+            lambda p: [("pick", (1, 1, 1), (64, 1, 1), 0,
+                        [_u64(p[0]), _u64(p[1]), _u64(p[2])])]))
     for name, body in REFUSED_RULES.items():
         if wanted("rules:" + name):
             text = (_RULES_HEAD + ".visible .entry k(.param .u64 p)\n{\n  .reg .b64 %a<1>; "
