@@ -9,9 +9,7 @@ Usage (in ``.venv-peers``: numba-cuda 0.30.4 and gpuarray installed;
 What runs: the modules of :data:`SELECTION` -- a CI-sized choice of the
 suite, kernels that use warp shuffles, votes and matches, shared (static and
 dynamic), local and constant memory, barriers, reductions, recursion,
-cooperative launches with grid.sync, a whole program (Black-Scholes), arrays numba-cuda's
-runtime (NRT) allocates with device malloc and frees through an indirect call to their
-destructor (test_array_reductions, test_array_methods) -- under ``python -m gpuarray standin --``, with numba-cuda's
+cooperative launches with grid.sync, a whole program (Black-Scholes) -- under ``python -m gpuarray standin --``, with numba-cuda's
 pytest settings and conftest plugin (``sim/tools/numba_driver``) and a per-test
 time limit (``timeout_plugin.py``: ``--per-test-timeout``, 120 s here).  The
 simulator executes the PTX numba-cuda compiles (nvJitLink is hidden under the
@@ -41,12 +39,12 @@ driver_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(driver_run)
 
 PACKAGE = "numba.cuda.tests.cudapy"
-#: The modules CI runs (about 60 s on 2 workers, 35 s of it the NRT array modules; test_laplace, test_matmul and the
+#: The modules CI runs (about 40 s on 2 workers; test_laplace, test_matmul and the
 #: subprocess-heavy test_print take 80, 37 and 60 s more, so they run with --whole only).
 SELECTION = tuple(f"{PACKAGE}.{m}" for m in (
     "test_warp_ops", "test_sm", "test_sync", "test_localmem", "test_constmem",
     "test_reduction", "test_blackscholes", "test_idiv", "test_recursion", "test_freevar",
-    "test_globals", "test_cooperative_groups", "test_array_reductions", "test_array_methods",
+    "test_globals", "test_cooperative_groups",
 ))
 #: "::Class::test" (numba's module paths are not in the report) -> the kernel it needs
 #: executed that the simulator cannot execute.
