@@ -134,7 +134,22 @@ struct Fault {
     unsigned int line;        // the PTX line (kernels translated from PTX), else 0
 };
 
+// What the workers of one launch share (one worker: the calling thread alone).
+struct Shared {
+    Slot* all;                     // every slot of the launch; a worker's are a range of them
+    unsigned long long nblocks;
+    unsigned long long next;       // the next block to admit (atomic)
+    int claimed;                   // a fault is being recorded (atomic: the first one wins)
+    int aborted;                   // the launch ended (atomic): every worker stops
+    unsigned long long moves;      // rounds that moved, over all workers (atomic)
+    unsigned int running;          // workers not finished (under lock)
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    Fault fault;
+};
+
 struct Launch {
+    Shared* sh;
     ga_host_rt rt;  // what every block's record starts from
     ga_entry entry;
     // upgrade[0] is set (once, by another thread) to an entry that runs the
@@ -154,7 +169,7 @@ struct Launch {
     bool in_fiber;  // a fiber runs (the signal handler's test)
     bool aborted;
     double spin_limit;  // seconds of spinning without progress (GPUARRAY_SIM_LAUNCH_TIMEOUT)
-    Fault fault;
+    unsigned int workers;  // of the launch
 };
 
 const size_t kStack = 128 << 10;
@@ -320,12 +335,19 @@ bool ensure_altstack() {
     return true;
 }
 
-void record(Launch* l, int code, Space space, unsigned long long addr, unsigned long long size,
+// Ends the launch with this fault unless it already ended: true when this
+// one is the launch's (the first claimed; with several workers, which of two
+// faults of different blocks at the same time is first may vary).
+bool record(Launch* l, int code, Space space, unsigned long long addr, unsigned long long size,
             int write, unsigned long long extent) {
-    if (l->aborted) return;
+    if (l->aborted) return false;
     l->aborted = true;
+    int unclaimed = 0;
+    if (!__atomic_compare_exchange_n(&l->sh->claimed, &unclaimed, 1, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return false;  // another worker's fault ended the launch first
     const ga_host_rt& rt = l->cur_slot != nullptr ? l->cur_slot->rt : l->rt;
-    Fault& ft = l->fault;
+    Fault& ft = l->sh->fault;
     ft.code = code;
     ft.space = space;
     ft.write = write;
@@ -339,6 +361,14 @@ void record(Launch* l, int code, Space space, unsigned long long addr, unsigned 
     ft.thread[1] = rt.thread_idx.y;
     ft.thread[2] = rt.thread_idx.z;
     ft.line = rt.line;
+    __atomic_store_n(&l->sh->aborted, 1, __ATOMIC_RELEASE);
+    return true;
+}
+
+// The launch ended: by a fault of this worker, or of another (seen here).
+bool stopped(Launch* l) {
+    if (!l->aborted && __atomic_load_n(&l->sh->aborted, __ATOMIC_ACQUIRE)) l->aborted = true;
+    return l->aborted;
 }
 
 void on_fault(int sig, siginfo_t* info, void* uctx) {
@@ -408,19 +438,19 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
             thread_of(l, s->next++, &f->tid);
             s->rt.thread_idx = f->tid;
             f->state = RUNNING;
-            const char* what = nullptr;
+            bool thrown = false;
+            char* what = l->sh->fault.what;
             try {
                 s->entry(&s->rt, l->params);
             } catch (const std::exception& e) {  // left normally: the exception is freed
-                record(l, 719, EXCEPTION, 0, 0, 0, 0);
-                strncpy(l->fault.what, e.what(), sizeof l->fault.what - 1);
-                what = l->fault.what;
+                if (record(l, 719, EXCEPTION, 0, 0, 0, 0)) strncpy(what, e.what(), 127);
+                thrown = true;
             } catch (...) {
-                record(l, 719, EXCEPTION, 0, 0, 0, 0);
-                strncpy(l->fault.what, "(not a std::exception)", sizeof l->fault.what - 1);
-                what = l->fault.what;
+                if (record(l, 719, EXCEPTION, 0, 0, 0, 0))
+                    strncpy(what, "(not a std::exception)", 127);
+                thrown = true;
             }
-            if (what != nullptr) end_thread(l);
+            if (thrown) end_thread(l);
         }
         f->state = DONE;
         if (!_setjmp(f->jb)) _longjmp(l->sched, 1);  // park until the next block
@@ -521,7 +551,7 @@ void settle(Launch* l, Fiber* f) {
 // its threads, each up to its first wait.  False when the launch ended.
 bool admit(Launch* l, Slot* s, unsigned long long b) {
     const ga_uint3& g = l->rt.grid_dim;
-    const unsigned int slot = (unsigned int)(s - l->slots);
+    const unsigned int slot = (unsigned int)(s - l->sh->all);  // unique over the workers
     const unsigned long long progress = s->rt.progress;
     s->rt = l->rt;
     s->rt.slot = slot;
@@ -532,14 +562,15 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
         const unsigned long long e = __atomic_load_n(l->upgrade, __ATOMIC_ACQUIRE);
         if (e != 0) {
             l->entry = reinterpret_cast<ga_entry>(e);
-            ++l->upgrade[1];  // only this thread writes it
+            __atomic_fetch_add(&l->upgrade[1], 1, __ATOMIC_RELAXED);  // workers count together
         }
     }
     s->entry = l->entry;
     s->next = 0;
     s->waiting = nullptr;
     s->tail = &s->waiting;
-    if (slot + 1 > l->used) l->used = slot + 1;
+    const unsigned int mine = (unsigned int)(s - l->slots);
+    if (mine + 1 > l->used) l->used = mine + 1;
     while (s->next < l->nthreads) {
         Fiber* f = take_fiber(l);
         if (f == nullptr) {
@@ -549,7 +580,7 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
         }
         f->slot = s;
         enter(l, f);
-        if (l->aborted) return false;
+        if (stopped(l)) return false;
         settle(l, f);
     }
     return true;
@@ -584,14 +615,21 @@ bool run_grid(Launch* l, bool cooperative) {
     unsigned int nlive = 0, nfree = l->nslots;
     for (unsigned int i = 0; i < l->nslots; ++i) free_slots[i] = &l->slots[l->nslots - 1 - i];
     unsigned int width = 1;  // blocks resident at once (a cooperative grid's: see above)
-    unsigned long long next_block = 0;
-    bool ok = true;
+    Shared* sh = l->sh;
+    bool ok = true, more = true;  // more: blocks may be left to admit
     double spin_since = -1;  // when rounds of spinning without progress began
     while (ok) {
         bool moved = false;  // a thread passed a __syncthreads, finished, or a block started
-        while (ok && nlive < width && next_block < nblocks) {
+        const unsigned long long seen = __atomic_load_n(&sh->moves, __ATOMIC_RELAXED);
+        while (ok && nlive < width && more) {
+            // the next block of the grid: in order with one worker; several take turns
+            const unsigned long long b = __atomic_fetch_add(&sh->next, 1, __ATOMIC_RELAXED);
+            if (b >= nblocks) {
+                more = false;
+                break;
+            }
             Slot* s = free_slots[--nfree];
-            ok = admit(l, s, next_block++);
+            ok = admit(l, s, b);
             if (s->waiting == nullptr) {
                 free_slots[nfree++] = s;  // every thread ran to its end
             } else {
@@ -616,7 +654,7 @@ bool run_grid(Launch* l, bool cooperative) {
                 w->yielded = false;
                 enter(l, w);
                 moved = moved || w->state == DONE;
-                if (l->aborted) {
+                if (stopped(l)) {
                     ok = false;
                     break;
                 }
@@ -635,19 +673,29 @@ bool run_grid(Launch* l, bool cooperative) {
                 moved = true;
             }
         }
-        if (!ok) break;
+        if (!ok || stopped(l)) {
+            ok = false;
+            break;
+        }
         nlive = kept;
         if (nlive == 0 || moved || progress_of(l) != before) {
+            if (l->workers > 1) __atomic_fetch_add(&sh->moves, 1, __ATOMIC_RELAXED);
             spin_since = -1;
             continue;
         }
-        if (cooperative && width < l->nslots && next_block < nblocks) {
+        more = more && __atomic_load_n(&sh->next, __ATOMIC_RELAXED) < nblocks;
+        if (cooperative && width < l->nslots && more) {
             width = l->nslots;  // waits nothing resident ends: the whole grid is resident
             spin_since = -1;
-        } else if (spun && width < l->nslots && next_block < nblocks) {
+        } else if (spun && width < l->nslots && more) {
             ++width;  // the resident blocks only spin: another block may end the wait
             spin_since = -1;
+        } else if (spun && __atomic_load_n(&sh->moves, __ATOMIC_RELAXED) != seen) {
+            // another worker's blocks moved: one of them may end the wait
+            spin_since = -1;
+            sched_yield();
         } else if (spun) {
+            if (l->workers > 1) sched_yield();  // the core to the workers that may end the wait
             // threads only spun: no deadlock yet, a timeout once it lasts
             const double t = now_s();
             if (spin_since < 0) {
@@ -675,11 +723,131 @@ bool run_grid(Launch* l, bool cooperative) {
     return ok;
 }
 
-int launch(ga_entry entry, const void* params, const unsigned int* grid,
+// ------------------------------------------------------------------ workers
+// Helper threads, made on demand and kept for the process: a launch with
+// several workers takes idle ones (fewer, or none, when another launch holds
+// them) and runs the rest itself.  Each runs its share of the grid with its
+// own fibers, slots and launch record (run_worker); none ever runs Python.
+struct Helper {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    Launch* job;  // what to run next (null: nothing)
+    bool taken;   // given to a launch (under pool_lock)
+};
+const unsigned int kMaxHelpers = 63;
+Helper helpers[kMaxHelpers];
+unsigned int nhelpers = 0;
+pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// A child of fork() has none of the parent's threads: it makes its own.
+void forget_helpers() {
+    nhelpers = 0;
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pool_lock = fresh;
+}
+
+// A worker's share of the launch, on the calling thread.
+void run_share(Launch* l, bool cooperative) {
+    Launch* prior = cur_launch;
+    cur_launch = l;
+    if (!ensure_altstack()) record(l, 2, GLOBAL, 0, 0, 0, 0);  // no memory for the signal stack
+    else run_grid(l, cooperative);
+    cur_launch = prior;
+    fibers.trim();
+}
+
+// This worker is done: the last one lets the launch end.
+void finish(Shared* sh) {
+    pthread_mutex_lock(&sh->lock);
+    if (--sh->running == 0) pthread_cond_signal(&sh->done);
+    pthread_mutex_unlock(&sh->lock);  // the launch may end now: nothing of it is touched after
+}
+
+void* helper_main(void* arg) {
+    Helper* h = static_cast<Helper*>(arg);
+    for (;;) {
+        pthread_mutex_lock(&h->m);
+        while (h->job == nullptr) pthread_cond_wait(&h->cv, &h->m);
+        Launch* l = h->job;
+        pthread_mutex_unlock(&h->m);
+        run_share(l, false);
+        Shared* sh = l->sh;
+        pthread_mutex_lock(&h->m);
+        h->job = nullptr;
+        pthread_mutex_unlock(&h->m);
+        pthread_mutex_lock(&pool_lock);
+        h->taken = false;  // idle before the launch ends: its caller's next launch finds it
+        pthread_mutex_unlock(&pool_lock);
+        finish(sh);
+    }
+    return nullptr;
+}
+
+// Up to `want` idle helpers, marked taken, into `out`; how many.
+unsigned int take_helpers(unsigned int want, Helper** out) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, forget_helpers); });
+    unsigned int n = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (unsigned int i = 0; i < nhelpers && n < want; ++i) {
+        pthread_mutex_lock(&helpers[i].m);
+        const bool idle = !helpers[i].taken && helpers[i].job == nullptr;
+        pthread_mutex_unlock(&helpers[i].m);
+        if (idle) {
+            helpers[i].taken = true;
+            out[n++] = &helpers[i];
+        }
+    }
+    while (n < want && nhelpers < kMaxHelpers) {
+        Helper* h = &helpers[nhelpers];
+        pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+        pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+        h->m = m;
+        h->cv = cv;
+        h->job = nullptr;
+        h->taken = true;
+        // only the faults of the code it runs reach a helper, no signal meant for the process
+        sigset_t all, old;
+        sigfillset(&all);
+        sigdelset(&all, SIGSEGV);
+        sigdelset(&all, SIGBUS);
+        sigdelset(&all, SIGFPE);
+        sigdelset(&all, SIGILL);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int err = pthread_create(&th, &attr, helper_main, h);
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        if (err != 0) break;
+        ++nhelpers;
+        out[n++] = h;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return n;
+}
+
+void give(Helper* h, Launch* l) {
+    pthread_mutex_lock(&h->m);
+    h->job = l;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->m);
+}
+
+// One launch: `workers` share the grid (the calling thread is the first),
+// each with slots of its own (the launch's split among them) and its launch
+// record params + w * stride.
+int launch(ga_entry entry, const char* params, unsigned long long stride, const unsigned int* grid,
            const unsigned int* block, const ga_host_grant* grants, int ngrants,
-           unsigned int nslots, int cooperative, unsigned long long* upgrade, Fault* out) {
+           unsigned int nslots, int cooperative, unsigned long long* upgrade, unsigned int workers,
+           unsigned int* used, Fault* out) {
+    Shared sh;
+    memset(&sh, 0, sizeof sh);
     Launch l;
     memset(&l, 0, sizeof l);
+    l.sh = &sh;
     l.entry = entry;
     l.upgrade = upgrade;
     l.params = params;
@@ -696,31 +864,70 @@ int launch(ga_entry entry, const void* params, const unsigned int* grid,
     l.spin_limit = limit != nullptr && atof(limit) > 0 ? atof(limit) : 30.0;
     l.rt.nthreads = l.nthreads;
     const unsigned long long nblocks = (unsigned long long)grid[0] * grid[1] * grid[2];
-    l.nslots = nslots == 0 ? 1 : nslots;
-    if (l.nslots > nblocks) l.nslots = (unsigned int)nblocks;
+    sh.nblocks = nblocks;
+    unsigned int total = nslots == 0 ? 1 : nslots;
+    if (total > nblocks) total = (unsigned int)nblocks;
     if (cooperative && nblocks > nslots) {  // the caller refuses such a launch first
         out->code = 720;
         return 720;
     }
+    // a cooperative grid's blocks wait for each other at grid.sync: one worker holds them all
+    if (cooperative || workers == 0) workers = 1;
+    if (workers > total) workers = total;  // each worker needs a slot of its own
+    if (workers > kMaxHelpers + 1) workers = kMaxHelpers + 1;
     if (!ensure_altstack()) {
-        *out = l.fault;
         out->code = 2;  // no memory for the signal stack
         return 2;
     }
-    l.slots = static_cast<Slot*>(calloc(l.nslots, sizeof(Slot)));
-    if (l.slots == nullptr) {
+    sh.all = static_cast<Slot*>(calloc(total, sizeof(Slot)));
+    if (sh.all == nullptr) {
         out->code = 2;
         return 2;
     }
     install_handlers();
-    Launch* prior = cur_launch;
-    cur_launch = &l;
+    Helper* taken[kMaxHelpers];
+    const unsigned int nhelp = workers > 1 ? take_helpers(workers - 1, taken) : 0;
+    workers = nhelp + 1;
+    *used = workers;
+    Launch* ls = static_cast<Launch*>(calloc(workers, sizeof(Launch)));
+    if (ls == nullptr) {
+        for (unsigned int i = 0; i < nhelp; ++i) {
+            pthread_mutex_lock(&pool_lock);
+            taken[i]->taken = false;
+            pthread_mutex_unlock(&pool_lock);
+        }
+        free(sh.all);
+        out->code = 2;
+        return 2;
+    }
+    pthread_mutex_init(&sh.lock, nullptr);
+    pthread_cond_init(&sh.done, nullptr);
+    sh.running = workers;
+    unsigned int first = 0;
+    for (unsigned int w = 0; w < workers; ++w) {
+        ls[w] = l;
+        ls[w].workers = workers;
+        ls[w].params = params + w * stride;
+        ls[w].slots = sh.all + first;
+        ls[w].nslots = total / workers + (w < total % workers ? 1 : 0);
+        first += ls[w].nslots;
+    }
+    for (unsigned int i = 0; i < nhelp; ++i) give(taken[i], &ls[i + 1]);
+    run_share(&ls[0], cooperative != 0);
+    finish(&sh);
+    pthread_mutex_lock(&sh.lock);
+    while (sh.running != 0) pthread_cond_wait(&sh.done, &sh.lock);
+    pthread_mutex_unlock(&sh.lock);
+    pthread_cond_destroy(&sh.done);
+    pthread_mutex_destroy(&sh.lock);
+    free(ls);
+    free(sh.all);
     int rc = 0;
-    if (!run_grid(&l, cooperative != 0)) rc = l.fault.code ? l.fault.code : 700;
-    cur_launch = prior;
-    free(l.slots);
-    fibers.trim();
-    if (rc) *out = l.fault;
+    if (sh.aborted) {
+        rc = sh.fault.code ? sh.fault.code : 700;
+        *out = sh.fault;
+        out->code = rc;
+    }
     return rc;
 }
 
@@ -734,16 +941,22 @@ GA_HOST_EXPORT int ga_hostrt_abi() { return GA_HOST_ABI; }
 // when `cooperative`: the grid must fit); `upgrade` (or null): two words,
 // where another thread may publish a faster entry of the same kernel for
 // the blocks not yet started, and the count of blocks that ran it.
+// `workers` host threads run the blocks (the caller and helpers: see
+// launch()), worker w with the record params + w * stride (stride 0: one
+// record, read only); *used says how many did.
 // Returns 0, or the fault's CUDA error code (700, 716, 714: stack overflow,
 // 719: a C++ exception; 2: no memory for fiber stacks) with its details in
 // *out.  Nothing is thrown across this boundary.
-GA_HOST_EXPORT int ga_hostrt_launch(ga_entry entry, const void* params, const unsigned int* grid,
+GA_HOST_EXPORT int ga_hostrt_launch(ga_entry entry, const void* params,
+                                    unsigned long long stride, const unsigned int* grid,
                                     const unsigned int* block, const ga_host_grant* grants,
                                     int ngrants, unsigned int slots, int cooperative,
-                                    unsigned long long* upgrade, Fault* out) {
+                                    unsigned long long* upgrade, unsigned int workers,
+                                    unsigned int* used, Fault* out) {
+    *used = 1;
     try {
-        return launch(entry, params, grid, block, grants, ngrants, slots, cooperative, upgrade,
-                      out);
+        return launch(entry, static_cast<const char*>(params), stride, grid, block, grants,
+                      ngrants, slots, cooperative, upgrade, workers, used, out);
     } catch (const std::bad_alloc&) {
         memset(out, 0, sizeof *out);
         out->code = 2;
