@@ -146,6 +146,11 @@ struct Shared {
     pthread_mutex_t lock;
     pthread_cond_t done;
     Fault fault;
+    // The spinning thread a launch timeout names (under lock): of the
+    // workers' spinners since `moves` last changed, the lowest block's, so
+    // several workers name the one that one worker would (its first).
+    unsigned long long spin_epoch, spin_key;  // spin_key 0: none; else 1 + block, thread
+    unsigned int spin_block[3], spin_thread[3], spin_line;
 };
 
 struct Launch {
@@ -598,6 +603,40 @@ double now_s() {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// Several workers: `f` (of this worker's round that only spun, in the
+// `moves` epoch `epoch`) for the thread a launch timeout names.
+void offer_spinner(Launch* l, const Fiber* f, unsigned long long epoch) {
+    Shared* sh = l->sh;
+    const ga_host_rt& rt = f->slot->rt;
+    const ga_uint3& g = l->rt.grid_dim;
+    const unsigned long long block = rt.block_idx.x + (unsigned long long)g.x *
+                                     (rt.block_idx.y + (unsigned long long)g.y * rt.block_idx.z);
+    const ga_uint3& d = l->rt.block_dim;
+    const unsigned long long key = ((1 + block) << 11) + f->tid.x + d.x * (f->tid.y + d.y * f->tid.z);
+    pthread_mutex_lock(&sh->lock);
+    if (sh->spin_epoch != epoch || sh->spin_key == 0 || key < sh->spin_key) {
+        sh->spin_epoch = epoch;
+        sh->spin_key = key;
+        sh->spin_block[0] = rt.block_idx.x, sh->spin_block[1] = rt.block_idx.y;
+        sh->spin_block[2] = rt.block_idx.z;
+        sh->spin_thread[0] = f->tid.x, sh->spin_thread[1] = f->tid.y, sh->spin_thread[2] = f->tid.z;
+        sh->spin_line = f->line;
+    }
+    pthread_mutex_unlock(&sh->lock);
+}
+
+// The launch timeout this worker recorded names the lowest spinner offered.
+void name_spinner(Launch* l, unsigned long long epoch) {
+    Shared* sh = l->sh;
+    pthread_mutex_lock(&sh->lock);
+    if (sh->spin_key != 0 && sh->spin_epoch == epoch) {
+        memcpy(sh->fault.block, sh->spin_block, sizeof sh->fault.block);
+        memcpy(sh->fault.thread, sh->spin_thread, sizeof sh->fault.thread);
+        sh->fault.line = sh->spin_line;
+    }
+    pthread_mutex_unlock(&sh->lock);
+}
+
 // Runs every block of the grid.  `live` holds the resident blocks' slots in
 // admission order, `free_slots` the others.  Returns false when the launch
 // ended (fault) or a fiber could not be made.
@@ -695,8 +734,11 @@ bool run_grid(Launch* l, bool cooperative) {
             spin_since = -1;
             sched_yield();
         } else if (spun) {
-            if (l->workers > 1) sched_yield();  // the core to the workers that may end the wait
             // threads only spun: no deadlock yet, a timeout once it lasts
+            if (l->workers > 1) {
+                sched_yield();  // the core to the workers that may end the wait
+                offer_spinner(l, spinner, seen);
+            }
             const double t = now_s();
             if (spin_since < 0) {
                 spin_since = t;
@@ -704,7 +746,9 @@ bool run_grid(Launch* l, bool cooperative) {
                 l->cur_slot = spinner->slot;
                 spinner->slot->rt.thread_idx = spinner->tid;
                 spinner->slot->rt.line = spinner->line;
-                record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(t - spin_since));
+                if (record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(t - spin_since)) &&
+                    l->workers > 1)
+                    name_spinner(l, seen);
                 ok = false;
             }
         } else {
