@@ -239,3 +239,19 @@ def test_workers_setting_is_checked(monkeypatch):
     assert _hostrt.workers_for(2, 1024, cooperative=True) == 1
     assert _hostrt.workers_for(1, 1024) == 1
     assert _hostrt.workers_for(4, 32) == 1  # fewer threads than a hand-off is worth
+
+
+def test_memory_model_qualifiers_translate_to_atomic_accesses_of_their_order():
+    """A flag's ld.volatile / ld.acquire is an atomic load (never kept in a register across a
+    spin), a st.release an atomic store; shared, local and plain accesses stay plain."""
+    from gpuarray_sim.ptx import _emit, _parse
+
+    src = FLAG_FROM_LAST_BLOCK.replace("ld.volatile.global.u32 %r9", "ld.acquire.gpu.global.u32 %r9"
+                                       ).replace("st.volatile.global.u32 [%rd4]",
+                                                 "st.release.gpu.global.u32 [%rd4]")
+    cpp = _emit.translate(_parse.parse(src)).source
+    assert cpp.count("ptx::load_at<uint32_t, __ATOMIC_RELAXED>") == 1  # the spin's ld.volatile
+    assert cpp.count("ptx::load_at<uint32_t, __ATOMIC_ACQUIRE>") == 1
+    assert cpp.count("ptx::store_at<uint32_t, __ATOMIC_RELEASE>") == 1
+    assert cpp.count("ptx::store_at<uint32_t, __ATOMIC_RELAXED>") == 1  # st.volatile [%rd5+4]
+    assert cpp.count("ptx::store<uint32_t>") == 2  # the plain st.global of `seen` and of out[0]
