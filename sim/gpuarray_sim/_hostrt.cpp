@@ -2,9 +2,11 @@
 // of kernels/ compiled for the CPU (see sim/gpuarray_sim/kernels/ga_host.cuh for the contract).
 //
 // One concern: execution.  Every thread of every block runs, on the calling
-// OS thread (the simulator's stream worker).  Blocks are resident in slots
-// (the launch's `slots`, at most as many as the simulated device holds at
-// once): one block at a time while its threads make progress -- each block
+// OS thread (the simulator's stream worker) and, for a launch given several
+// `workers`, on helper threads too (see Workers below).  Blocks are resident
+// in slots (the launch's `slots`, at most as many as the simulated device
+// holds at once; a worker's are its share of them): one block at a time per
+// worker while its threads make progress -- each block
 // runs to its end before the next starts, as before -- and more at once when
 // they are needed.  A cooperative launch (`cooperative`) has every block of
 // the grid resident: its blocks, too, start one at a time, and the first
@@ -19,8 +21,22 @@
 // block that waits for a flag a later block sets completes as it does on a
 // GPU when the blocks fit.  Rounds visit the resident blocks in admission
 // order and admission happens only at the end of a round with no progress,
-// so a launch runs the same way every time (deterministic replay: nothing
-// depends on time but the spin timeout).
+// so a launch on one worker runs the same way every time (deterministic
+// replay: nothing depends on time but the spin timeout).
+//
+// Workers: a launch's blocks go, in order, to whichever worker asks next
+// (one atomic counter); each runs them as above with fibers, slots and a
+// launch record (params + w * stride) of its own, so what a PTX launch
+// widens per access (touched intervals, the last grant) is never shared.
+// Shared per launch (Shared): the block counter, the fault -- the first one
+// claimed is the launch's, every worker stops at its next check (stopped()),
+// with several workers which of two simultaneous faults wins may vary --,
+// and `moves`, rounds that made progress anywhere: a worker whose blocks
+// only spin times out (702) only when no worker moved for the limit, naming
+// the lowest block's spinner as one worker would; a deadlock at a barrier is
+// a block's own (cooperative launches, whose blocks wait for each other at
+// grid.sync, get one worker).  Helper threads are made on first use and
+// kept; a launch takes the idle ones and runs its share itself.
 // The threads of a block are cooperative fibers switched only at
 // __syncthreads: a fiber runs threads one after the other until one waits at
 // a barrier, then the next fiber starts the next thread; once every thread
@@ -81,47 +97,21 @@
 #include <exception>
 #include <new>
 
+#include "_hostrt_fibers.h"
+#include "_hostrt_pool.h"
 #include "ga_hostrt.h"
 
 
 namespace {
 
-typedef void (*ga_entry)(ga_host_rt*, const void*);
+using namespace ga_fiber;
 
-enum State { RUNNING, WAITING, DONE, ABORTED };
 enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3, DEADLOCK = 4, SPIN = 5 };
 
 // rt.line's top bit at a yield: the thread spins in a loop (ptx::spin), it
 // waits for no barrier.
 const unsigned int kSpinBit = 0x80000000u;
 
-struct Fiber {
-    ucontext_t ctx;  // first entry only
-    jmp_buf jb;      // where the fiber continues
-    char* stack;     // lowest usable byte
-    size_t size;
-    char* map;       // the mapping: guard, stack, this record
-    size_t map_size;
-    ga_uint3 tid;
-    State state;
-    bool fresh;      // not started (or abandoned, or moved threads): enter through ctx
-    bool yielded;    // waits through rt.yield (PTX): may wait again when resumed
-    bool spun;       // that yield was in a loop (kSpinBit), not at a barrier
-    unsigned int line;  // the PTX line it yielded at
-    struct Slot* slot;  // the resident block whose threads it runs
-    Fiber* next;     // in a thread's list or the free list
-    Fiber* wnext;    // in a waiting list or the launch's idle list
-};
-
-// A resident block: its own launch record (block_idx, thread_idx, progress,
-// slot), the next of its threads to start and its waiting fibers.
-struct Slot {
-    ga_host_rt rt;
-    ga_entry entry;  // what its threads run (the launch's, or the upgrade's from admission on)
-    unsigned int next;
-    Fiber* waiting;
-    Fiber** tail;
-};
 
 struct Fault {
     int code;
@@ -138,10 +128,11 @@ struct Fault {
 struct Shared {
     Slot* all;                     // every slot of the launch; a worker's are a range of them
     unsigned long long nblocks;
-    unsigned long long next;       // the next block to admit (atomic)
-    int claimed;                   // a fault is being recorded (atomic: the first one wins)
+    // the counters workers write on lines of their own, apart from what each reads per thread
+    alignas(64) unsigned long long next;  // the next block to admit (atomic)
+    alignas(64) unsigned long long moves; // rounds that moved, over all workers (atomic)
+    alignas(64) int claimed;       // a fault is being recorded (atomic: the first one wins)
     int aborted;                   // the launch ended (atomic): every worker stops
-    unsigned long long moves;      // rounds that moved, over all workers (atomic)
     unsigned int running;          // workers not finished (under lock)
     pthread_mutex_t lock;
     pthread_cond_t done;
@@ -153,7 +144,8 @@ struct Shared {
     unsigned int spin_block[3], spin_thread[3], spin_line;
 };
 
-struct Launch {
+// Aligned to a cache line: the workers' records lie side by side, each written per fiber switch.
+struct alignas(64) Launch {
     Shared* sh;
     ga_host_rt rt;  // what every block's record starts from
     ga_entry entry;
@@ -175,116 +167,6 @@ struct Launch {
     bool aborted;
     double spin_limit;  // seconds of spinning without progress (GPUARRAY_SIM_LAUNCH_TIMEOUT)
     unsigned int workers;  // of the launch
-};
-
-const size_t kStack = 128 << 10;
-const size_t kGuard = 64 << 10;   // beyond any probe interval of -fstack-clash-protection
-const size_t kKeepPerThread = 64; // fibers a thread keeps between launches
-const size_t kMaxFree = 256;      // fibers kept process-wide for other threads
-
-size_t page_size() {
-    static const size_t p = (size_t)sysconf(_SC_PAGESIZE);
-    return p;
-}
-
-// ------------------------------------------------------------ fiber stacks
-pthread_mutex_t free_lock = PTHREAD_MUTEX_INITIALIZER;
-Fiber* free_head = nullptr;
-size_t free_count = 0;
-
-void unmap(Fiber* f) { munmap(f->map, f->map_size); }
-
-Fiber* map_fiber() {
-    const size_t rec = (sizeof(Fiber) + 63) & ~(size_t)63;
-    const size_t total = (kGuard + kStack + rec + page_size() - 1) & ~(page_size() - 1);
-    void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (m == MAP_FAILED) return nullptr;
-    if (mprotect(m, kGuard, PROT_NONE) != 0) {  // stacks grow down: overflow hits the guard
-        munmap(m, total);
-        return nullptr;
-    }
-    char* base = static_cast<char*>(m);
-    Fiber* f = new (base + total - rec) Fiber();
-    f->map = base;
-    f->map_size = total;
-    f->stack = base + kGuard;
-    f->size = total - rec - kGuard;
-    return f;
-}
-
-// Gives the fibers of the list `head` to the free list (entered afresh by
-// whoever takes them), unmapping those beyond kMaxFree.
-void release(Fiber* head) {
-    Fiber* drop = nullptr;
-    pthread_mutex_lock(&free_lock);
-    while (head != nullptr) {
-        Fiber* f = head;
-        head = f->next;
-        if (free_count < kMaxFree) {
-            f->fresh = true;
-            f->next = free_head;
-            free_head = f;
-            ++free_count;
-        } else {
-            f->next = drop;
-            drop = f;
-        }
-    }
-    pthread_mutex_unlock(&free_lock);
-    while (drop != nullptr) {
-        Fiber* f = drop;
-        drop = f->next;
-        unmap(f);
-    }
-}
-
-Fiber* acquire() {
-    pthread_mutex_lock(&free_lock);
-    Fiber* f = free_head;
-    if (f != nullptr) {
-        free_head = f->next;
-        --free_count;
-    }
-    pthread_mutex_unlock(&free_lock);
-    if (f == nullptr) f = map_fiber();
-    if (f != nullptr) {
-        f->fresh = true;
-        f->next = nullptr;
-    }
-    return f;
-}
-
-// The fibers of one OS thread, in the order launches use them; given back
-// when the thread exits.
-struct ThreadFibers {
-    Fiber* head = nullptr;
-    size_t count = 0;
-    stack_t alt = {};    // the alternate signal stack we installed, if any
-    ~ThreadFibers() {
-        release(head);
-        head = nullptr;
-        count = 0;
-        if (alt.ss_sp != nullptr) {
-            stack_t cur;
-            if (sigaltstack(nullptr, &cur) == 0 && cur.ss_sp == alt.ss_sp) {
-                stack_t off = {};
-                off.ss_flags = SS_DISABLE;
-                sigaltstack(&off, nullptr);
-            }
-            munmap(alt.ss_sp, alt.ss_size);
-        }
-    }
-    // Keeps the first kKeepPerThread fibers, gives back the rest.
-    void trim() {
-        if (count <= kKeepPerThread) return;
-        Fiber* f = head;
-        for (size_t i = 1; i < kKeepPerThread; ++i) f = f->next;
-        Fiber* rest = f->next;
-        f->next = nullptr;
-        count = kKeepPerThread;
-        release(rest);
-    }
 };
 
 thread_local Launch* cur_launch = nullptr;
@@ -768,28 +650,6 @@ bool run_grid(Launch* l, bool cooperative) {
 }
 
 // ------------------------------------------------------------------ workers
-// Helper threads, made on demand and kept for the process: a launch with
-// several workers takes idle ones (fewer, or none, when another launch holds
-// them) and runs the rest itself.  Each runs its share of the grid with its
-// own fibers, slots and launch record (run_worker); none ever runs Python.
-struct Helper {
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    Launch* job;  // what to run next (null: nothing)
-    bool taken;   // given to a launch (under pool_lock)
-};
-const unsigned int kMaxHelpers = 63;
-Helper helpers[kMaxHelpers];
-unsigned int nhelpers = 0;
-pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
-// A child of fork() has none of the parent's threads: it makes its own.
-void forget_helpers() {
-    nhelpers = 0;
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    pool_lock = fresh;
-}
-
 // A worker's share of the launch, on the calling thread.
 void run_share(Launch* l, bool cooperative) {
     Launch* prior = cur_launch;
@@ -807,78 +667,8 @@ void finish(Shared* sh) {
     pthread_mutex_unlock(&sh->lock);  // the launch may end now: nothing of it is touched after
 }
 
-void* helper_main(void* arg) {
-    Helper* h = static_cast<Helper*>(arg);
-    for (;;) {
-        pthread_mutex_lock(&h->m);
-        while (h->job == nullptr) pthread_cond_wait(&h->cv, &h->m);
-        Launch* l = h->job;
-        pthread_mutex_unlock(&h->m);
-        run_share(l, false);
-        Shared* sh = l->sh;
-        pthread_mutex_lock(&h->m);
-        h->job = nullptr;
-        pthread_mutex_unlock(&h->m);
-        pthread_mutex_lock(&pool_lock);
-        h->taken = false;  // idle before the launch ends: its caller's next launch finds it
-        pthread_mutex_unlock(&pool_lock);
-        finish(sh);
-    }
-    return nullptr;
-}
-
-// Up to `want` idle helpers, marked taken, into `out`; how many.
-unsigned int take_helpers(unsigned int want, Helper** out) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, forget_helpers); });
-    unsigned int n = 0;
-    pthread_mutex_lock(&pool_lock);
-    for (unsigned int i = 0; i < nhelpers && n < want; ++i) {
-        pthread_mutex_lock(&helpers[i].m);
-        const bool idle = !helpers[i].taken && helpers[i].job == nullptr;
-        pthread_mutex_unlock(&helpers[i].m);
-        if (idle) {
-            helpers[i].taken = true;
-            out[n++] = &helpers[i];
-        }
-    }
-    while (n < want && nhelpers < kMaxHelpers) {
-        Helper* h = &helpers[nhelpers];
-        pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-        pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-        h->m = m;
-        h->cv = cv;
-        h->job = nullptr;
-        h->taken = true;
-        // only the faults of the code it runs reach a helper, no signal meant for the process
-        sigset_t all, old;
-        sigfillset(&all);
-        sigdelset(&all, SIGSEGV);
-        sigdelset(&all, SIGBUS);
-        sigdelset(&all, SIGFPE);
-        sigdelset(&all, SIGILL);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        pthread_t th;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        const int err = pthread_create(&th, &attr, helper_main, h);
-        pthread_attr_destroy(&attr);
-        pthread_sigmask(SIG_SETMASK, &old, nullptr);
-        if (err != 0) break;
-        ++nhelpers;
-        out[n++] = h;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    return n;
-}
-
-void give(Helper* h, Launch* l) {
-    pthread_mutex_lock(&h->m);
-    h->job = l;
-    pthread_cond_signal(&h->cv);
-    pthread_mutex_unlock(&h->m);
-}
+void helper_share(void* l) { run_share(static_cast<Launch*>(l), false); }
+void helper_done(void* l) { finish(static_cast<Launch*>(l)->sh); }
 
 // One launch: `workers` share the grid (the calling thread is the first),
 // each with slots of its own (the launch's split among them) and its launch
@@ -918,7 +708,7 @@ int launch(ga_entry entry, const char* params, unsigned long long stride, const 
     // a cooperative grid's blocks wait for each other at grid.sync: one worker holds them all
     if (cooperative || workers == 0) workers = 1;
     if (workers > total) workers = total;  // each worker needs a slot of its own
-    if (workers > kMaxHelpers + 1) workers = kMaxHelpers + 1;
+    if (workers > ga_pool::kMaxHelpers + 1) workers = ga_pool::kMaxHelpers + 1;
     if (!ensure_altstack()) {
         out->code = 2;  // no memory for the signal stack
         return 2;
@@ -929,17 +719,13 @@ int launch(ga_entry entry, const char* params, unsigned long long stride, const 
         return 2;
     }
     install_handlers();
-    Helper* taken[kMaxHelpers];
-    const unsigned int nhelp = workers > 1 ? take_helpers(workers - 1, taken) : 0;
+    ga_pool::Helper* taken[ga_pool::kMaxHelpers];
+    const unsigned int nhelp = workers > 1 ? ga_pool::take(workers - 1, taken) : 0;
     workers = nhelp + 1;
     *used = workers;
-    Launch* ls = static_cast<Launch*>(calloc(workers, sizeof(Launch)));
+    Launch* ls = static_cast<Launch*>(aligned_alloc(alignof(Launch), workers * sizeof(Launch)));
     if (ls == nullptr) {
-        for (unsigned int i = 0; i < nhelp; ++i) {
-            pthread_mutex_lock(&pool_lock);
-            taken[i]->taken = false;
-            pthread_mutex_unlock(&pool_lock);
-        }
+        for (unsigned int i = 0; i < nhelp; ++i) ga_pool::untake(taken[i]);
         free(sh.all);
         out->code = 2;
         return 2;
@@ -956,7 +742,8 @@ int launch(ga_entry entry, const char* params, unsigned long long stride, const 
         ls[w].nslots = total / workers + (w < total % workers ? 1 : 0);
         first += ls[w].nslots;
     }
-    for (unsigned int i = 0; i < nhelp; ++i) give(taken[i], &ls[i + 1]);
+    for (unsigned int i = 0; i < nhelp; ++i)
+        ga_pool::give(taken[i], helper_share, helper_done, &ls[i + 1]);
     run_share(&ls[0], cooperative != 0);
     finish(&sh);
     pthread_mutex_lock(&sh.lock);

@@ -198,18 +198,25 @@ class PtxKernel:
         # into slack, its last grant)
         nw = min(slots, _hostrt.workers_for(grid[0] * grid[1] * grid[2], threads, cooperative))
         per = max(1, len(grants))
-        touched = np.tile(_UNTOUCHED, nw * per)
+        # a worker's intervals and record share no cache line with another's (each widening
+        # access writes them: on one line, two workers would take it from each other per access)
+        row = -(-per * 4 // 8) * 8 + 8
+        touched = np.tile(_UNTOUCHED, nw * row // 4).reshape(nw, row)
         oob = (_Oob * (nw * _memcheck.KEEP))()
-        records = (_Launch * nw)()
+        stride = -(-ctypes.sizeof(_Launch) // 64) * 64 + 64
+        space = ctypes.create_string_buffer(nw * stride + 64)
+        first = -(-ctypes.addressof(space) // 64) * 64
+        records = [_Launch.from_address(first + w * stride) for w in range(nw)]
         for w in range(nw):
-            records[w] = _Launch(
+            rec = _Launch(
                 ctypes.addressof(pblock), self.info.param_size, ctypes.addressof(table),
                 shared.ctypes.data, shared_size, dyn_offset, int(shared_mem),
                 ctypes.addressof(out), cap, 0, ctypes.addressof(_NO_GRANT), 0, state.ctypes.data,
-                pool.ctypes.data, touched.ctypes.data + w * per * 32, ctypes.addressof(_NO_TOUCH),
+                pool.ctypes.data, touched[w].ctypes.data, ctypes.addressof(_NO_TOUCH),
                 code, int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
                 ctypes.addressof(oob) + w * _memcheck.KEEP * ctypes.sizeof(_Oob), _memcheck.KEEP,
-                0, int(strict), ctypes.addressof(records) + _Launch.printf_len.offset)
+                0, int(strict), first + _Launch.printf_len.offset)
+            ctypes.memmove(first + w * stride, ctypes.addressof(rec), ctypes.sizeof(rec))
         launch = records[0]
         runtime = self.program.runtime()  # built on first use: not the kernel's time
         # interpreted: a long launch's later blocks run the translation once it is built
@@ -217,10 +224,10 @@ class PtxKernel:
         t0 = time.perf_counter()
         try:
             try:
-                runtime.launch(self.name, entry, records, grid, block, grants,
+                runtime.launch(self.name, entry, launch, grid, block, grants,
                                source=self.program.source_line, slots=slots,
                                cooperative=cooperative, upgrade=upgrade, workers=nw,
-                               stride=ctypes.sizeof(_Launch))
+                               stride=stride)
             except DeviceFault as f:
                 hit = _strict_hit(records, oob, f) if strict else None
                 if hit is not None:  # the fault was an access into slack
@@ -241,7 +248,7 @@ class PtxKernel:
             if launch.printf_len:
                 sys.stdout.flush()
                 os.write(1, out.raw[:launch.printf_len])
-        return _touched_ranges(grants, touched.reshape(nw, -1))
+        return _touched_ranges(grants, touched[:, :per * 4])
 
     def _access(self, r: _Oob, grants: Sequence[Any]) -> _memcheck.Access:
         g = grants[r.grant]
