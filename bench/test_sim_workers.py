@@ -7,7 +7,12 @@ on every core").  Rows:
   (1024 blocks of 256 threads, 256 dependent FMAs each, the translated
   build) with ``GPUARRAY_SIM_WORKERS`` 1 and 2, rounds interleaved;
   ``extra_info["ratio_to_1"]`` is the best time with 2 workers over the
-  best with 1 (the same run, so the machine's load moves both).
+  best with 1 (the same run, so the machine's load moves both), and
+  ``machine_ratio`` the same ratio for work that is perfectly parallel
+  (SHA-256 of 64 MiB in one thread, then in two threads of 32 MiB each;
+  hashlib releases the GIL), measured between the rounds: what two threads
+  can gain on this machine at this moment (about 0.5 idle; near 1 when
+  other processes take the second core).
 - ``test_numba_cudapy_workers[1]`` / ``[2]``: numba-cuda's ``test_matmul``
   (one launch of 2500 blocks x 1024 threads) and ``test_laplace`` (1000
   launches of 256 x 256) over the stand-in, one pytest process, warm kernel
@@ -20,9 +25,11 @@ on every core").  Rows:
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -87,6 +94,18 @@ def _launcher():
     return b, out, run
 
 
+def _hash_time(threads: int, data: bytes) -> float:
+    part = len(data) // threads
+    views = [memoryview(data)[i * part:(i + 1) * part] for i in range(threads)]
+    workers = [threading.Thread(target=hashlib.sha256, args=(v,)) for v in views]
+    t = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - t
+
+
 @pytest.fixture(scope="module")
 def timings():
     """Both worker counts' launch times, rounds interleaved (1, 2, 1, 2, ...)."""
@@ -97,10 +116,12 @@ def timings():
     try:
         b, out, run = _launcher()
         run(1)  # build and warm
-        times: dict[str, list[float]] = {"1": [], "2": []}
+        times: dict[str, list[float]] = {"1": [], "2": [], "hash1": [], "hash2": []}
+        data = os.urandom(64 << 20)
         for _ in range(ROUNDS):
-            for w in times:
+            for w in ("1", "2"):
                 times[w].append(run(int(w)))
+                times["hash" + w].append(_hash_time(int(w), data))
         got = np.zeros(BLOCKS * THREADS, np.float32)
         b.memcpy_dtoh_async(got.ctypes.data, out, got.nbytes, 1)
         b.ctx_synchronize()
@@ -122,9 +143,11 @@ def test_ptx_launch_workers(benchmark, timings, workers):
     benchmark.extra_info.update({"suite": "sim-workers", "blocks": BLOCKS, "threads": THREADS,
                                  "fmas_per_thread": ITERS, "best_s": best,
                                  "ratio_to_1": best / min(timings["1"]),
+                                 "machine_ratio": min(timings["hash2"]) / min(timings["hash1"]),
                                  "load": os.getloadavg()[0]})
     sys.stdout.write(f"\nPTX launch {BLOCKS}x{THREADS}, {workers} worker(s): best {best * 1e3:.1f} "
-                     f"ms, {best / min(timings['1']):.2f}x one worker\n")
+                     f"ms, {best / min(timings['1']):.2f}x one worker (perfectly parallel work: "
+                     f"{min(timings['hash2']) / min(timings['hash1']):.2f}x)\n")
 
 
 def _numba_skip() -> str | None:

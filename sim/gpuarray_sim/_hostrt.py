@@ -32,6 +32,11 @@ seconds (default 30) of them with no thread finishing or passing a barrier
 the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
 GPU) naming the loop's branch.
 
+A launch may run its blocks on several host threads at once (``workers``:
+:func:`workers` and :func:`workers_for` are the policy,
+``GPUARRAY_SIM_WORKERS``), each with its own fibers, residency slots and
+launch record; the first fault ends the launch for all of them.
+
 Building the library (compiler, flags, disk cache) is the kernels layer's
 job (``sim/gpuarray_sim/kernels/_host.py``), which knows where ``sim/gpuarray_sim/kernels/ga_host.cuh``
 is and registers itself in ``sim/gpuarray_sim/_host_toolchain.py`` for the PTX
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,17 +74,35 @@ ABI = 4
 MIN_PARALLEL_THREADS = 4096
 
 _cores: int | None = None
+_load = [-10.0, 0.0]  # when the load average was read (monotonic seconds), and its value
+
+
+def _idle_cores(cores: int) -> float:
+    """Cores the rest of the machine leaves idle: ``cores`` less the 1-minute load (read 1/s)."""
+    now = time.monotonic()
+    if now - _load[0] > 1.0:
+        try:
+            _load[1] = os.getloadavg()[0]
+        except OSError:  # no load average here: assume the cores are ours
+            _load[1] = 0.0
+        _load[0] = now
+    return cores - _load[1]
 
 
 def workers() -> int:
     """Host threads that may run one launch's blocks at once.
 
-    ``GPUARRAY_SIM_WORKERS`` (an integer >= 1) when set; otherwise the cores
+    ``GPUARRAY_SIM_WORKERS`` (an integer >= 1) when set.  Otherwise the cores
     this process may run on (``os.sched_getaffinity``) divided by
     ``PYTEST_XDIST_WORKER_COUNT`` (pytest-xdist already runs a process per
-    core: more threads would only contend), at least 1.  Always 1 under
-    ``GPUARRAY_SIM_SEED``: a seeded run replays the same block order (one
-    worker admits the blocks in order, deterministically).
+    core: more threads would only contend), and no more than one plus the
+    cores the machine's other work leaves idle (the 1-minute load average):
+    on a busy machine a second worker gets no core of its own, and the
+    workers' fibers then only take turns on one, slower than one worker
+    (numba-cuda's test_matmul 89 s -> 133 s at a load of 7 on 2 cores).
+    At least 1.  Always 1 under ``GPUARRAY_SIM_SEED``: a seeded run replays
+    the same block order (one worker admits the blocks in order,
+    deterministically).
 
     Raises
     ------
@@ -104,7 +128,10 @@ def workers() -> int:
         procs = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     except ValueError:
         procs = 1
-    return max(1, _cores // procs)
+    share = _cores // procs
+    if share <= 1:
+        return 1
+    return max(1, min(share, 1 + int(_idle_cores(_cores) + 0.5)))
 
 
 def workers_for(nblocks: int, threads: int, cooperative: bool = False) -> int:

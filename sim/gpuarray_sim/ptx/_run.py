@@ -197,6 +197,8 @@ class PtxKernel:
         # workers: each runs blocks with a record of its own (what it touched, its accesses
         # into slack, its last grant)
         nw = min(slots, _hostrt.workers_for(grid[0] * grid[1] * grid[2], threads, cooperative))
+        if _seeded(mem):  # a seeded simulator replays exactly: one worker, blocks in order
+            nw = 1
         per = max(1, len(grants))
         # a worker's intervals and record share no cache line with another's (each widening
         # access writes them: on one line, two workers would take it from each other per access)
@@ -273,6 +275,12 @@ class PtxKernel:
         except _memcheck.MemcheckWarning as w:  # a warnings filter made the report an error
             raise DeviceFault(700, f"kernel {self.name}: {w} (MemcheckWarning is an error here: "
                                    "CUDA_ERROR_ILLEGAL_ADDRESS)") from None
+
+
+def _seeded(mem: Any) -> bool:
+    """Whether the simulator ``mem`` belongs to runs with a seed (its scheduler's random order)."""
+    sched = getattr(getattr(mem, "_b", None), "sched", None)
+    return getattr(sched, "rng", None) is not None
 
 
 def _strict_hit(records: ctypes.Array, oob: ctypes.Array, f: DeviceFault) -> _Oob | None:

@@ -104,6 +104,17 @@ def test_a_seed_keeps_one_worker_and_replays_the_block_order(b, monkeypatch):
     assert runs[0][2].tolist() == list(range(32))  # blocks admitted in order
 
 
+def test_a_simulator_made_with_a_seed_keeps_one_worker(two):
+    from gpuarray_sim import SimBackend
+
+    sb = SimBackend(seed=3)
+    sb.init()
+    sb.ctx_set_current(sb.primary_ctx_retain(0))
+    _counter, _order, first = _tickets(sb, 32, 64)
+    assert _workers() == 1
+    assert first.tolist() == list(range(32))
+
+
 @pytest.mark.parametrize("blocks, threads", [(2, 32), (40, 128)])
 @pytest.mark.parametrize("src", [FLAG_FROM_LAST_BLOCK, FLAG_ALL_WAIT], ids=["block0", "all"])
 def test_blocks_wait_for_a_flag_the_last_block_sets_on_another_worker(b, two, blocks, threads,
@@ -255,3 +266,24 @@ def test_memory_model_qualifiers_translate_to_atomic_accesses_of_their_order():
     assert cpp.count("ptx::store_at<uint32_t, __ATOMIC_RELEASE>") == 1
     assert cpp.count("ptx::store_at<uint32_t, __ATOMIC_RELAXED>") == 1  # st.volatile [%rd5+4]
     assert cpp.count("ptx::store<uint32_t>") == 2  # the plain st.global of `seen` and of out[0]
+
+
+def test_default_workers_are_the_cores_left_idle(monkeypatch):
+    import time
+
+    for name in ("GPUARRAY_SIM_WORKERS", "GPUARRAY_SIM_SEED", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_hostrt, "_cores", 8)
+
+    def at_load(load: float) -> int:
+        monkeypatch.setattr(_hostrt, "_load", [time.monotonic(), load])
+        return _hostrt.workers()
+
+    assert at_load(0.0) == 8 and at_load(1.0) == 8  # (the 1.0 may be this process's own)
+    assert at_load(6.8) == 2 and at_load(9.0) == 1  # a busy machine: no core for a second
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    assert at_load(0.0) == 2  # xdist's processes share the cores
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "8")
+    assert at_load(0.0) == 1
+    monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "3")
+    assert at_load(9.0) == 3  # asked for: no load guard
