@@ -57,7 +57,7 @@ from ._host_toolchain import set_toolchain, toolchain
 from ._memory import DeviceFault
 
 __all__ = ["RUNTIME_SOURCE", "HEADERS", "ABI", "HostRuntime", "Grant", "grants_for", "set_toolchain",
-           "toolchain", "MIN_PARALLEL_THREADS", "workers", "workers_for"]
+           "toolchain", "MIN_PARALLEL_THREADS", "workers", "workers_for", "LaunchFault"]
 
 #: The runtime's C++ source.
 RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
@@ -186,6 +186,20 @@ class _Fault(ctypes.Structure):
 _Dim = ctypes.c_uint * 3
 
 
+class LaunchFault(DeviceFault):
+    """A fault that ended a launch (:meth:`HostRuntime.launch`), with the thread that faulted.
+
+    ``block`` and ``thread``: that thread's ``blockIdx`` and ``threadIdx``
+    (x, y, z), which the message names too.
+    """
+
+    def __init__(self, code: int, detail: str, block: tuple[int, ...],
+                 thread: tuple[int, ...]) -> None:
+        super().__init__(code, detail)
+        self.block = block
+        self.thread = thread
+
+
 class HostRuntime:
     """The loaded runtime library."""
 
@@ -239,8 +253,8 @@ class HostRuntime:
 
         Raises
         ------
-        DeviceFault
-            The kernel accessed memory outside ``grants`` or outside a
+        LaunchFault
+            (a :class:`DeviceFault`) The kernel accessed memory outside ``grants`` or outside a
             ``__shared__`` array, or misaligned (700, 716), overflowed its
             stack (714), threw a C++ exception (719) or a PTX thread spun
             without progress past the launch timeout (702); the message names the
@@ -259,8 +273,7 @@ class HostRuntime:
         try:
             self._raise(kernel, rc, fault, grants, source)
         except DeviceFault as e:  # which thread it was, for the caller's records of the launch
-            e.block, e.thread = tuple(fault.block), tuple(fault.thread)
-            raise
+            raise LaunchFault(e.code, e.detail, tuple(fault.block), tuple(fault.thread)) from None
 
     def _raise(self, kernel: str, rc: int, fault: _Fault, grants: Sequence[Grant],
                source: Callable[[int], str] | None) -> None:

@@ -283,21 +283,20 @@ def _seeded(mem: Any) -> bool:
     return getattr(sched, "rng", None) is not None
 
 
-def _strict_hit(records: ctypes.Array, oob: ctypes.Array, f: DeviceFault) -> _Oob | None:
+def _strict_hit(records: Sequence[_Launch], oob: ctypes.Array, f: DeviceFault) -> _Oob | None:
     """Strict memcheck: the access into slack that was the launch's fault ``f``, if one was.
 
     A worker's first such access faults and stops it; of several workers',
     the one of the thread ``f`` names.
     """
+    if not isinstance(f, _hostrt.LaunchFault):
+        return None
     firsts = [oob[w * _memcheck.KEEP] for w, r in enumerate(records) if r.oob_count]
-    for a in firsts:
-        if (tuple(a.block), tuple(a.thread)) == (getattr(f, "block", None),
-                                                 getattr(f, "thread", None)):
-            return a
-    return None
+    return next((a for a in firsts if (tuple(a.block), tuple(a.thread)) == (f.block, f.thread)),
+                None)
 
 
-def _slack_accesses(records: ctypes.Array, oob: ctypes.Array) -> tuple[int, list[_Oob]]:
+def _slack_accesses(records: Sequence[_Launch], oob: ctypes.Array) -> tuple[int, list[_Oob]]:
     """Every worker's accesses into slack: how many, and the first ``KEEP`` recorded.
 
     One worker: in the order they ran.  Several: each worker's in its order,

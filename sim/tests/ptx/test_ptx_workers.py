@@ -13,12 +13,13 @@ import ctypes
 
 import numpy as np
 import pytest
+from gpuarray_sim import SimBackend, _hostrt, _memcheck
+from gpuarray_sim.kernels import _host
 
 import gpuarray  # noqa: F401  (registers the host build's toolchain)
 from gpuarray.errors import CudaError
-from gpuarray_sim import _hostrt
-from gpuarray_sim.kernels import _host
 from sim.tests.ptx.support import HEAD, backend, download, launch, u64, upload
+from sim.tests.ptx.test_ptx_memcheck import COPY
 from sim.tests.ptx.test_ptx_resident import FLAG_ALL_WAIT, FLAG_FROM_LAST_BLOCK, _cooperative
 
 pytestmark = pytest.mark.usefixtures("ptx_tier")
@@ -105,8 +106,6 @@ def test_a_seed_keeps_one_worker_and_replays_the_block_order(b, monkeypatch):
 
 
 def test_a_simulator_made_with_a_seed_keeps_one_worker(two):
-    from gpuarray_sim import SimBackend
-
     sb = SimBackend(seed=3)
     sb.init()
     sb.ctx_set_current(sb.primary_ctx_retain(0))
@@ -287,3 +286,49 @@ def test_default_workers_are_the_cores_left_idle(monkeypatch):
     assert at_load(0.0) == 1
     monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "3")
     assert at_load(9.0) == 3  # asked for: no load guard
+
+
+def _memcheck_report(mode: str, capsys) -> str:
+    """memcheck's report of 64 blocks whose threads 10..15 each read and write past a 40-byte end."""
+    sb = SimBackend(memcheck=mode)
+    sb.init()
+    sb.ctx_set_current(sb.primary_ctx_retain(0))
+    src = upload(sb, np.arange(10, dtype=np.uint32))
+    dst = sb.mem_alloc(40)
+    capsys.readouterr()
+    try:
+        with pytest.warns(_memcheck.MemcheckWarning, match=r"768 access\(es\) past the end"):
+            launch(sb, COPY, "inc", [u64(dst), u64(src), ctypes.c_uint32(16)], grid=(64, 1, 1),
+                   block=(32, 1, 1))
+    finally:
+        _memcheck.forget()
+    # the addresses are this simulator's: the same in both runs but for where they were put
+    return capsys.readouterr().err.replace(f"0x{src:x}", "SRC").replace(f"0x{src + 40:x}", "END"
+                                                                       ).replace(f"0x{dst:x}", "DST")
+
+
+def test_memcheck_reports_the_same_accesses_with_two_workers(capsys, monkeypatch):
+    monkeypatch.delenv("GPUARRAY_SIM_SEED", raising=False)
+    monkeypatch.setenv("GPUARRAY_SIM_WORKERS_MIN_THREADS", "0")
+    monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "1")
+    one = _memcheck_report("report", capsys)
+    monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "2")
+    two = _memcheck_report("report", capsys)
+    assert _workers() == 2
+    assert "by thread (10, 0, 0) in block (0, 0, 0)" in one
+    assert two == one
+
+
+def test_strict_memcheck_names_the_access_with_two_workers(two):
+    sb = SimBackend(memcheck="strict")
+    sb.init()
+    sb.ctx_set_current(sb.primary_ctx_retain(0))
+    src = upload(sb, np.arange(10, dtype=np.uint32))
+    dst = sb.mem_alloc(40)
+    with pytest.raises(CudaError) as e:
+        launch(sb, COPY, "inc", [u64(dst), u64(src), ctypes.c_uint32(16)], grid=(64, 1, 1),
+               block=(32, 1, 1))
+    assert _workers() == 2
+    msg = str(e.value)
+    assert e.value.code == 700 and "ld.global.u32" in msg and "thread (10, 0, 0)" in msg, msg
+    assert "4 bytes past the end of the 40-byte allocation" in msg, msg
