@@ -12,7 +12,9 @@ on every core").  Rows:
   (SHA-256 of 64 MiB in one thread, then in two threads of 32 MiB each;
   hashlib releases the GIL), measured between the rounds: what two threads
   can gain on this machine at this moment (about 0.5 idle; near 1 when
-  other processes take the second core).
+  other processes take the second core); ``cpu_ratio_to_1`` the process's
+  CPU time with 2 workers over that with 1 (the work the workers add: near
+  1 means the wall time divides by the cores a machine gives them).
 - ``test_numba_cudapy_workers[1]`` / ``[2]``: numba-cuda's ``test_matmul``
   (one launch of 2500 blocks x 1024 threads) and ``test_laplace`` (1000
   launches of 256 x 256) over the stand-in, one pytest process, warm kernel
@@ -27,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -84,12 +87,12 @@ def _launcher():
     f = b.module_get_function(b.module_load_data(FMA.encode() + b"\0"), "fmas")
     params = [ctypes.c_uint64(out), ctypes.c_uint32(ITERS)]
 
-    def run(workers: int) -> float:
+    def run(workers: int) -> tuple[float, float]:
         os.environ["GPUARRAY_SIM_WORKERS"] = str(workers)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         b.launch_kernel(f, (BLOCKS, 1, 1), (THREADS, 1, 1), 0, 1, params)
         b.ctx_synchronize()
-        return time.perf_counter() - t
+        return time.perf_counter() - t, time.process_time() - c
 
     return b, out, run
 
@@ -116,11 +119,14 @@ def timings():
     try:
         b, out, run = _launcher()
         run(1)  # build and warm
-        times: dict[str, list[float]] = {"1": [], "2": [], "hash1": [], "hash2": []}
+        times: dict[str, list[float]] = {k: [] for k in ("1", "2", "cpu1", "cpu2", "hash1",
+                                                          "hash2")}
         data = os.urandom(64 << 20)
         for _ in range(ROUNDS):
             for w in ("1", "2"):
-                times[w].append(run(int(w)))
+                wall, cpu = run(int(w))
+                times[w].append(wall)
+                times["cpu" + w].append(cpu)
                 times["hash" + w].append(_hash_time(int(w), data))
         got = np.zeros(BLOCKS * THREADS, np.float32)
         b.memcpy_dtoh_async(got.ctypes.data, out, got.nbytes, 1)
@@ -144,10 +150,15 @@ def test_ptx_launch_workers(benchmark, timings, workers):
                                  "fmas_per_thread": ITERS, "best_s": best,
                                  "ratio_to_1": best / min(timings["1"]),
                                  "machine_ratio": min(timings["hash2"]) / min(timings["hash1"]),
+                                 "cpu_s": min(timings["cpu" + workers]),
+                                 "cpu_ratio_to_1": min(timings["cpu" + workers])
+                                 / min(timings["cpu1"]),
                                  "load": os.getloadavg()[0]})
     sys.stdout.write(f"\nPTX launch {BLOCKS}x{THREADS}, {workers} worker(s): best {best * 1e3:.1f} "
                      f"ms, {best / min(timings['1']):.2f}x one worker (perfectly parallel work: "
-                     f"{min(timings['hash2']) / min(timings['hash1']):.2f}x)\n")
+                     f"{min(timings['hash2']) / min(timings['hash1']):.2f}x); CPU time "
+                     f"{min(timings['cpu' + workers]) * 1e3:.1f} ms, "
+                     f"{min(timings['cpu' + workers]) / min(timings['cpu1']):.2f}x one worker's\n")
 
 
 def _numba_skip() -> str | None:
@@ -158,7 +169,7 @@ def _numba_skip() -> str | None:
     return None
 
 
-def _numba(workers: int, cache: Path) -> tuple[float, str]:
+def _numba(workers: int, cache: Path) -> tuple[float, float, str]:
     py = str(ROOT / ".venv-peers" / "bin" / "python")
     tools = ROOT / "sim" / "tools"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
@@ -169,11 +180,13 @@ def _numba(workers: int, cache: Path) -> tuple[float, str]:
            str(tools / "numba_driver" / "pytest.ini"), "--rootdir", str(tools / "numba_driver"),
            "-q", "-p", "no:cacheprovider", "--durations=3",
            "numba.cuda.tests.cudapy.test_matmul", "numba.cuda.tests.cudapy.test_laplace"]
-    t = time.perf_counter()
+    t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return wall, r.stdout[-600:]
+    return wall, cpu, r.stdout[-600:]
 
 
 _NUMBA: dict[str, float] = {}
@@ -185,10 +198,13 @@ def test_numba_cudapy_workers(benchmark, tmp_path_factory, workers):
     cache = tmp_path_factory.getbasetemp() / "numba-workers-cache"
     if not _NUMBA:
         _numba(1, cache)  # build every kernel first (untimed): the rows time execution
-    wall, tail = benchmark.pedantic(lambda: _numba(int(workers), cache), rounds=1, iterations=1)
-    _NUMBA[workers] = wall
-    benchmark.extra_info.update({"suite": "sim-workers", "wall_s": wall,
+    wall, cpu, tail = benchmark.pedantic(lambda: _numba(int(workers), cache), rounds=1,
+                                         iterations=1)
+    _NUMBA[workers], _NUMBA["cpu" + workers] = wall, cpu
+    benchmark.extra_info.update({"suite": "sim-workers", "wall_s": wall, "cpu_s": cpu,
                                  "ratio_to_1": wall / _NUMBA.get("1", wall),
+                                 "cpu_ratio_to_1": cpu / _NUMBA.get("cpu1", cpu),
                                  "load": os.getloadavg()[0], "durations": tail})
     sys.stdout.write(f"\nnumba-cuda test_matmul + test_laplace, {workers} worker(s): {wall:.1f} s"
-                     f" ({wall / _NUMBA.get('1', wall):.2f}x one worker)\n{tail}\n")
+                     f" ({wall / _NUMBA.get('1', wall):.2f}x one worker), CPU {cpu:.1f} s "
+                     f"({cpu / _NUMBA.get('cpu1', cpu):.2f}x)\n{tail}\n")
