@@ -807,6 +807,13 @@ void finish(Shared* sh) {
 void helper_share(void* l) { run_share(static_cast<Launch*>(l), false); }
 void helper_done(void* l) { finish(static_cast<Launch*>(l)->sh); }
 
+// The launch's fault into *out; its code.
+int result(const Shared& sh, Fault* out) {
+    *out = sh.fault;
+    out->code = sh.fault.code ? sh.fault.code : 700;
+    return out->code;
+}
+
 // One launch: `workers` share the grid (the calling thread is the first),
 // each with slots of its own (the launch's split among them) and its launch
 // record params + w * stride.
@@ -860,6 +867,14 @@ int launch(ga_entry entry, const char* params, unsigned long long stride, const 
     const unsigned int nhelp = workers > 1 ? ga_pool::take(workers - 1, taken) : 0;
     workers = nhelp + 1;
     *used = workers;
+    if (workers == 1) {  // the calling thread alone: no hand-off, nothing to wait for
+        l.workers = 1;
+        l.slots = sh.all;
+        l.nslots = total;
+        run_share(&l, cooperative != 0);
+        free(sh.all);
+        return sh.aborted ? result(sh, out) : 0;
+    }
     Launch* ls = static_cast<Launch*>(aligned_alloc(alignof(Launch), workers * sizeof(Launch)));
     if (ls == nullptr) {
         for (unsigned int i = 0; i < nhelp; ++i) ga_pool::untake(taken[i]);
@@ -890,13 +905,7 @@ int launch(ga_entry entry, const char* params, unsigned long long stride, const 
     pthread_mutex_destroy(&sh.lock);
     free(ls);
     free(sh.all);
-    int rc = 0;
-    if (sh.aborted) {
-        rc = sh.fault.code ? sh.fault.code : 700;
-        *out = sh.fault;
-        out->code = rc;
-    }
-    return rc;
+    return sh.aborted ? result(sh, out) : 0;
 }
 
 }  // namespace

@@ -202,24 +202,32 @@ class PtxKernel:
         per = max(1, len(grants))
         # a worker's intervals and record share no cache line with another's (each widening
         # access writes them: on one line, two workers would take it from each other per access)
-        row = -(-per * 4 // 8) * 8 + 8
+        row = per * 4 if nw == 1 else -(-per * 4 // 8) * 8 + 8
         touched = np.tile(_UNTOUCHED, nw * row // 4).reshape(nw, row)
         oob = (_Oob * (nw * _memcheck.KEEP))()
-        stride = -(-ctypes.sizeof(_Launch) // 64) * 64 + 64
-        space = ctypes.create_string_buffer(nw * stride + 64)
-        first = -(-ctypes.addressof(space) // 64) * 64
-        records = [_Launch.from_address(first + w * stride) for w in range(nw)]
-        for w in range(nw):
-            rec = _Launch(
-                ctypes.addressof(pblock), self.info.param_size, ctypes.addressof(table),
-                shared.ctypes.data, shared_size, dyn_offset, int(shared_mem),
-                ctypes.addressof(out), cap, 0, ctypes.addressof(_NO_GRANT), 0, state.ctypes.data,
-                pool.ctypes.data, touched[w].ctypes.data, ctypes.addressof(_NO_TOUCH),
-                code, int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
-                ctypes.addressof(oob) + w * _memcheck.KEEP * ctypes.sizeof(_Oob), _memcheck.KEEP,
-                0, int(strict), first + _Launch.printf_len.offset)
-            ctypes.memmove(first + w * stride, ctypes.addressof(rec), ctypes.sizeof(rec))
-        launch = records[0]
+        fields = (ctypes.addressof(pblock), self.info.param_size, ctypes.addressof(table),
+                  shared.ctypes.data, shared_size, dyn_offset, int(shared_mem),
+                  ctypes.addressof(out), cap, 0, ctypes.addressof(_NO_GRANT), 0, state.ctypes.data,
+                  pool.ctypes.data)
+        if nw == 1:
+            stride, space = 0, None
+            launch = _Launch(*fields, touched.ctypes.data, ctypes.addressof(_NO_TOUCH), code,
+                             int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
+                             ctypes.addressof(oob), _memcheck.KEEP, 0, int(strict))
+            launch.printf_at = ctypes.addressof(launch) + _Launch.printf_len.offset
+            records = [launch]
+        else:  # the records side by side, each on cache lines of its own
+            stride = -(-ctypes.sizeof(_Launch) // 64) * 64 + 64
+            space = ctypes.create_string_buffer(nw * stride + 64)
+            first = -(-ctypes.addressof(space) // 64) * 64
+            records = [_Launch.from_address(first + w * stride) for w in range(nw)]
+            for w in range(nw):
+                rec = _Launch(*fields, touched[w].ctypes.data, ctypes.addressof(_NO_TOUCH), code,
+                              int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
+                              ctypes.addressof(oob) + w * _memcheck.KEEP * ctypes.sizeof(_Oob),
+                              _memcheck.KEEP, 0, int(strict), first + _Launch.printf_len.offset)
+                ctypes.memmove(first + w * stride, ctypes.addressof(rec), ctypes.sizeof(rec))
+            launch = records[0]
         runtime = self.program.runtime()  # built on first use: not the kernel's time
         # interpreted: a long launch's later blocks run the translation once it is built
         upgrade = self.program.upgrade_cell(self.name) if code else None
@@ -236,9 +244,9 @@ class PtxKernel:
                     raise self._strict_fault(f, hit, grants) from None
                 raise
             finally:
-                slack_hits = _slack_accesses(records, oob)
-                if slack_hits[0] and not strict:  # reported even when the launch faulted later
-                    self._report(slack_hits, grants)
+                # reported even when the launch faulted later
+                if not strict and (launch.oob_count or any(r.oob_count for r in records[1:])):
+                    self._report(_slack_accesses(records, oob), grants)
         finally:
             self.program.launch_ended(upgrade)
             took = time.perf_counter() - t0
@@ -250,7 +258,8 @@ class PtxKernel:
             if launch.printf_len:
                 sys.stdout.flush()
                 os.write(1, out.raw[:launch.printf_len])
-        return _touched_ranges(grants, touched[:, :per * 4])
+        del space  # the records' memory, kept until here
+        return _touched_ranges(grants, touched if nw == 1 else touched[:, :per * 4])
 
     def _access(self, r: _Oob, grants: Sequence[Any]) -> _memcheck.Access:
         g = grants[r.grant]
@@ -318,9 +327,12 @@ def _touched_ranges(grants: Sequence[Any], touched: np.ndarray) -> list[tuple[in
 
     ``touched``: one row per worker, merged here (the hull of what any worker touched).
     """
-    per = touched.reshape(touched.shape[0], -1, 4)
-    t = per[0].copy() if per.shape[0] == 1 else np.stack(
-        [per[:, :, 0].min(0), per[:, :, 1].max(0), per[:, :, 2].min(0), per[:, :, 3].max(0)], 1)
+    if touched.shape[0] == 1:
+        t = touched.reshape(-1, 4)
+    else:
+        per = touched.reshape(touched.shape[0], -1, 4)
+        t = np.stack([per[:, :, 0].min(0), per[:, :, 1].max(0), per[:, :, 2].min(0),
+                      per[:, :, 3].max(0)], 1)
     out: list[tuple[int, int, bool]] = []
     for i in np.flatnonzero((t[:, 1] > t[:, 0]) | (t[:, 3] > t[:, 2])).tolist():
         base = grants[i].base
