@@ -89,36 +89,40 @@ def _idle_cores(cores: int) -> float:
 
 
 def workers() -> int:
-    """Host threads that may run one launch's blocks at once.
+    """Host threads that may run one launch's blocks at once (``GPUARRAY_SIM_WORKERS``).
 
-    ``GPUARRAY_SIM_WORKERS`` (an integer >= 1) when set.  Otherwise the cores
-    this process may run on (``os.sched_getaffinity``) divided by
-    ``PYTEST_XDIST_WORKER_COUNT`` (pytest-xdist already runs a process per
-    core: more threads would only contend), and no more than one plus the
-    cores the machine's other work leaves idle (the 1-minute load average):
-    on a busy machine a second worker gets no core of its own, and the
-    workers' fibers then only take turns on one, slower than one worker
-    (numba-cuda's test_matmul 89 s -> 133 s at a load of 7 on 2 cores).
-    At least 1.  Always 1 under ``GPUARRAY_SIM_SEED``: a seeded run replays
-    the same block order (one worker admits the blocks in order,
-    deterministically).
+    Unset (the default): 1, every block on the launching thread as before --
+    measured on a 2-core machine, two workers made numba-cuda's test_matmul
+    and test_laplace slower (108 s -> 242 s, and 38% more CPU time: two
+    workers' fibers crowd the caches the cores share), while a launch of
+    blocks without barriers took the same CPU time either way.  An integer
+    >= 1: that many.  ``auto``: the cores this process may run on
+    (``os.sched_getaffinity``) divided by ``PYTEST_XDIST_WORKER_COUNT``
+    (pytest-xdist already runs a process per core: more threads would only
+    contend), and no more than one plus the cores the machine's other work
+    leaves idle (the 1-minute load average: a worker without a core of its
+    own only takes turns with the others).  Always 1 under
+    ``GPUARRAY_SIM_SEED``: a seeded run replays the same block order (one
+    worker admits the blocks in order, deterministically).
 
     Raises
     ------
     ValueError
-        ``GPUARRAY_SIM_WORKERS`` is not an integer >= 1.
+        ``GPUARRAY_SIM_WORKERS`` is neither ``auto`` nor an integer >= 1.
     """
     global _cores
     if os.environ.get("GPUARRAY_SIM_SEED", "").strip():
         return 1
     text = os.environ.get("GPUARRAY_SIM_WORKERS", "").strip()
-    if text:
+    if not text:
+        return 1
+    if text.lower() != "auto":
         try:
             n = int(text)
         except ValueError:
             n = 0
         if n < 1:
-            raise ValueError(f"GPUARRAY_SIM_WORKERS={text!r}: use an integer >= 1")
+            raise ValueError(f"GPUARRAY_SIM_WORKERS={text!r}: use auto or an integer >= 1")
         return n
     if _cores is None:
         _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (

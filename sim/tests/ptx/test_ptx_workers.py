@@ -238,7 +238,7 @@ def test_printf_lines_of_two_workers_never_interleave(b, two, capfd):
 def test_workers_setting_is_checked(monkeypatch):
     monkeypatch.delenv("GPUARRAY_SIM_SEED", raising=False)
     monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "0")
-    with pytest.raises(ValueError, match="GPUARRAY_SIM_WORKERS='0'"):
+    with pytest.raises(ValueError, match="GPUARRAY_SIM_WORKERS='0': use auto or an integer"):
         _hostrt.workers()
     monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "3")
     monkeypatch.setenv("GPUARRAY_SIM_WORKERS_MIN_THREADS", "x")
@@ -267,12 +267,15 @@ def test_memory_model_qualifiers_translate_to_atomic_accesses_of_their_order():
     assert cpp.count("ptx::store<uint32_t>") == 2  # the plain st.global of `seen` and of out[0]
 
 
-def test_default_workers_are_the_cores_left_idle(monkeypatch):
+def test_one_worker_by_default_and_auto_takes_the_cores_left_idle(monkeypatch):
     import time
 
     for name in ("GPUARRAY_SIM_WORKERS", "GPUARRAY_SIM_SEED", "PYTEST_XDIST_WORKER_COUNT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_hostrt, "_cores", 8)
+    monkeypatch.setattr(_hostrt, "_load", [time.monotonic(), 0.0])
+    assert _hostrt.workers() == 1 and _hostrt.workers_for(64, 1024) == 1
+    monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "auto")
 
     def at_load(load: float) -> int:
         monkeypatch.setattr(_hostrt, "_load", [time.monotonic(), load])
