@@ -1,0 +1,77 @@
+"""Driver calls cuda.bindings 13.5's own tests make that the stand-in answered NOT_SUPPORTED (issue 45).
+
+Each scenario runs through the real cuda.bindings over the stand-in (a child
+process, as ``test_standin.py``'s do), the way ``cuda_bindings/tests/test_cuda.py``
+of the cuda-python release calls them; each failed on the code before (the
+stand-in answered ``CUDA_ERROR_NOT_SUPPORTED``):
+
+- the graph identity calls of CUDA 13.1 (``cuGraphGetId``, ``cuGraphExecGetId``,
+  ``cuGraphNodeGetLocalId``, ``cuGraphNodeGetToolsId``,
+  ``cuGraphNodeGetContainingGraph``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
+
+pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
+
+_PRELUDE = """
+from cuda.bindings import driver as d
+def chk(r):
+    r = r if isinstance(r, tuple) else (r,)
+    assert r[0] == d.CUresult.CUDA_SUCCESS, r
+    return r[1] if len(r) == 2 else r[1:]
+chk(d.cuInit(0)); dev = chk(d.cuDeviceGet(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(dev))
+chk(d.cuCtxSetCurrent(ctx))
+"""
+
+
+def _go(folder, body: str) -> None:  # noqa: F811
+    ok(run(folder, _PRELUDE + textwrap.dedent(body)))
+
+
+def test_graph_and_node_ids(folder):  # noqa: F811
+    _go(folder, """
+        g1, g2 = chk(d.cuGraphCreate(0)), chk(d.cuGraphCreate(0))
+        id1, id2 = chk(d.cuGraphGetId(g1)), chk(d.cuGraphGetId(g2))
+        assert id1 > 0 and id2 > 0 and id1 != id2, (id1, id2)
+        assert chk(d.cuGraphGetId(g1)) == id1          # asked again: the same id
+        a = chk(d.cuGraphAddEmptyNode(g1, None, 0))
+        b = chk(d.cuGraphAddEmptyNode(g1, [a], 1))
+        c = chk(d.cuGraphAddEmptyNode(g1, [a, b], 2))
+        local = [chk(d.cuGraphNodeGetLocalId(n)) for n in (a, b, c)]
+        assert local == [0, 1, 2], local               # in the order the nodes were added
+        tools = [chk(d.cuGraphNodeGetToolsId(n)) for n in (a, b, c)]
+        assert len(set(tools)) == 3, tools
+        x = chk(d.cuGraphAddEmptyNode(g2, None, 0))    # local 0 too, but another tools id
+        assert chk(d.cuGraphNodeGetLocalId(x)) == 0 and chk(d.cuGraphNodeGetToolsId(x)) not in tools
+        chk(d.cuGraphDestroyNode(b))                   # ids are not reused
+        e = chk(d.cuGraphAddEmptyNode(g1, None, 0))
+        assert chk(d.cuGraphNodeGetLocalId(e)) == 3
+        # the graph a node is in: a child graph's node answers the child graph
+        assert int(chk(d.cuGraphNodeGetContainingGraph(a))) == int(g1)
+        child = chk(d.cuGraphCreate(0))
+        inner = chk(d.cuGraphAddEmptyNode(child, None, 0))
+        p = d.CUgraphNodeParams()
+        p.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_GRAPH
+        p.graph.graph = child
+        holder = chk(d.cuGraphAddNode(g1, None, None, 0, p))
+        assert int(chk(d.cuGraphNodeGetContainingGraph(holder))) == int(g1)
+        assert int(chk(d.cuGraphNodeGetContainingGraph(inner))) == int(child)
+        # executable graphs: ids of their own
+        x1, x2 = chk(d.cuGraphInstantiate(g1, 0)), chk(d.cuGraphInstantiate(g2, 0))
+        e1, e2 = chk(d.cuGraphExecGetId(x1)), chk(d.cuGraphExecGetId(x2))
+        assert e1 > 0 and e2 > 0 and e1 != e2, (e1, e2)
+        # a handle that is no graph is INVALID_VALUE, as cuda.h lists
+        chk(d.cuGraphExecDestroy(x1))
+        assert d.cuGraphExecGetId(x1)[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE
+        chk(d.cuGraphDestroy(g2))
+        assert d.cuGraphGetId(g2)[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE
+        assert d.cuGraphNodeGetLocalId(x)[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE
+        print("OK")
+    """)
