@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repo", type=Path, required=True, help="a cuda-python git directory")
     p.add_argument("--commit", default=COMMIT)
-    p.add_argument("--suite", choices=("core", "bindings", "both"), default="both")
+    p.add_argument("--suite", choices=(*SUITES, "both"), default="both")
     p.add_argument("--workers", default="2")
     p.add_argument("--timeout", default="300", help="seconds per test (pytest-timeout)")
     p.add_argument("--junit-dir", type=Path, help="keep the JUnit XML reports here")
