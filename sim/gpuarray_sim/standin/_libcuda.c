@@ -321,6 +321,11 @@ F4(cuGraphRemoveDependencies, H, P, const H *, P, const H *, P, size_t, U)
 F5(cuGraphRemoveDependencies_v2, H, P, const H *, P, const H *, P, const void *, P, size_t, U)
 F1(cuGraphDestroyNode, H, P)
 F2(cuGraphNodeGetType, H, P, int *, P)
+/* GPU coredump settings: _coredump_calls.py. */
+F3(cuCoredumpGetAttribute, int, U, void *, P, size_t *, P)
+F3(cuCoredumpGetAttributeGlobal, int, U, void *, P, size_t *, P)
+F3(cuCoredumpSetAttribute, int, U, void *, P, size_t *, P)
+F3(cuCoredumpSetAttributeGlobal, int, U, void *, P, size_t *, P)
 /* Graph and node ids (CUDA 13.1): _graph_id_calls.py. */
 F2(cuGraphGetId, H, P, unsigned int *, P)
 F2(cuGraphExecGetId, H, P, unsigned int *, P)
@@ -671,6 +676,10 @@ static const Entry table[] = {
     E("cuGraphRemoveDependencies", 12030, cuGraphRemoveDependencies_v2),
     E("cuGraphDestroyNode", 10000, cuGraphDestroyNode),
     E("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
+    E("cuCoredumpGetAttribute", 12010, cuCoredumpGetAttribute),
+    E("cuCoredumpGetAttributeGlobal", 12010, cuCoredumpGetAttributeGlobal),
+    E("cuCoredumpSetAttribute", 12010, cuCoredumpSetAttribute),
+    E("cuCoredumpSetAttributeGlobal", 12010, cuCoredumpSetAttributeGlobal),
     E("cuGraphGetId", 13010, cuGraphGetId),
     E("cuGraphExecGetId", 13010, cuGraphExecGetId),
     E("cuGraphNodeGetLocalId", 13010, cuGraphNodeGetLocalId),

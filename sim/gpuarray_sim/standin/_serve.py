@@ -12,7 +12,8 @@ advice, prefetches, range attributes),
 ``_copy_calls.py`` (copies and memsets), ``_stream_calls.py`` (streams,
 events, callbacks), ``_module_calls.py`` (modules, libraries, the linker,
 kernels, launches) and ``_graph_calls.py`` (stream capture and graphs; ``_graph_node_calls.py``
-graphs built node by node, ``_graph_id_calls.py`` their ids).
+graphs built node by node, ``_graph_id_calls.py`` their ids) and ``_coredump_calls.py`` (GPU coredump
+settings).
 The C side passes every argument as an unsigned 64-bit integer (pointers
 as addresses; signed ``int`` arguments sign-extended) and returns what :func:`serve` returns; outputs are written
 through their pointers with ctypes, with the sizes of ``cuda.h``.
@@ -57,6 +58,7 @@ from .._codes import UNKNOWN as _UNKNOWN
 from . import (
     _context_calls,
     _copy_calls,
+    _coredump_calls,
     _device_calls,
     _graph_calls,
     _graph_id_calls,
@@ -83,7 +85,7 @@ _TRACE_ERRORS = os.environ.get("GPUARRAY_STANDIN_TRACE", "") == "errors"
 
 _MODULES = (_device_calls, _context_calls, _memory_calls, _pool_calls, _managed_calls,
             _copy_calls, _stream_calls, _module_calls, _graph_calls, _graph_node_calls,
-            _graph_id_calls)
+            _graph_id_calls, _coredump_calls)
 
 #: The handler of each driver form, by name (the ``_*_calls.py`` modules).
 _HANDLERS: dict[str, Callable[..., None]] = {

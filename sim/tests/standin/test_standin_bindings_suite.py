@@ -7,7 +7,9 @@ stand-in answered ``CUDA_ERROR_NOT_SUPPORTED``):
 
 - the graph identity calls of CUDA 13.1 (``cuGraphGetId``, ``cuGraphExecGetId``,
   ``cuGraphNodeGetLocalId``, ``cuGraphNodeGetToolsId``,
-  ``cuGraphNodeGetContainingGraph``).
+  ``cuGraphNodeGetContainingGraph``);
+- the GPU coredump settings (``cuCoredump{Get,Set}Attribute[Global]``), kept and
+  reported with cuda.h's defaults (the simulator writes no coredump).
 """
 
 from __future__ import annotations
@@ -73,5 +75,40 @@ def test_graph_and_node_ids(folder):  # noqa: F811
         chk(d.cuGraphDestroy(g2))
         assert d.cuGraphGetId(g2)[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE
         assert d.cuGraphNodeGetLocalId(x)[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE
+        print("OK")
+    """)
+
+
+def test_coredump_settings_are_kept_and_reported(folder):  # noqa: F811
+    _go(folder, """
+        S = d.CUcoredumpSettings
+        # cuda.h's defaults: no dump on exception, the host triggered, core.cuda.HOST.PID
+        assert chk(d.cuCoredumpGetAttributeGlobal(S.CU_COREDUMP_ENABLE_ON_EXCEPTION)) is False
+        assert chk(d.cuCoredumpGetAttributeGlobal(S.CU_COREDUMP_TRIGGER_HOST)) is True
+        import os
+        assert chk(d.cuCoredumpGetAttributeGlobal(S.CU_COREDUMP_FILE)).endswith(b".%d" % os.getpid())
+        # what cuda_bindings/tests/test_cuda.py::test_cuda_coredump_attr sets and reads back
+        chk(d.cuCoredumpSetAttributeGlobal(S.CU_COREDUMP_TRIGGER_HOST, False))
+        chk(d.cuCoredumpSetAttributeGlobal(S.CU_COREDUMP_FILE, b"corefile"))
+        chk(d.cuCoredumpSetAttributeGlobal(S.CU_COREDUMP_PIPE, b"corepipe"))
+        chk(d.cuCoredumpSetAttributeGlobal(S.CU_COREDUMP_LIGHTWEIGHT, True))
+        got = [chk(d.cuCoredumpGetAttributeGlobal(a)) for a in (
+            S.CU_COREDUMP_TRIGGER_HOST, S.CU_COREDUMP_FILE, S.CU_COREDUMP_PIPE,
+            S.CU_COREDUMP_LIGHTWEIGHT)]
+        assert got == [False, b"corefile", b"corepipe", True], got
+        # a context's setting falls back to the global one until set for the context
+        assert chk(d.cuCoredumpGetAttribute(S.CU_COREDUMP_FILE)) == b"corefile"
+        chk(d.cuCoredumpSetAttribute(S.CU_COREDUMP_FILE, b"ctxfile"))
+        assert chk(d.cuCoredumpGetAttribute(S.CU_COREDUMP_FILE)) == b"ctxfile"
+        assert chk(d.cuCoredumpGetAttributeGlobal(S.CU_COREDUMP_FILE)) == b"corefile"
+        chk(d.cuCoredumpSetAttribute(S.CU_COREDUMP_GENERATION_FLAGS, 3))
+        assert chk(d.cuCoredumpGetAttribute(S.CU_COREDUMP_GENERATION_FLAGS)) == 3
+        # cuda.h: the pipe and the user trigger cannot be set per context
+        r = d.cuCoredumpSetAttribute(S.CU_COREDUMP_PIPE, b"p")
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r
+        # per context needs a current context
+        chk(d.cuCtxSetCurrent(None))
+        r = d.cuCoredumpGetAttribute(S.CU_COREDUMP_FILE)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_CONTEXT, r
         print("OK")
     """)
