@@ -69,7 +69,7 @@ REASONS: list[tuple[str, str]] = [
      "launches a kernel compiled to a cubin (SASS) with no PTX: the simulator executes PTX only"),
     (r"CUDA_ERROR_NOT_SUPPORTED",
      "calls an entry point the simulator does not model (it answers CUDA_ERROR_NOT_SUPPORTED)"),
-    (r'"nvml" is an NVIDIA driver library|cuda_core\.tests\.system|cuda_bindings/tests/nvml',
+    (r'"nvml" is an NVIDIA driver library|cuda_core\.tests\.system|cuda_bindings[./]tests[./]nvml',
      "needs NVML (libnvidia-ml), a driver library the stand-in does not provide"),
     (r"CUDA_ERROR_UNKNOWN",
      "the race detector reports unordered accesses (CUDA_ERROR_UNKNOWN, the report on stderr): "
@@ -89,10 +89,11 @@ REASONS: list[tuple[str, str]] = [
      "'reserved' fields the wheel's CUipcMemHandle/CUgraphEdgeData/structure reprs do not have, expect "
      "a ValueError for a NULL NVVM buffer that the wheel hands to libNVVM, an older cuDLA error text): "
      "no driver call, the same on a GPU"),
-    (r"build_test_binaries\.sh|CUDA checkpoint scenario|test_cython|cuLink driver linker does not "
+    (r"build_test_binaries\.sh|CUDA checkpoint scenario|test_cython|test_nvjitlink\ncollection failure|cuLink driver linker does not "
      r"support|only supports 'nvjitlink' backend|fstat refused",
      "needs a tool or library the machine lacks (nvcc for the test binaries, Cython, the checkpoint "
-     "utility, nvJitLink for its own options) or checks the host file system, not the driver"),
+     "utility, nvJitLink: not installed in the referee's environment, see requirements.txt) or "
+     "checks the host file system, not the driver"),
 ]
 
 
