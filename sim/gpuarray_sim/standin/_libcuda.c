@@ -326,6 +326,14 @@ F3(cuCoredumpGetAttribute, int, U, void *, P, size_t *, P)
 F3(cuCoredumpGetAttributeGlobal, int, U, void *, P, size_t *, P)
 F3(cuCoredumpSetAttribute, int, U, void *, P, size_t *, P)
 F3(cuCoredumpSetAttributeGlobal, int, U, void *, P, size_t *, P)
+/* Device (SM) resources and their splits: _resource_calls.py. */
+F3(cuDeviceGetDevResource, CUdevice, U, void *, P, int, U)
+F3(cuCtxGetDevResource, H, P, void *, P, int, U)
+S3(cuStreamGetDevResource, H, P, void *, P, int, U)
+F6(cuDevSmResourceSplitByCount, void *, P, unsigned int *, P, const void *, P, void *, P,
+   unsigned int, U, unsigned int, U)
+F6(cuDevSmResourceSplit, void *, P, unsigned int, U, const void *, P, void *, P, unsigned int, U,
+   void *, P)
 /* Graph and node ids (CUDA 13.1): _graph_id_calls.py. */
 F2(cuGraphGetId, H, P, unsigned int *, P)
 F2(cuGraphExecGetId, H, P, unsigned int *, P)
@@ -680,6 +688,11 @@ static const Entry table[] = {
     E("cuCoredumpGetAttributeGlobal", 12010, cuCoredumpGetAttributeGlobal),
     E("cuCoredumpSetAttribute", 12010, cuCoredumpSetAttribute),
     E("cuCoredumpSetAttributeGlobal", 12010, cuCoredumpSetAttributeGlobal),
+    E("cuDeviceGetDevResource", 12040, cuDeviceGetDevResource),
+    E("cuCtxGetDevResource", 12040, cuCtxGetDevResource),
+    ES("cuStreamGetDevResource", 13010, cuStreamGetDevResource),
+    E("cuDevSmResourceSplitByCount", 12040, cuDevSmResourceSplitByCount),
+    E("cuDevSmResourceSplit", 13010, cuDevSmResourceSplit),
     E("cuGraphGetId", 13010, cuGraphGetId),
     E("cuGraphExecGetId", 13010, cuGraphExecGetId),
     E("cuGraphNodeGetLocalId", 13010, cuGraphNodeGetLocalId),

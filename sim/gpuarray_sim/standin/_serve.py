@@ -13,7 +13,7 @@ advice, prefetches, range attributes),
 events, callbacks), ``_module_calls.py`` (modules, libraries, the linker,
 kernels, launches) and ``_graph_calls.py`` (stream capture and graphs; ``_graph_node_calls.py``
 graphs built node by node, ``_graph_id_calls.py`` their ids) and ``_coredump_calls.py`` (GPU coredump
-settings).
+settings), ``_resource_calls.py`` (SM resources and their splits).
 The C side passes every argument as an unsigned 64-bit integer (pointers
 as addresses; signed ``int`` arguments sign-extended) and returns what :func:`serve` returns; outputs are written
 through their pointers with ctypes, with the sizes of ``cuda.h``.
@@ -67,6 +67,7 @@ from . import (
     _memory_calls,
     _module_calls,
     _pool_calls,
+    _resource_calls,
     _stream_calls,
     _support,
 )
@@ -85,7 +86,7 @@ _TRACE_ERRORS = os.environ.get("GPUARRAY_STANDIN_TRACE", "") == "errors"
 
 _MODULES = (_device_calls, _context_calls, _memory_calls, _pool_calls, _managed_calls,
             _copy_calls, _stream_calls, _module_calls, _graph_calls, _graph_node_calls,
-            _graph_id_calls, _coredump_calls)
+            _graph_id_calls, _coredump_calls, _resource_calls)
 
 #: The handler of each driver form, by name (the ``_*_calls.py`` modules).
 _HANDLERS: dict[str, Callable[..., None]] = {

@@ -9,7 +9,10 @@ stand-in answered ``CUDA_ERROR_NOT_SUPPORTED``):
   ``cuGraphNodeGetLocalId``, ``cuGraphNodeGetToolsId``,
   ``cuGraphNodeGetContainingGraph``);
 - the GPU coredump settings (``cuCoredump{Get,Set}Attribute[Global]``), kept and
-  reported with cuda.h's defaults (the simulator writes no coredump).
+  reported with cuda.h's defaults (the simulator writes no coredump);
+- device (SM) resources and their splits (``cuDeviceGetDevResource``,
+  ``cuStreamGetDevResource``, ``cuDevSmResourceSplitByCount``,
+  ``cuDevSmResourceSplit``), while green contexts stay NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -110,5 +113,45 @@ def test_coredump_settings_are_kept_and_reported(folder):  # noqa: F811
         chk(d.cuCtxSetCurrent(None))
         r = d.cuCoredumpGetAttribute(S.CU_COREDUMP_FILE)
         assert r[0] == d.CUresult.CUDA_ERROR_INVALID_CONTEXT, r
+        print("OK")
+    """)
+
+
+def test_sm_resources_and_their_splits(folder):  # noqa: F811
+    _go(folder, """
+        T = d.CUdevResourceType
+        sm = chk(d.cuDeviceGetDevResource(dev, T.CU_DEV_RESOURCE_TYPE_SM))
+        n_sm = chk(d.cuDeviceGetAttribute(
+            d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
+        assert sm.type == T.CU_DEV_RESOURCE_TYPE_SM and sm.sm.smCount == n_sm, sm.sm.smCount
+        assert sm.sm.minSmPartitionSize == 8 and sm.sm.smCoscheduledAlignment == 8  # cc 9.0
+        s = chk(d.cuStreamCreate(0))
+        assert chk(d.cuStreamGetDevResource(s, T.CU_DEV_RESOURCE_TYPE_SM)).sm.smCount == n_sm
+        # by count: groups of minCount rounded up to the alignment, at least the minimum
+        res, count, rem = chk(d.cuDevSmResourceSplitByCount(0, sm, 0, 2))
+        assert count == n_sm // 8 and len(res) == 0, count
+        res, got, rem = chk(d.cuDevSmResourceSplitByCount(3, sm, 0, 12))
+        assert got == 3 and [r.sm.smCount for r in res] == [16] * 3
+        assert rem.sm.smCount == n_sm - 48
+        r = d.cuDevSmResourceSplitByCount(1, sm, 0, n_sm + 1)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE, r
+        # a group cannot be split again (cuda.h: not without a green context)
+        assert d.cuDevSmResourceSplitByCount(1, res[0], 0, 2)[0] == d.CUresult.CUDA_ERROR_INVALID_VALUE
+        # structured groups: 4 SMs co-scheduled by 2, then discovery of the rest in groups of 8
+        p = [d.CU_DEV_SM_RESOURCE_GROUP_PARAMS(), d.CU_DEV_SM_RESOURCE_GROUP_PARAMS()]
+        p[0].smCount, p[0].coscheduledSmCount = 4, 2
+        res, rem = chk(d.cuDevSmResourceSplit(2, sm, 0, p))
+        assert [r.sm.smCount for r in res] == [4, (n_sm - 4) // 8 * 8], [r.sm.smCount for r in res]
+        assert rem.sm.smCount == n_sm - 4 - (n_sm - 4) // 8 * 8
+        # not whole co-scheduled groups: a configuration the SMs cannot take, unless backfilled
+        q = [d.CU_DEV_SM_RESOURCE_GROUP_PARAMS()]
+        q[0].smCount = 12
+        r = d.cuDevSmResourceSplit(1, sm, 0, q)
+        assert r[0] == d.CUresult.CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, r
+        q[0].flags = d.CUdevSmResourceGroup_flags.CU_DEV_SM_RESOURCE_GROUP_BACKFILL
+        assert chk(d.cuDevSmResourceSplit(1, sm, 0, q))[0][0].sm.smCount == 12
+        # workqueue resources and green contexts are not simulated
+        r = d.cuDeviceGetDevResource(dev, T.CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG)
+        assert r[0] == d.CUresult.CUDA_ERROR_NOT_SUPPORTED, r
         print("OK")
     """)
