@@ -83,6 +83,10 @@ REASONS: list[tuple[str, str]] = [
     (r"members not covered by the wrapper mapping|has \d+ members, but expected|not covered by _CASES",
      "an enum coverage check between cuda.core 1.1.0 and cuda-bindings 13.5 (the wheels disagree; "
      "no driver call)"),
+    (r"test_event\.py::test_timing_success",
+     "times a %clock64 sleep loop with events: the PTX executor's %clock64 counts reads, not "
+     "time, so the loop may end before the 10 ms the test expects (it passes or fails with the "
+     "executor's speed)"),
     (r"has no attribute 'reserved'|test_cuda\.py::test_cuda_repr|test_nvvm\.py::test_add_module_to_program_fail|"
      r"test_cudla_error_str",
      "the tests of the release commit and the cuda-bindings 13.5.0 wheel disagree (the tests read "
