@@ -295,13 +295,13 @@ struct ThreadFibers {
         }
     }
     // Keeps the first kKeepPerThread fibers, gives back the rest.
-    void trim() {
-        if (count <= kKeepPerThread) return;
+    void trim(size_t keep = kKeepPerThread) {
+        if (count <= keep) return;
         Fiber* f = head;
-        for (size_t i = 1; i < kKeepPerThread; ++i) f = f->next;
+        for (size_t i = 1; i < keep; ++i) f = f->next;
         Fiber* rest = f->next;
         f->next = nullptr;
-        count = kKeepPerThread;
+        count = keep;
         release(rest);
     }
 };
@@ -787,14 +787,20 @@ bool run_grid(Launch* l, bool cooperative) {
 }
 
 // ------------------------------------------------------------------ workers
+// Fibers a helper thread keeps between launches: a helper serves launch
+// after launch, and giving its fibers back each time (beyond the free
+// list's kMaxFree: unmapped) made every launch of a 256-thread block map
+// and fault in stacks afresh.
+const size_t kKeepPerHelper = 4096;
+
 // A worker's share of the launch, on the calling thread.
-void run_share(Launch* l, bool cooperative) {
+void run_share(Launch* l, bool cooperative, size_t keep) {
     Launch* prior = cur_launch;
     cur_launch = l;
     if (!ensure_altstack()) record(l, 2, GLOBAL, 0, 0, 0, 0);  // no memory for the signal stack
     else run_grid(l, cooperative);
     cur_launch = prior;
-    fibers.trim();
+    fibers.trim(keep);
 }
 
 // This worker is done: the last one lets the launch end.
@@ -804,7 +810,7 @@ void finish(Shared* sh) {
     pthread_mutex_unlock(&sh->lock);  // the launch may end now: nothing of it is touched after
 }
 
-void helper_share(void* l) { run_share(static_cast<Launch*>(l), false); }
+void helper_share(void* l) { run_share(static_cast<Launch*>(l), false, kKeepPerHelper); }
 void helper_done(void* l) { finish(static_cast<Launch*>(l)->sh); }
 
 // The launch's fault into *out; its code.
@@ -871,7 +877,7 @@ int launch(ga_entry entry, const char* params, unsigned long long stride, const 
         l.workers = 1;
         l.slots = sh.all;
         l.nslots = total;
-        run_share(&l, cooperative != 0);
+        run_share(&l, cooperative != 0, kKeepPerThread);
         free(sh.all);
         return sh.aborted ? result(sh, out) : 0;
     }
@@ -896,7 +902,7 @@ int launch(ga_entry entry, const char* params, unsigned long long stride, const 
     }
     for (unsigned int i = 0; i < nhelp; ++i)
         ga_pool::give(taken[i], helper_share, helper_done, &ls[i + 1]);
-    run_share(&ls[0], cooperative != 0);
+    run_share(&ls[0], cooperative != 0, kKeepPerThread);
     finish(&sh);
     pthread_mutex_lock(&sh.lock);
     while (sh.running != 0) pthread_cond_wait(&sh.done, &sh.lock);
