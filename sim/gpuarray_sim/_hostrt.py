@@ -92,10 +92,11 @@ def workers() -> int:
     """Host threads that may run one launch's blocks at once (``GPUARRAY_SIM_WORKERS``).
 
     Unset (the default): 1, every block on the launching thread as before --
-    measured on a 2-core machine, two workers made numba-cuda's test_matmul
-    and test_laplace slower (108 s -> 242 s, and 38% more CPU time: two
-    workers' fibers crowd the caches the cores share), while a launch of
-    blocks without barriers took the same CPU time either way.  An integer
+    measured on a 2-core machine, two workers ran numba-cuda's test_matmul
+    and test_laplace in 97.5 s against 103.8 s at a load of 3 (test_matmul
+    itself slower, 52 -> 56 s) and in 242 s against 108 s at a load of 6,
+    with 37% more CPU time either way, while a launch of blocks without
+    barriers took the same CPU time with one worker or two.  An integer
     >= 1: that many.  ``auto``: the cores this process may run on
     (``os.sched_getaffinity``) divided by ``PYTEST_XDIST_WORKER_COUNT``
     (pytest-xdist already runs a process per core: more threads would only
