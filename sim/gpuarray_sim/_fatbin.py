@@ -217,6 +217,21 @@ def wrapped_fatbin(wrapper: bytes) -> int:
 
 
 # ------------------------------------------------------------ decompression
+def _lz4_length(nibble: int, data: bytes, i: int, what: str) -> tuple[int, int]:
+    """A length of the LZ4 block format: the token's ``nibble``, extended by the bytes at ``i``
+    while the nibble is 15 (each byte added; a byte of 255 continues); the index after it."""
+    length = nibble
+    if nibble == 15:
+        while True:
+            if i >= len(data):
+                raise BinaryError(f"LZ4 block: a {what} length runs past the input")
+            length += data[i]
+            i += 1
+            if data[i - 1] != 255:
+                break
+    return length, i
+
+
 def lz4_block(data: bytes, size: int) -> bytes:
     """Decode one raw LZ4 block (the LZ4 block format) of ``size`` decompressed bytes.
 
@@ -231,15 +246,7 @@ def lz4_block(data: bytes, size: int) -> bytes:
     while i < n:
         token = data[i]
         i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                if i >= n:
-                    raise BinaryError("LZ4 block: a literal length runs past the input")
-                lit += data[i]
-                i += 1
-                if data[i - 1] != 255:
-                    break
+        lit, i = _lz4_length(token >> 4, data, i, "literal")
         if lit > n - i:
             raise BinaryError("LZ4 block: literals run past the input")
         out += data[i:i + lit]
@@ -250,15 +257,8 @@ def lz4_block(data: bytes, size: int) -> bytes:
             raise BinaryError("LZ4 block: a match offset is cut off")
         dist = data[i] | data[i + 1] << 8
         i += 2
-        mlen = (token & 15) + 4
-        if token & 15 == 15:
-            while True:
-                if i >= n:
-                    raise BinaryError("LZ4 block: a match length runs past the input")
-                mlen += data[i]
-                i += 1
-                if data[i - 1] != 255:
-                    break
+        mlen, i = _lz4_length(token & 15, data, i, "match")
+        mlen += 4
         if not 0 < dist <= len(out):
             raise BinaryError(f"LZ4 block: a match {dist} bytes back, {len(out)} bytes decoded")
         if len(out) + mlen > size:
