@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from typing import Any
 
 from gpuarray.errors import CudaError
@@ -71,7 +72,7 @@ def _load(call: str, image: int, log: JitLog | None = None) -> int:
         return backend().module_load_data(image_at(call, image), call=call, placeholder_ok=False)
     except CudaError as e:
         if log is not None:
-            log.write(f"error   : {e}")
+            log.write(f"error   : {e.detail.strip('()')}")
         raise
 
 
@@ -121,7 +122,7 @@ def cuLibraryLoadFromFile(p: int, name: int, jit_opts: int, jit_vals: int, n_jit
         h = _in_some_context(lambda: backend().module_load_data(image, call=call,
                                                                 placeholder_ok=False))
     except CudaError as e:
-        log.write(f"error   : {e}")
+        log.write(f"error   : {e.detail.strip('()')}")
         raise
     _out(call, p, _U64, h)
 
@@ -242,7 +243,7 @@ def cuFuncGetModule(p: int, func: int) -> None:
 
 # --------------------------------------------------------------- linking
 #: Link states: handle -> [inputs, output (kept until cuLinkDestroy), its error log, whether an
-#: input whose symbols are not read here (a host object, an archive) was added].
+#: input whose symbols are not read here (a host object, an archive) was added, input names].
 _LINKS: dict[int, list[Any]] = {}
 _next_link = [0x6C00_0000]
 _INPUT_KINDS = {0: "cubin", 1: "ptx", 2: "fatbin", 3: "object", 4: "library"}
@@ -253,7 +254,7 @@ def cuLinkCreate_v2(n: int, options: int, values: int, p: int) -> None:
         raise CudaError(_INVALID_VALUE, "cuLinkCreate", "(NULL state)")
     backend().ctx_get_device()  # INVALID_CONTEXT without a current context
     _next_link[0] += 0x10
-    _LINKS[_next_link[0]] = [[], None, JitLog(n, options, values), False]
+    _LINKS[_next_link[0]] = [[], None, JitLog(n, options, values), False, []]
     _out("cuLinkCreate", p, _U64, _next_link[0])
 
 
@@ -290,11 +291,12 @@ def _add(call: str, state: int, kind: int, data: bytes, name: str) -> None:
     except _images.ImageError as e:
         err = CudaError(_images.code_for("cuLinkAddData", e.kind), call,
                         f"({name or 'input'}: {e.reason})")
-        link[2].write(f"error   : {err}", report_size=False)
+        link[2].write(f"error   : {e.reason}", report_size=False)
         raise err from None
     if found == "ptx":
         data = data.split(b"\0", 1)[0] + b"\0"
     link[0].append(("cubin" if found == "elf" else found, data))
+    link[4].append(name)
 
 
 def cuLinkAddData_v2(state: int, kind: int, data: int, size: int, name: int, n: int,
@@ -329,16 +331,24 @@ def cuLinkComplete(state: int, pcubin: int, psize: int) -> None:
     # the kernels of each input, and the PTX of each, are found in it.
     image = _cubin.link_image(link[0], _cc())
     missing = [] if link[3] else _undefined(image, link[0])
-    if missing:
-        err = CudaError(_images.UNRESOLVED_CODE, call, "(" + "; ".join(
-            f"nvlink error : Undefined reference to '{n}'" for n in missing) + ": no input "
-            "of the link defines it)")
-        link[2].write(f"error   : {err}", report_size=False)
-        raise err
+    if missing:  # the driver's linker's words: "error   : Undefined reference to 'f' in 'input'"
+        lines = [f"error   : Undefined reference to '{n}' in '{_user(link, n)}'" for n in missing]
+        link[2].write("\n".join(lines), report_size=False)
+        raise CudaError(_images.UNRESOLVED_CODE, call,
+                        f"({'; '.join(ln[10:] for ln in lines)}: no input of the link defines it)")
     out = ctypes.create_string_buffer(image, len(image))
     link[1] = out
     ctypes.c_void_p.from_address(pcubin).value = ctypes.addressof(out)
     _SIZE.from_address(psize).value = len(image)
+
+
+def _user(link: list[Any], name: str) -> str:
+    """The name given to the first PTX input of ``link`` that uses function ``name``."""
+    word = re.compile(rb"(?<![\w$%])" + re.escape(name.encode()) + rb"(?![\w$])")
+    for (kind, data), label in zip(link[0], link[4], strict=True):
+        if kind == "ptx" and word.search(data):
+            return label
+    return ""
 
 
 def _undefined(image: bytes, inputs: list[tuple[str, bytes]]) -> list[str]:

@@ -95,7 +95,7 @@ def test_an_undefined_function_fails_the_link_and_the_load_with_a_log(folder):  
                             b"ext.ptx", 0, [], []))
         r = d.cuLinkComplete(state)
         assert r[0] == d.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU, r
-        assert b"Undefined reference to 'ext_f'" in log.split(b"\\0")[0], log
+        assert log.split(b"\\0")[0] == b"error   : Undefined reference to 'ext_f' in 'ext.ptx'", log
         chk(d.cuLinkDestroy(state))
         # the same PTX with the one that defines ext_f: links, loads and runs
         state = chk(d.cuLinkCreate(0, [], []))
