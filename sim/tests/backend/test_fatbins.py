@@ -184,6 +184,9 @@ def test_no_member_for_the_device_is_no_binary_for_gpu():
     assert _ran(b, b.module_load_data(fixture("ptx90a.fatbin"))) == [90] * 4
     code, msg = _code(sim_on((10, 0)).module_load_data, fixture("ptx90a.fatbin"))
     assert code == 209 and "compute_90a" in msg, msg
+    # LTO-IR is never loaded by a driver (nvJitLink links it)
+    code, msg = _code(sim_on((9, 0)).module_load_data, fixture("ltoir90.fatbin"))
+    assert code == 209 and "LTO-IR compute_90" in msg, msg
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc here to remake a fixture with")
