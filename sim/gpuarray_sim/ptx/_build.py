@@ -28,6 +28,8 @@ from ._ast import PtxModule
 from ._check import check
 from ._emit import translate
 from ._errors import UnsupportedPtx
+from ._info import _names
+from ._ops import BUILTIN_CALLS
 from ._parse import parse
 from ._runtime_src import HEADERS, cache_key, runtime_source
 
@@ -150,6 +152,23 @@ class PtxProgram:
         self.interpreted_seconds = 0.0
         self.upgraded_blocks = 0  # blocks of interpreted launches that ran the translation
         self._upgrading = False
+
+    @property
+    def unresolved(self) -> list[str]:
+        """The functions the module uses (calls, takes the address of, lists as call targets)
+        but only declares, other than those the simulator provides (``vprintf``, ``malloc``,
+        the device runtime's ...): what a driver's JIT cannot resolve without a link."""
+        m = self.module
+        declared = {n for n, f in m.functions.items() if f.body is None} - set(BUILTIN_CALLS)
+        if not declared:
+            return []
+        used: set[str] = set()
+        for f in m.functions.values():
+            used |= _names(f.body or [])
+            used |= {n for names, _line in f.calltargets.values() for n in names}
+        for g in m.globals.values():
+            used |= {sym for _off, sym, _add in g.relocs}
+        return sorted(declared & used)
 
     def kernel(self, name: str) -> Any:
         """The ``SimKernel`` (:class:`~._run.PtxKernel`) of entry ``name`` (KeyError: none)."""
