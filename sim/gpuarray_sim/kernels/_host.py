@@ -48,6 +48,7 @@ import ctypes
 import functools
 import logging
 import os
+import platform
 import shutil
 import stat
 import subprocess
@@ -70,15 +71,39 @@ __all__ = ["HostCompileError", "Compiler", "compiler", "mode", "FLAGS", "BATCH",
 
 _log = logging.getLogger("gpuarray.kernels")
 
+def _host_cpu_flags() -> tuple[str, ...]:
+    """``-mfma`` on an x86-64 host whose CPU has FMA3, else nothing.
+
+    x86-64's baseline has no fused multiply-add, so ``fmaf``/``fma`` (PTX's
+    ``fma.rn``, ``mad.f32``) are calls into libm; with ``-mfma`` they are one
+    instruction.  The result is the same (a fused multiply-add is exact, one
+    rounding either way) and nothing else fuses: ``-std=c++17`` (ISO mode)
+    keeps ``-ffp-contract=off``, and the PTX runtime says so again.  The flag
+    is part of :data:`FLAGS`, so of every cache key: a cache filled on such a
+    CPU is not used on another.
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return ("-mfma",) if "fma" in line.split(":", 1)[-1].split() else ()
+    except OSError:
+        pass
+    return ()
+
+
 #: Compiler flags of every host build.  -fwrapv and -fno-strict-aliasing give
 #: C++ the GPU's meaning of signed overflow and type punning;
 #: -fno-strict-overflow makes pointer arithmetic wrap too (a simulated device
 #: address points into no host object, so C++ would call ``p + i`` undefined);
 #: -fstack-clash-protection touches every page of a large frame in order, so a
-#: stack overflow always lands in the fiber's guard (a reported fault, 714).
+#: stack overflow always lands in the fiber's guard (a reported fault, 714);
+#: -mfma where the host CPU has it (:func:`_host_cpu_flags`).
 FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrapv",
          "-fno-strict-overflow", "-fno-strict-aliasing", "-fstack-clash-protection",
-         "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1")
+         "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1", *_host_cpu_flags())
 #: Most specialisations per translation unit in :func:`prepare`.
 BATCH = 48
 _ENV = "GPUARRAY_SIM_KERNELS"
