@@ -29,7 +29,8 @@
 // without barriers therefore runs a whole block on one fiber.
 //
 // Fibers: one mapping each -- a PROT_NONE guard, the stack, and the Fiber
-// record at its top -- made with makecontext on first entry.  An OS thread
+// record at its top (less a per-fiber colour: see map_fiber) -- laid out for
+// its first entry by start().  An OS thread
 // keeps the fibers it used (a parked fiber takes the next block's threads
 // when resumed), at most kKeepPerThread after a launch; the rest, and all of
 // them when the thread exits, go to one process-wide free list of at most
