@@ -104,11 +104,12 @@ def _host_cpu_flags() -> tuple[str, ...]:
 FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrapv",
          "-fno-strict-overflow", "-fno-strict-aliasing", "-fstack-clash-protection",
          "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1", *_host_cpu_flags())
-#: The optimisation level of the PTX executor's builds (:class:`PtxToolchain`:
-#: the translated tier, built for kernels that run long or often, and the
-#: interpreter, built once) in place of :data:`FLAGS`' -O1, which the host
-#: build of ``kernels/`` keeps (built in units, for every specialisation a run
-#: resolves).
+#: The optimisation level, in place of :data:`FLAGS`' -O1, of the PTX
+#: executor's optimised builds (``PtxToolchain.build(..., optimise=True)``:
+#: the ``auto`` tier's translated build, made for kernels that ran long
+#: interpreted).  Every other build (``kernels/``, the interpreter, a tier
+#: chosen by ``GPUARRAY_SIM_PTX_TIER``: many small kernels each built once)
+#: keeps -O1, the cheaper build.
 PTX_OPT = "-O2"
 #: Most specialisations per translation unit in :func:`prepare`.
 BATCH = 48
@@ -679,12 +680,14 @@ class PtxToolchain:
     def runtime(self) -> _hostrt.HostRuntime:
         return runtime()
 
-    def key(self) -> str:
+    def key(self, optimise: bool = False) -> str:
         cc = _require_compiler()
-        return _key(cc, "ptx", PTX_OPT)
+        return _key(cc, "ptx", PTX_OPT if optimise else "")
 
-    def build(self, source: str, what: str, prefix: str | None = None) -> bytes:
-        return build_library(_require_compiler(), source, what, prefix, PTX_OPT)
+    def build(self, source: str, what: str, prefix: str | None = None,
+              optimise: bool = False) -> bytes:
+        return build_library(_require_compiler(), source, what, prefix,
+                             PTX_OPT if optimise else None)
 
     def load(self, payload: bytes) -> ctypes.CDLL:
         return load_library(payload)
