@@ -38,7 +38,7 @@ SIM := -e ./sim
 # pytest's default file pattern; bench/ has no pytest configuration of its own.
 BENCH_FILES := $(wildcard bench/test_*.py bench/*_test.py)
 
-.PHONY: help demo test test-standin test-numba-driver test-ptx-kernels test-numba-cudapy bench bench-cudapy docs lint numba-compat gpu-check clean
+.PHONY: help demo test test-standin test-numba-driver test-cuda-referee test-ptx-kernels test-numba-cudapy bench bench-cudapy docs lint numba-compat gpu-check clean
 
 help:
 	@echo "make demo       run the command-line demo (python -m gpuarray)"
@@ -46,6 +46,7 @@ help:
 	@echo "make test       run the test suite on the simulator (PYTEST_ARGS='...' to pass options)"
 	@echo "make test-standin  the tests on the cuda backend over the stand-in driver"
 	@echo "make test-numba-driver  numba-cuda's own driver tests over the stand-in (.venv-peers)"
+	@echo "make test-cuda-referee CUDA_PYTHON_REPO=DIR  cuda.core's and cuda.bindings' own tests over the stand-in (.venv-referee)"
 	@echo "make test-ptx-kernels   gpuarray's kernels from their NVRTC PTX on the simulator"
 	@echo "make test-numba-cudapy  a selection of numba-cuda's kernel tests over the stand-in"
 	@echo "make bench      run bench/ with pytest-benchmark, JSON into $(RESULTS)/"
@@ -97,6 +98,23 @@ test-numba-driver: $(PEERS_VENV)/.stamp
 	$(PEERS_VENV)/bin/python -m gpuarray standin -- $(PEERS_VENV)/bin/python -m pytest -q \
 	    -p no:cacheprovider tests/interop/test_peers_driver_api.py tests/interop/test_peers_capture.py \
 	    tests/interop/test_numba_kernels_page.py sim/tests/standin/test_standin_ptx_supply.py sim/tests/standin/test_standin_cuda_core_graphs.py $(PYTEST_ARGS)
+
+# cuda.core 1.1.0's and cuda.bindings 13.5.0's own tests, unmodified, over the
+# stand-in (sim/tools/cuda_referee/run.py): the tests are not in the wheels, so
+# they come from a cuda-python git directory (CUDA_PYTHON_REPO, with the
+# release commit the tool names); a venv of its own (.venv-referee,
+# sim/tools/cuda_referee/requirements.txt). REFEREE_ARGS: e.g. --suite bindings --list.
+REFEREE_VENV ?= .venv-referee
+REFEREE_ARGS ?=
+$(REFEREE_VENV)/.stamp: $(DEPS) sim/tools/cuda_referee/requirements.txt
+	$(PYTHON) -m venv $(REFEREE_VENV)
+	$(REFEREE_VENV)/bin/python -m pip install -e ".[cu13]" $(SIM) -r sim/tools/cuda_referee/requirements.txt
+	@touch $@
+
+test-cuda-referee: $(REFEREE_VENV)/.stamp
+	@if [ -z "$(CUDA_PYTHON_REPO)" ]; then \
+	    echo "make test-cuda-referee: set CUDA_PYTHON_REPO to a cuda-python git directory or checkout" >&2; exit 2; fi
+	$(REFEREE_VENV)/bin/python sim/tools/cuda_referee/run.py --repo "$(CUDA_PYTHON_REPO)" $(REFEREE_ARGS)
 
 # gpuarray's kernels from the PTX NVRTC makes with a GPU build's options, run by
 # the simulator's PTX executor (GPUARRAY_SIM_KERNELS=ptx), against NumPy: with

@@ -321,6 +321,25 @@ F4(cuGraphRemoveDependencies, H, P, const H *, P, const H *, P, size_t, U)
 F5(cuGraphRemoveDependencies_v2, H, P, const H *, P, const H *, P, const void *, P, size_t, U)
 F1(cuGraphDestroyNode, H, P)
 F2(cuGraphNodeGetType, H, P, int *, P)
+/* GPU coredump settings: _coredump_calls.py. */
+F3(cuCoredumpGetAttribute, int, U, void *, P, size_t *, P)
+F3(cuCoredumpGetAttributeGlobal, int, U, void *, P, size_t *, P)
+F3(cuCoredumpSetAttribute, int, U, void *, P, size_t *, P)
+F3(cuCoredumpSetAttributeGlobal, int, U, void *, P, size_t *, P)
+/* Device (SM) resources and their splits: _resource_calls.py. */
+F3(cuDeviceGetDevResource, CUdevice, U, void *, P, int, U)
+F3(cuCtxGetDevResource, H, P, void *, P, int, U)
+S3(cuStreamGetDevResource, H, P, void *, P, int, U)
+F6(cuDevSmResourceSplitByCount, void *, P, unsigned int *, P, const void *, P, void *, P,
+   unsigned int, U, unsigned int, U)
+F6(cuDevSmResourceSplit, void *, P, unsigned int, U, const void *, P, void *, P, unsigned int, U,
+   void *, P)
+/* Graph and node ids (CUDA 13.1): _graph_id_calls.py. */
+F2(cuGraphGetId, H, P, unsigned int *, P)
+F2(cuGraphExecGetId, H, P, unsigned int *, P)
+F2(cuGraphNodeGetLocalId, H, P, unsigned int *, P)
+F2(cuGraphNodeGetToolsId, H, P, unsigned long long *, P)
+F2(cuGraphNodeGetContainingGraph, H, P, H *, P)
 F3(cuGraphDebugDotPrint, H, P, const char *, P, unsigned int, U)
 F5(cuGraphAddKernelNode, H *, P, H, P, const H *, P, size_t, U, const void *, P)
 F5(cuGraphAddKernelNode_v2, H *, P, H, P, const H *, P, size_t, U, const void *, P)
@@ -665,6 +684,20 @@ static const Entry table[] = {
     E("cuGraphRemoveDependencies", 12030, cuGraphRemoveDependencies_v2),
     E("cuGraphDestroyNode", 10000, cuGraphDestroyNode),
     E("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
+    E("cuCoredumpGetAttribute", 12010, cuCoredumpGetAttribute),
+    E("cuCoredumpGetAttributeGlobal", 12010, cuCoredumpGetAttributeGlobal),
+    E("cuCoredumpSetAttribute", 12010, cuCoredumpSetAttribute),
+    E("cuCoredumpSetAttributeGlobal", 12010, cuCoredumpSetAttributeGlobal),
+    E("cuDeviceGetDevResource", 12040, cuDeviceGetDevResource),
+    E("cuCtxGetDevResource", 12040, cuCtxGetDevResource),
+    ES("cuStreamGetDevResource", 13010, cuStreamGetDevResource),
+    E("cuDevSmResourceSplitByCount", 12040, cuDevSmResourceSplitByCount),
+    E("cuDevSmResourceSplit", 13010, cuDevSmResourceSplit),
+    E("cuGraphGetId", 13010, cuGraphGetId),
+    E("cuGraphExecGetId", 13010, cuGraphExecGetId),
+    E("cuGraphNodeGetLocalId", 13010, cuGraphNodeGetLocalId),
+    E("cuGraphNodeGetToolsId", 13010, cuGraphNodeGetToolsId),
+    E("cuGraphNodeGetContainingGraph", 13010, cuGraphNodeGetContainingGraph),
     E("cuGraphDebugDotPrint", 11030, cuGraphDebugDotPrint),
     E("cuGraphAddKernelNode", 10000, cuGraphAddKernelNode),
     E("cuGraphAddKernelNode", 12000, cuGraphAddKernelNode_v2),

@@ -11,7 +11,9 @@ its stack), ``_memory_calls.py`` (allocations, pointer queries, IPC),
 advice, prefetches, range attributes),
 ``_copy_calls.py`` (copies and memsets), ``_stream_calls.py`` (streams,
 events, callbacks), ``_module_calls.py`` (modules, libraries, the linker,
-kernels, launches) and ``_graph_calls.py`` (stream capture and graphs).
+kernels, launches) and ``_graph_calls.py`` (stream capture and graphs; ``_graph_node_calls.py``
+graphs built node by node, ``_graph_id_calls.py`` their ids) and ``_coredump_calls.py`` (GPU coredump
+settings), ``_resource_calls.py`` (SM resources and their splits).
 The C side passes every argument as an unsigned 64-bit integer (pointers
 as addresses; signed ``int`` arguments sign-extended) and returns what :func:`serve` returns; outputs are written
 through their pointers with ctypes, with the sizes of ``cuda.h``.
@@ -56,13 +58,16 @@ from .._codes import UNKNOWN as _UNKNOWN
 from . import (
     _context_calls,
     _copy_calls,
+    _coredump_calls,
     _device_calls,
     _graph_calls,
+    _graph_id_calls,
     _graph_node_calls,
     _managed_calls,
     _memory_calls,
     _module_calls,
     _pool_calls,
+    _resource_calls,
     _stream_calls,
     _support,
 )
@@ -80,7 +85,8 @@ _tls = threading.local()
 _TRACE_ERRORS = os.environ.get("GPUARRAY_STANDIN_TRACE", "") == "errors"
 
 _MODULES = (_device_calls, _context_calls, _memory_calls, _pool_calls, _managed_calls,
-            _copy_calls, _stream_calls, _module_calls, _graph_calls, _graph_node_calls)
+            _copy_calls, _stream_calls, _module_calls, _graph_calls, _graph_node_calls,
+            _graph_id_calls, _coredump_calls, _resource_calls)
 
 #: The handler of each driver form, by name (the ``_*_calls.py`` modules).
 _HANDLERS: dict[str, Callable[..., None]] = {

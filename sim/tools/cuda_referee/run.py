@@ -2,8 +2,9 @@
 """Run cuda.core's and cuda.bindings' own tests, unmodified, over the stand-in driver.
 
 Usage (in an environment with gpuarray, gpuarray-sim, the cuda-core and
-cuda-bindings wheels under test, pytest, pytest-xdist and pytest-timeout;
-``make test-cuda-referee`` makes one, ``.venv-referee``)::
+cuda-bindings wheels under test and what ``requirements.txt`` next to this file
+lists; ``make test-cuda-referee CUDA_PYTHON_REPO=GIT_DIR`` makes one,
+``.venv-referee``, and runs this)::
 
     python sim/tools/cuda_referee/run.py --repo GIT_DIR [--commit C] [--suite core|bindings|both]
         [--workers N] [--junit-dir DIR] [--list] [-- PYTEST_ARGS...]
@@ -48,9 +49,11 @@ COMMIT = "8eb9dc2ba"
 WHEELS = {"cuda-core": "1.1.0", "cuda-bindings": "13.5.0"}
 SUITES = {
     "core": ["cuda_core/tests"],
-    # the driver, NVRTC and runtime tests (the runtime's need libcudart, which cannot
-    # start on the stand-in: see REASONS)
+    # the whole folder: the driver, NVRTC and runtime tests (the runtime's need libcudart,
+    # which cannot start on the stand-in: see REASONS) and the toolkit libraries' (nvJitLink,
+    # nvFatbin, NVVM, cuDLA...)
     "bindings": ["cuda_bindings/tests"],
+    # the five files the issue's first count named (docs/sim/testing.rst compares the two)
     "bindings-old": ["cuda_bindings/tests/test_cuda.py", "cuda_bindings/tests/test_cudart.py",
                  "cuda_bindings/tests/test_nvrtc.py", "cuda_bindings/tests/test_kernelParams.py",
                  "cuda_bindings/tests/test_interoperability.py"],
@@ -66,7 +69,7 @@ REASONS: list[tuple[str, str]] = [
      "launches a kernel compiled to a cubin (SASS) with no PTX: the simulator executes PTX only"),
     (r"CUDA_ERROR_NOT_SUPPORTED",
      "calls an entry point the simulator does not model (it answers CUDA_ERROR_NOT_SUPPORTED)"),
-    (r'"nvml" is an NVIDIA driver library|cuda_core\.tests\.system',
+    (r'"nvml" is an NVIDIA driver library|cuda_core\.tests\.system|cuda_bindings[./]tests[./]nvml',
      "needs NVML (libnvidia-ml), a driver library the stand-in does not provide"),
     (r"CUDA_ERROR_UNKNOWN",
      "the race detector reports unordered accesses (CUDA_ERROR_UNKNOWN, the report on stderr): "
@@ -80,10 +83,21 @@ REASONS: list[tuple[str, str]] = [
     (r"members not covered by the wrapper mapping|has \d+ members, but expected|not covered by _CASES",
      "an enum coverage check between cuda.core 1.1.0 and cuda-bindings 13.5 (the wheels disagree; "
      "no driver call)"),
-    (r"build_test_binaries\.sh|CUDA checkpoint scenario|test_cython|cuLink driver linker does not "
+    (r"test_event\.py::test_timing_success",
+     "times a %clock64 sleep loop with events: the PTX executor's %clock64 counts reads, not "
+     "time, so the loop may end before the 10 ms the test expects (it passes or fails with the "
+     "executor's speed)"),
+    (r"has no attribute 'reserved'|test_cuda\.py::test_cuda_repr|test_nvvm\.py::test_add_module_to_program_fail|"
+     r"test_cudla_error_str",
+     "the tests of the release commit and the cuda-bindings 13.5.0 wheel disagree (the tests read "
+     "'reserved' fields the wheel's CUipcMemHandle/CUgraphEdgeData/structure reprs do not have, expect "
+     "a ValueError for a NULL NVVM buffer that the wheel hands to libNVVM, an older cuDLA error text): "
+     "no driver call, the same on a GPU"),
+    (r"build_test_binaries\.sh|CUDA checkpoint scenario|test_cython|test_nvjitlink\ncollection failure|cuLink driver linker does not "
      r"support|only supports 'nvjitlink' backend|fstat refused",
      "needs a tool or library the machine lacks (nvcc for the test binaries, Cython, the checkpoint "
-     "utility, nvJitLink for its own options) or checks the host file system, not the driver"),
+     "utility, nvJitLink: not installed in the referee's environment, see requirements.txt) or "
+     "checks the host file system, not the driver"),
 ]
 
 
@@ -148,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repo", type=Path, required=True, help="a cuda-python git directory")
     p.add_argument("--commit", default=COMMIT)
-    p.add_argument("--suite", choices=("core", "bindings", "both"), default="both")
+    p.add_argument("--suite", choices=(*SUITES, "both"), default="both")
     p.add_argument("--workers", default="2")
     p.add_argument("--timeout", default="300", help="seconds per test (pytest-timeout)")
     p.add_argument("--junit-dir", type=Path, help="keep the JUnit XML reports here")
