@@ -1,4 +1,4 @@
-"""Binary module images read defensively: ELF cubins, fatbins, and the stand-in linker's output.
+"""Binary module images read defensively: ELF cubins and the stand-in linker's output.
 
 One concern: what a driver reads from a binary image before it runs
 anything -- the architecture it was built for, its kernels (``.entry``
@@ -13,11 +13,9 @@ never a read past the image.
   ``.text.<name>``; its static shared memory is the size of
   ``.nv.shared.<name>`` (observed with ptxas 13.0: on sm_90 that section
   includes the 1 KiB the system reserves per block).
-- **fatbin** (magic ``0xBA55ED50``): a 16-byte header (version, header size,
-  payload size) and members, each with a header of its own (kind 1 PTX,
-  2 ELF; the PTX ISA version; the SM architecture; a flag ``0x2000`` or
-  ``0x8000`` when the payload is compressed).  Compressed members are judged
-  by their headers only: their kernels cannot be read here.
+  The functions it defines (``STT_FUNC`` symbols with a section) are what
+  a link may resolve a PTX ``.extern .func`` against.
+- fatbins are ``_fatbin.py``'s.
 - **stand-in linker output** (:func:`link_image`): an ELF cubin whose
   sections ``.nv.gpuarray.ptx`` / ``.cubin`` / ``.fatbin`` hold the linker's
   inputs unchanged, so the kernels of each input (and the PTX of each, for
@@ -29,11 +27,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-__all__ = ["BinaryError", "Elf", "FatbinMember", "read_elf", "read_fatbin", "elf_arch",
-           "declared_elf_size", "link_image", "ELF_MAGIC", "FATBIN_MAGIC", "EM_CUDA"]
+__all__ = ["BinaryError", "Elf", "read_elf", "elf_arch", "declared_elf_size", "link_image",
+           "ELF_MAGIC", "EM_CUDA", "MAX_IMAGE"]
 
 ELF_MAGIC = b"\x7fELF"
-FATBIN_MAGIC = b"\x50\xed\x55\xba"
 EM_CUDA = 190
 _ELFOSABI_CUDA = 0x41
 _STT_FUNC = 2
@@ -60,6 +57,8 @@ class Elf:
     sections: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     #: names of the ``.entry`` functions
     entries: list[str] = field(default_factory=list)
+    #: names of every function it defines (kernels and device functions)
+    functions: set[str] = field(default_factory=set)
     #: the images held in stand-in linker sections: (kind "ptx"/"cubin"/"fatbin", bytes)
     embedded: list[tuple[str, bytes]] = field(default_factory=list)
 
@@ -158,53 +157,15 @@ def read_elf(image: bytes) -> Elf:
         strtab = image[raw[link][4]:raw[link][4] + raw[link][5]]
         for s in range(size // _SYMENTSIZE):
             st_name, st_info, st_other, st_shndx = struct.unpack_from("<IBBH", image, off + s * 24)
-            if st_info & 0xF != _STT_FUNC or not st_other & _STO_CUDA_ENTRY or st_shndx == 0:
+            if st_info & 0xF != _STT_FUNC or st_shndx == 0:
                 continue
             sym = _cstr(strtab, st_name, f"symbol {s}")
+            elf.functions.add(sym)
+            if not st_other & _STO_CUDA_ENTRY:
+                continue
             if st_shndx < shnum and by_index[st_shndx] == f".text.{sym}":
                 elf.entries.append(sym)
     return elf
-
-
-@dataclass
-class FatbinMember:
-    """One member of a fatbin: ``kind`` ``"ptx"`` or ``"elf"``, SM ``arch``, payload (None: compressed)."""
-
-    kind: str
-    arch: int
-    payload: bytes | None
-
-
-def read_fatbin(image: bytes) -> list[FatbinMember]:
-    """The members of a fatbin (kinds other than PTX and ELF are skipped).
-
-    Raises
-    ------
-    BinaryError
-        The header or a member lies outside the image.
-    """
-    n = len(image)
-    if n < 16:
-        raise BinaryError(f"a fatbin of {n} bytes (its header needs 16)")
-    hsize = int.from_bytes(image[6:8], "little")
-    body = int.from_bytes(image[8:16], "little")
-    if hsize < 16 or hsize > n or body > n - hsize:
-        raise BinaryError(f"its header says {hsize} + {body} bytes; the image has {n}")
-    members, off, stop = [], hsize, hsize + body
-    while off < stop:
-        if stop - off < 48:
-            raise BinaryError(f"a member header at byte {off} is cut off")
-        kind, _ver, mh, size = struct.unpack_from("<HHIQ", image, off)
-        arch = int.from_bytes(image[off + 28:off + 32], "little")
-        flags = int.from_bytes(image[off + 40:off + 48], "little") if mh >= 48 else 0
-        if mh < 32 or size > stop - off - mh:
-            raise BinaryError(f"a member at byte {off} ({mh}-byte header, {size} bytes) "
-                              f"ends past the fatbin")
-        if kind in (1, 2):
-            payload = None if flags & 0xA000 else image[off + mh:off + mh + size]
-            members.append(FatbinMember("ptx" if kind == 1 else "elf", arch, payload))
-        off += mh + size
-    return members
 
 
 def link_image(inputs: list[tuple[str, bytes]], arch: int) -> bytes:

@@ -22,10 +22,11 @@ def set_toolchain(provider: Callable[[], Any] | None) -> None:
     """Set the function that returns the host build's toolchain (``None`` removes it).
 
     The toolchain has ``runtime()`` (the loaded host runtime),
-    ``key()`` (compiler identity and flags, for cache keys),
-    ``build(source, what, prefix=None) -> bytes`` (a shared library of
-    ``prefix`` then ``source``, the prefix precompiled once where it can be;
-    raises the kernels layer's ``HostCompileError``), ``load(payload) -> ctypes.CDLL``, and
+    ``key(optimise=False)`` (compiler identity and flags, for cache keys),
+    ``build(source, what, prefix=None, optimise=False) -> bytes`` (a shared
+    library of ``prefix`` then ``source``, the prefix precompiled once where
+    it can be; ``optimise``: at the higher optimisation level, for code that
+    runs long; raises the kernels layer's ``HostCompileError``), ``load(payload) -> ctypes.CDLL``, and
     ``read(key) -> bytes | None`` / ``write(key, payload)`` (the disk cache).
     """
     global _provider

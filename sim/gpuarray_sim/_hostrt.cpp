@@ -45,7 +45,8 @@
 // without barriers therefore runs a whole block on one fiber.
 //
 // Fibers: one mapping each -- a PROT_NONE guard, the stack, and the Fiber
-// record at its top -- made with makecontext on first entry.  An OS thread
+// record at its top (less a per-fiber colour: see map_fiber) -- laid out for
+// its first entry by start().  An OS thread
 // keeps the fibers it used (a parked fiber takes the next block's threads
 // when resumed), at most kKeepPerThread after a launch; the rest, and all of
 // them when the thread exits, go to one process-wide free list of at most
@@ -53,9 +54,15 @@
 // threads (each stream-callback burst starts a simulator thread) reuses the
 // same few stacks instead of leaking two mappings per fiber per thread.  A
 // fiber that changes threads is entered afresh (its saved context belongs
-// to the old thread).  Switches are _setjmp/_longjmp (no signal-mask system
-// call, unlike swapcontext: 0.3 us -> a few ns; the transposes switch twice
-// per thread per tile); only a fiber's first entry uses setcontext.
+// to the old thread).  Switches (switch_to, jump_to) save the callee-saved
+// registers on the stack being left and swap stack pointers: on x86-64 a
+// dozen instructions of our own (glibc's _longjmp runs its cancellation
+// unwind each time: a barrier passage of a 1024-thread block costs two
+// switches per thread), and a fiber's first entry is a switch onto a stack
+// laid out to "return" into fiber_main.  Elsewhere, or when the process
+// runs with a shadow stack (CET: such a return would be refused), they are
+// _setjmp/_longjmp (no signal-mask system call, unlike swapcontext) and the
+// first entry setcontext.
 //
 // Memory: the kernel reaches global memory only through the extents granted
 // here (ga_host_translate), shared memory only through the checked helpers;
@@ -85,6 +92,7 @@
 // (-I kernels/), loaded with ctypes by _hostrt.py.
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -100,6 +108,48 @@
 #include "_hostrt_pool.h"
 #include "ga_hostrt.h"
 
+#if defined(__x86_64__) && defined(__ELF__) && !defined(GA_HOSTRT_SETJMP)
+#define GA_OWN_SWITCH 1
+// ga_hostrt_swap(from, to): pushes the callee-saved registers, stores the
+// stack pointer in *from, takes `to` as the stack pointer, pops the
+// registers saved there and returns where that stack's switch was called.
+// ga_hostrt_resume(to): the second half alone (the stack left is abandoned).
+// Only the registers the ABI makes callee-saved, as _setjmp (MXCSR and the
+// x87 control word are not switched: no thread holds a rounding mode across
+// a wait).
+extern "C" void ga_hostrt_swap(void** from, void* to);
+extern "C" [[noreturn]] void ga_hostrt_resume(void* to);
+__asm__(".pushsection .text\n"
+        ".p2align 4\n"
+        ".globl ga_hostrt_swap\n"
+        ".hidden ga_hostrt_swap\n"
+        ".type ga_hostrt_swap, @function\n"
+        "ga_hostrt_swap:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rdi\n"
+        ".globl ga_hostrt_resume\n"
+        ".hidden ga_hostrt_resume\n"
+        ".type ga_hostrt_resume, @function\n"
+        "ga_hostrt_resume:\n"
+        "    movq %rdi, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size ga_hostrt_swap, . - ga_hostrt_swap\n"
+        ".size ga_hostrt_resume, . - ga_hostrt_resume\n"
+        ".popsection\n");
+#endif
+
 
 namespace {
 
@@ -112,22 +162,30 @@ enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3, DEADLOCK = 4, SPI
 // waits for no barrier.
 const unsigned int kSpinBit = 0x80000000u;
 
+// Where a suspended fiber (or the scheduler) continues: its stack pointer
+// (our own switch), else a jmp_buf.
+struct Ctx {
+    void* sp;
+    jmp_buf jb;
+};
+
+// What a switch reads and writes comes first (one cache line).
 struct Fiber {
-    ucontext_t ctx;  // first entry only
-    jmp_buf jb;      // where the fiber continues
-    char* stack;     // lowest usable byte
-    size_t size;
-    char* map;       // the mapping: guard, stack, this record
-    size_t map_size;
     ga_uint3 tid;
     State state;
-    bool fresh;      // not started (or abandoned, or moved threads): enter through ctx
+    bool fresh;      // not started (or abandoned, or moved threads): enter through start
     bool yielded;    // waits through rt.yield (PTX): may wait again when resumed
     bool spun;       // that yield was in a loop (kSpinBit), not at a barrier
     unsigned int line;  // the PTX line it yielded at
     struct Slot* slot;  // the resident block whose threads it runs
-    Fiber* next;     // in a thread's list or the free list
     Fiber* wnext;    // in a waiting list or the launch's idle list
+    Ctx ctx;         // where the fiber continues
+    Fiber* next;     // in a thread's list or the free list
+    char* stack;     // lowest usable byte
+    size_t size;
+    char* map;       // the mapping: guard, stack, this record
+    size_t map_size;
+    ucontext_t uc;   // first entry, without our own switch
 };
 
 // A resident block: its own launch record (block_idx, thread_idx, progress,
@@ -188,7 +246,7 @@ struct alignas(64) Launch {
     Slot* cur_slot;  // the block of the running fiber (or the one a fault names)
     Fiber* scan;     // the last fiber taken from the thread's list
     Fiber* idle;     // parked fibers of this launch, free for any block
-    jmp_buf sched;
+    Ctx sched;
     Fiber* cur;
     bool in_fiber;  // a fiber runs (the signal handler's test)
     bool aborted;
@@ -206,6 +264,44 @@ size_t page_size() {
     return p;
 }
 
+// ---------------------------------------------------------------- switches
+[[noreturn]] void fiber_main();
+
+#ifdef GA_OWN_SWITCH
+// A process with a shadow stack (CET) refuses a return to an address no
+// call pushed: there the setjmp path runs.  rdsspq leaves 0 without one (and
+// is a no-op on a CPU without CET).
+bool shadow_stack_off() {
+    unsigned long long ssp = 0;
+    __asm__ volatile("rdsspq %0" : "+r"(ssp));
+    return ssp == 0;
+}
+const bool own_switch = shadow_stack_off();
+#endif
+
+// Saves where the caller continues in `from` and continues `to`; returns
+// when something switches (or jumps) back to `from`.
+inline void switch_to(Ctx* from, Ctx* to) {
+#ifdef GA_OWN_SWITCH
+    if (own_switch) {
+        ga_hostrt_swap(&from->sp, to->sp);
+        return;
+    }
+#endif
+    if (!_setjmp(from->jb)) _longjmp(to->jb, 1);
+}
+
+// Continues `to`; the caller's context is abandoned.
+[[noreturn]] inline void jump_to(Ctx* to) {
+#ifdef GA_OWN_SWITCH
+    if (own_switch) ga_hostrt_resume(to->sp);
+#endif
+    _longjmp(to->jb, 1);
+}
+
+// Like switch_to, into fiber f's first entry: fiber_main on f's own stack.
+void start(Ctx* from, Fiber* f);
+
 // ------------------------------------------------------------ fiber stacks
 pthread_mutex_t free_lock = PTHREAD_MUTEX_INITIALIZER;
 Fiber* free_head = nullptr;
@@ -213,9 +309,18 @@ size_t free_count = 0;
 
 void unmap(Fiber* f) { munmap(f->map, f->map_size); }
 
+// The record and the stack's top sit `colour` bytes below the mapping's
+// end, a different multiple of 64 for each fiber: at one page offset, the
+// hot lines of a block's 1024 fibers would contend for one set of the
+// caches at every barrier.
+const size_t kColours = 61;  // a prime: 61 lines, less than a page
+
 Fiber* map_fiber() {
+    static unsigned int made = 0;
+    const size_t colour = 64 * (__atomic_fetch_add(&made, 1, __ATOMIC_RELAXED) % kColours);
     const size_t rec = (sizeof(Fiber) + 63) & ~(size_t)63;
-    const size_t total = (kGuard + kStack + rec + page_size() - 1) & ~(page_size() - 1);
+    const size_t total =
+        (kGuard + kStack + rec + 64 * kColours + page_size() - 1) & ~(page_size() - 1);
     void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (m == MAP_FAILED) return nullptr;
@@ -224,11 +329,11 @@ Fiber* map_fiber() {
         return nullptr;
     }
     char* base = static_cast<char*>(m);
-    Fiber* f = new (base + total - rec) Fiber();
+    Fiber* f = new (base + total - rec - colour) Fiber();
     f->map = base;
     f->map_size = total;
     f->stack = base + kGuard;
-    f->size = total - rec - kGuard;
+    f->size = total - rec - colour - kGuard;
     return f;
 }
 
@@ -408,8 +513,8 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
         sigset_t s;
         sigemptyset(&s);
         sigaddset(&s, sig);
-        pthread_sigmask(SIG_UNBLOCK, &s, nullptr);  // _longjmp keeps the handler's mask
-        _longjmp(l->sched, 1);                       // never resumed
+        pthread_sigmask(SIG_UNBLOCK, &s, nullptr);  // jump_to keeps the handler's mask
+        jump_to(&l->sched);                          // never resumed
     }
     // Not a kernel's: the handler we replaced takes it.  A signal that comes
     // back to us while we chain (a handler that re-raises after restoring its
@@ -433,6 +538,31 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
 }
 
 // ------------------------------------------------------------------ launch
+void start(Ctx* from, Fiber* f) {
+#ifdef GA_OWN_SWITCH
+    if (own_switch) {
+        // What ga_hostrt_swap pops: six callee-saved registers (rbp 0: the
+        // end of frame-pointer chains), then the address it returns to; above
+        // it fiber_main's own return address, null (the end of the stack for
+        // an unwinder).  fiber_main starts with rsp = 8 mod 16, as after a call.
+        const uintptr_t top = reinterpret_cast<uintptr_t>(f->stack + f->size) & ~(uintptr_t)15;
+        void** sp = reinterpret_cast<void**>(top - 8 * sizeof(void*));
+        for (int i = 0; i < 6; ++i) sp[i] = nullptr;
+        sp[6] = reinterpret_cast<void*>(&fiber_main);
+        sp[7] = nullptr;
+        ga_hostrt_swap(&from->sp, sp);
+        return;
+    }
+#endif
+    if (_setjmp(from->jb)) return;
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = f->size;
+    f->uc.uc_link = nullptr;  // fiber_main never returns
+    makecontext(&f->uc, fiber_main, 0);
+    setcontext(&f->uc);
+}
+
 Fiber* fiber_after(Fiber* prev) {
     Fiber** slot = prev == nullptr ? &fibers.head : &prev->next;
     if (*slot == nullptr) {
@@ -477,7 +607,7 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
             if (thrown) end_thread(l);
         }
         f->state = DONE;
-        if (!_setjmp(f->jb)) _longjmp(l->sched, 1);  // park until the next block
+        switch_to(&f->ctx, &l->sched);  // park until the next block
     }
 }
 
@@ -486,20 +616,13 @@ void enter(Launch* l, Fiber* f) {
     l->cur = f;
     l->cur_slot = f->slot;
     l->in_fiber = true;
-    if (_setjmp(l->sched)) {
-        l->in_fiber = false;
-        return;
-    }
     if (f->fresh) {
         f->fresh = false;
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = f->stack;
-        f->ctx.uc_stack.ss_size = f->size;
-        f->ctx.uc_link = nullptr;  // fiber_main never returns
-        makecontext(&f->ctx, fiber_main, 0);
-        setcontext(&f->ctx);
+        start(&l->sched, f);
+    } else {
+        switch_to(&l->sched, &f->ctx);
     }
-    _longjmp(f->jb, 1);
+    l->in_fiber = false;
 }
 
 void rt_yield(ga_host_rt* rt) {
@@ -510,19 +633,19 @@ void rt_yield(ga_host_rt* rt) {
     f->spun = (rt->line & kSpinBit) != 0;
     rt->line &= ~kSpinBit;
     f->line = rt->line;
-    if (!_setjmp(f->jb)) _longjmp(l->sched, 1);
+    switch_to(&f->ctx, &l->sched);
 }
 
 void rt_sync(ga_host_rt*) {
     Launch* l = cur_launch;
     Fiber* f = l->cur;
     f->state = WAITING;
-    if (!_setjmp(f->jb)) _longjmp(l->sched, 1);
+    switch_to(&f->ctx, &l->sched);
 }
 
 [[noreturn]] void end_thread(Launch* l) {
     l->cur->state = ABORTED;
-    _longjmp(l->sched, 1);  // never resumed
+    jump_to(&l->sched);  // never resumed
 }
 
 void rt_fault(ga_host_rt*, int code, unsigned long long addr, unsigned long long size, int write) {

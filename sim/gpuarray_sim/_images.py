@@ -17,8 +17,12 @@ An image is one of
 - an ELF cubin: ``\\x7fELF``, 64-bit, little-endian, machine ``EM_CUDA``
   (190), read defensively (``_cubin.py``), for the device's architecture
   (a cubin runs only on its own major version, minor at most the device's);
-- a fatbin: the fatbin magic ``0xBA55ED50`` with a member the device can
-  run (a cubin as above, or PTX for its architecture or older);
+- a fatbin (``_fatbin.py``): the fatbin magic ``0xBA55ED50``, its members
+  compressed or not; the member loaded is the one :func:`fatbin_member`
+  chooses for the device -- the newest PTX the device can JIT, else a cubin
+  for it (the simulator executes PTX, never SASS) -- and only that one, as a
+  driver loads one; no member for the device is ``NO_BINARY_FOR_GPU``, a
+  chosen member whose compression cannot be read here ``INVALID_IMAGE``;
 - gpuarray's own placeholder (:data:`PLACEHOLDER`), which gpuarray's kernel
   loader gives the ``sim`` backend when it compiles nothing (the simulator
   runs the host build of ``kernels/``); only the ``sim`` backend takes it,
@@ -26,9 +30,10 @@ An image is one of
 
 Anything else is refused with :class:`ImageError`, whose ``kind`` is
 ``"ptx"`` (not an ELF or fatbin: a driver takes it for PTX and fails to
-compile it), ``"ptx_version"`` (PTX newer than the driver) or ``"binary"``
-(an ELF or fatbin it cannot load); each call maps the kind to a code its
-cuda.h documentation lists (:func:`code_for`).
+compile it), ``"ptx_version"`` (PTX newer than the driver), ``"binary"``
+(an ELF or fatbin it cannot load) or ``"image"`` (a fatbin member the
+simulator cannot decompress: ``INVALID_IMAGE``); each call maps the kind to
+a code (:func:`code_for`), one its cuda.h documentation lists where one fits.
 
 The kernels of an image (:func:`entries`) are its ``.entry`` functions
 only: PTX ``.entry`` directives, the ``STO_CUDA_ENTRY`` function symbols of
@@ -58,13 +63,13 @@ from typing import Any
 
 from gpuarray.errors import CudaError
 
-from . import _cubin
+from . import _cubin, _fatbin
 from ._codes import INVALID_IMAGE, INVALID_PTX, NO_BINARY_FOR_GPU, UNSUPPORTED_PTX_VERSION
 from ._cubin import BinaryError
 
 __all__ = ["PLACEHOLDER", "ImageError", "validate", "entries", "ptx_of", "code_for",
            "ForeignKernel", "INVALID_IMAGE", "static_sizes", "global_variable", "DRIVER_VERSION",
-           "ptx_isa_of_driver", "ptx_target", "ptx_texts"]
+           "ptx_isa_of_driver", "ptx_target", "ptx_texts", "fatbin_member", "UNRESOLVED_CODE"]
 
 #: The start of the image gpuarray's loader gives the ``sim`` backend.
 PLACEHOLDER = b"gpuarray-sim-placeholder\0"
@@ -95,7 +100,7 @@ def ptx_isa_of_driver(driver: int = DRIVER_VERSION) -> tuple[int, int]:
 
 
 class ImageError(ValueError):
-    """An image a driver would refuse; ``kind`` is ``"ptx"``, ``"ptx_version"`` or ``"binary"``."""
+    """An image a driver would refuse; ``kind``: ``"ptx"``, ``"ptx_version"``, ``"binary"``, ``"image"``."""
 
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
@@ -106,7 +111,8 @@ class ImageError(ValueError):
 #: The code each call answers for each kind of bad image: the closest code
 #: that cuda.h documents for that call (cuLinkAddData documents none: those a
 #: driver's JIT linker answers).
-_LOAD = {"ptx": INVALID_PTX, "ptx_version": UNSUPPORTED_PTX_VERSION, "binary": NO_BINARY_FOR_GPU}
+_LOAD = {"ptx": INVALID_PTX, "ptx_version": UNSUPPORTED_PTX_VERSION, "binary": NO_BINARY_FOR_GPU,
+         "image": INVALID_IMAGE}
 _CODES = {
     "cuModuleLoadData": _LOAD,
     "cuModuleLoadDataEx": _LOAD,
@@ -115,8 +121,17 @@ _CODES = {
     "cuModuleLoadFatBinary": _LOAD,
     "cuLibraryLoadFromFile": _LOAD,
     "cuLinkAddData": {"ptx": INVALID_PTX, "ptx_version": UNSUPPORTED_PTX_VERSION,
-                      "binary": INVALID_IMAGE},
+                      "binary": INVALID_IMAGE, "image": INVALID_IMAGE},
 }
+
+#: What a load answers for PTX that calls a function nothing loaded with it defines
+#: (``ptxas fatal: Unresolved extern function``), and ``cuLinkComplete`` for a link whose
+#: inputs leave one undefined: ``CUDA_ERROR_NO_BINARY_FOR_GPU`` -- the JIT makes no binary.
+#: The code a driver's ``cuModuleLoadData`` answered for it in public reports
+#: (rust-lang/rust#38786; AccelerateHS/accelerate#350: "no kernel image is available for
+#: execution on the device" with "ptxas fatal : Unresolved extern function 'llabs'").
+#: cuda.h lists no code for it at ``cuLinkComplete``: the same one is answered there.
+UNRESOLVED_CODE = NO_BINARY_FOR_GPU
 
 
 def code_for(call: str, kind: str) -> int:
@@ -182,22 +197,41 @@ def validate(image: bytes, placeholder_ok: bool = False, cc: int | None = None) 
         for _kind, data in elf.embedded:  # the stand-in linker's inputs, checked at cuLinkAddData
             validate(data, cc=cc)
         return "elf"
-    if image.startswith(_cubin.FATBIN_MAGIC):
-        try:
-            members = _cubin.read_fatbin(image)
-        except BinaryError as e:
-            raise ImageError("binary", f"fatbin: {e}") from None
-        if cc is not None and not any(
-                _cubin_runs_on(m.arch, cc) if m.kind == "elf" else m.arch <= cc for m in members):
-            archs = sorted({f"{m.kind} sm_{m.arch}" for m in members}) or ["no member"]
-            raise ImageError("binary", f"a fatbin with {', '.join(archs)}: no binary for this "
-                                       f"device (sm_{cc})")
+    if image.startswith(_fatbin.FATBIN_MAGIC):
+        validate(fatbin_member(image, cc), cc=cc)  # the member the device loads
         return "fatbin"
     text = _ptx_text(image)
     if not text.strip():
         raise ImageError("ptx", "an empty image")
     _check_ptx(text, cc)
     return "ptx"
+
+
+@functools.lru_cache(maxsize=32)
+def fatbin_member(image: bytes, cc: int | None) -> bytes:
+    """The image of the fatbin member a driver loads on an ``sm_<cc>`` device, decompressed:
+    NUL-terminated PTX text or an ELF cubin (``_fatbin.choose``; ``cc`` None: any device).
+
+    Raises
+    ------
+    ImageError
+        The fatbin is corrupt or has no member for the device (``"binary"``),
+        or the chosen member's compression cannot be read here (``"image"``).
+    """
+    try:
+        members = _fatbin.read_fatbin(image)
+    except BinaryError as e:
+        raise ImageError("binary", f"fatbin: {e}") from None
+    member = _fatbin.choose(members, cc)
+    if member is None:
+        have = ", ".join(m.label for m in members) or "no member"
+        raise ImageError("binary", f"a fatbin with {have}: no binary for this device"
+                                   + (f" (sm_{cc})" if cc is not None else ""))
+    try:
+        data = member.payload()
+    except BinaryError as e:
+        raise ImageError("image", f"fatbin member {member.label}: {e}") from None
+    return data.split(b"\0", 1)[0] + b"\0" if member.kind == "ptx" else data
 
 
 _ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$]*)")
@@ -219,17 +253,11 @@ def _kernels(image: bytes) -> dict[str, bytes | None]:
             for k, v in _kernels(data).items():
                 found.setdefault(k, v)
         return found
-    if image.startswith(_cubin.FATBIN_MAGIC):
+    if image.startswith(_fatbin.FATBIN_MAGIC):  # the member any device loads first
         try:
-            members = _cubin.read_fatbin(image)
-        except BinaryError:
+            return _kernels(fatbin_member(image, None))
+        except ImageError:
             return {}
-        for member in members:
-            if member.payload is not None:
-                data = member.payload if member.kind == "elf" else member.payload + b"\0"
-                for k, v in _kernels(data).items():
-                    found.setdefault(k, v)
-        return found
     text = image.split(b"\0", 1)[0]
     for m in _ENTRY.finditer(_ptx_text(image)):
         found[m.group(1).decode()] = text
@@ -262,18 +290,20 @@ def recorded_ptx(image: bytes) -> bytes | None:
 
 def ptx_texts(image: bytes) -> list[bytes]:
     """Every PTX text of ``image`` (without NULs), in order: the image itself, the PTX inputs the
-    stand-in linker kept, a fatbin's readable PTX members -- for the PTX executor, which links
+    stand-in linker kept, the PTX of a fatbin's chosen member (:func:`fatbin_member`; one
+    member, never all: they define the same functions) -- for the PTX executor, which links
     several into one program as the driver's JIT linker does (``ptx.link``)."""
     out: list[bytes] = []
     if image.startswith(PLACEHOLDER):
         return out
-    if image.startswith(_cubin.ELF_MAGIC) or image.startswith(_cubin.FATBIN_MAGIC):
+    if image.startswith(_fatbin.FATBIN_MAGIC):
         try:
-            if image.startswith(_cubin.ELF_MAGIC):
-                parts = [(k, d) for k, d in _cubin.read_elf(image).embedded]
-            else:
-                parts = [("ptx" if m.kind == "ptx" else "cubin", m.payload)
-                         for m in _cubin.read_fatbin(image) if m.payload is not None]
+            return ptx_texts(fatbin_member(image, None))
+        except ImageError:
+            return out
+    if image.startswith(_cubin.ELF_MAGIC):
+        try:
+            parts = [(k, d) for k, d in _cubin.read_elf(image).embedded]
         except BinaryError:
             return out
         for kind, data in parts:

@@ -146,6 +146,9 @@ class SimModuleCalls(SimCore):
         major, minor = self.compute_capability[ctx.device]
         try:
             kind = _images.validate(image, placeholder_ok, cc=10 * major + minor)
+            if kind == "fatbin":  # a driver loads one member: the one chosen for the device
+                image = _images.fatbin_member(image, 10 * major + minor)
+                kind = "elf" if image.startswith(b"\x7fELF") else "ptx"
         except _images.ImageError as e:
             raise CudaError(_images.code_for(call, e.kind), call, f"({e.reason})") from None
         # PTX, or the PTX inputs the stand-in linker kept in its output, linked as one program;
@@ -170,6 +173,14 @@ class SimModuleCalls(SimCore):
                     if code != 222 or call not in _VERSION_CALLS:
                         code = _images.code_for(call, "ptx")
                     raise CudaError(code, call, f"({e.message})") from None
+        if kind == "ptx" and programs and programs[0].unresolved:
+            # PTX loaded alone is compiled as a whole program: a call of a function it only
+            # declares fails to compile (a link, cuLinkComplete, resolves it across inputs)
+            names = ", ".join(repr(n) for n in programs[0].unresolved)
+            raise CudaError(_images.UNRESOLVED_CODE, call,
+                            f"(ptxas fatal: Unresolved extern function {names}: the PTX uses "
+                            "it and does not define it; link the PTX that defines it with "
+                            "cuLinkCreate/cuLinkAddData/cuLinkComplete)")
         h = self._handle()
         self._modules[h] = (ctx, image)
         if programs:

@@ -48,6 +48,7 @@ import ctypes
 import functools
 import logging
 import os
+import platform
 import shutil
 import stat
 import subprocess
@@ -70,15 +71,46 @@ __all__ = ["HostCompileError", "Compiler", "compiler", "mode", "FLAGS", "BATCH",
 
 _log = logging.getLogger("gpuarray.kernels")
 
+def _host_cpu_flags() -> tuple[str, ...]:
+    """``-mfma`` on an x86-64 host whose CPU has FMA3, else nothing.
+
+    x86-64's baseline has no fused multiply-add, so ``fmaf``/``fma`` (PTX's
+    ``fma.rn``, ``mad.f32``) are calls into libm; with ``-mfma`` they are one
+    instruction.  The result is the same (a fused multiply-add is exact, one
+    rounding either way) and nothing else fuses: ``-std=c++17`` (ISO mode)
+    keeps ``-ffp-contract=off``, and the PTX runtime says so again.  The flag
+    is part of :data:`FLAGS`, so of every cache key: a cache filled on such a
+    CPU is not used on another.
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return ("-mfma",) if "fma" in line.split(":", 1)[-1].split() else ()
+    except OSError:
+        pass
+    return ()
+
+
 #: Compiler flags of every host build.  -fwrapv and -fno-strict-aliasing give
 #: C++ the GPU's meaning of signed overflow and type punning;
 #: -fno-strict-overflow makes pointer arithmetic wrap too (a simulated device
 #: address points into no host object, so C++ would call ``p + i`` undefined);
 #: -fstack-clash-protection touches every page of a large frame in order, so a
-#: stack overflow always lands in the fiber's guard (a reported fault, 714).
+#: stack overflow always lands in the fiber's guard (a reported fault, 714);
+#: -mfma where the host CPU has it (:func:`_host_cpu_flags`).
 FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrapv",
          "-fno-strict-overflow", "-fno-strict-aliasing", "-fstack-clash-protection",
-         "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1")
+         "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE", "-DGA_HOST_BUILD=1", *_host_cpu_flags())
+#: The optimisation level, in place of :data:`FLAGS`' -O1, of the PTX
+#: executor's optimised builds (``PtxToolchain.build(..., optimise=True)``:
+#: the ``auto`` tier's translated build, made for kernels that ran long
+#: interpreted).  Every other build (``kernels/``, the interpreter, a tier
+#: chosen by ``GPUARRAY_SIM_PTX_TIER``: many small kernels each built once)
+#: keeps -O1, the cheaper build.
+PTX_OPT = "-O2"
 #: Most specialisations per translation unit in :func:`prepare`.
 BATCH = 48
 _ENV = "GPUARRAY_SIM_KERNELS"
@@ -204,15 +236,18 @@ def _unit(specs: Sequence[KernelSpec]) -> str:
     return program_source(specs) + "".join(_entry_line(s) for s in specs)
 
 
-def _compile_cmd(cc: Compiler, src: str, out: str, header: str | None) -> list[str]:
-    cmd = [cc.path, *FLAGS, "-I", str(_source.kernel_source_dir()), "-I", str(HOST_HEADER.parent),
+def _compile_cmd(cc: Compiler, src: str, out: str, header: str | None,
+                 opt: str | None = None) -> list[str]:
+    flags = FLAGS if opt is None else tuple(opt if f == "-O1" else f for f in FLAGS)
+    cmd = [cc.path, *flags, "-I", str(_source.kernel_source_dir()), "-I", str(HOST_HEADER.parent),
            "-I", str(_hostrt.RUNTIME_SOURCE.parent)]
     if header is not None:
         cmd += ["-include", header]
     return [*cmd, src, "-o", out]
 
 
-def build_library(cc: Compiler, source: str, what: str, prefix: str | None = None) -> bytes:
+def build_library(cc: Compiler, source: str, what: str, prefix: str | None = None,
+                  opt: str | None = None) -> bytes:
     """Compile ``source`` (C++, ``-I kernels/ -I`` this folder) into a shared library; its bytes.
 
     ``prefix``: C++ that goes before ``source`` (the PTX executor's runtime
@@ -226,12 +261,12 @@ def build_library(cc: Compiler, source: str, what: str, prefix: str | None = Non
     HostCompileError
         Naming the compiler, ``what`` and the log.
     """
-    header = _precompiled(cc, prefix) if prefix is not None else None
+    header = _precompiled(cc, prefix, opt) if prefix is not None else None
     with tempfile.TemporaryDirectory(prefix="gpuarray-host-") as d:
         src, out = os.path.join(d, "unit.cpp"), os.path.join(d, "unit.so")
         with open(src, "w", encoding="utf-8") as f:
             f.write(source if prefix is None or header is not None else prefix + "\n" + source)
-        cmd = _compile_cmd(cc, src, out, header)
+        cmd = _compile_cmd(cc, src, out, header, opt)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as e:
@@ -240,7 +275,7 @@ def build_library(cc: Compiler, source: str, what: str, prefix: str | None = Non
             _log.debug("host build with %s failed; building without it", header)
             with open(src, "w", encoding="utf-8") as f:
                 f.write(prefix + "\n" + source)  # type: ignore[operator]
-            cmd = _compile_cmd(cc, src, out, None)
+            cmd = _compile_cmd(cc, src, out, None, opt)
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise HostCompileError(cc.path, what, f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
@@ -252,7 +287,7 @@ _pch_lock = threading.Lock()
 _pch_done: dict[str, str | None] = {}
 
 
-def _precompiled(cc: Compiler, text: str) -> str | None:
+def _precompiled(cc: Compiler, text: str, opt: str | None = None) -> str | None:
     """The path of a header holding ``text`` whose precompiled form (``.gch``) sits beside it.
 
     Made once per compiler, flags and text, in the folder ``pch`` of the
@@ -261,20 +296,20 @@ def _precompiled(cc: Compiler, text: str) -> str | None:
     as a cached library is.  None when the cache is off or untrusted, or
     the header does not compile (the caller compiles the text instead).
     """
-    key = _key(cc, "pch", text)
+    key = _key(cc, "pch", text if opt is None else opt + "\n" + text)
     with _pch_lock:
         if key in _pch_done:
             return _pch_done[key]
         path = None
         try:
-            path = _make_precompiled(cc, key, text)
+            path = _make_precompiled(cc, key, text, opt)
         except (OSError, subprocess.SubprocessError) as e:
             _log.debug("no precompiled header: %s", e)
         _pch_done[key] = path
         return path
 
 
-def _make_precompiled(cc: Compiler, key: str, text: str) -> str | None:
+def _make_precompiled(cc: Compiler, key: str, text: str, opt: str | None) -> str | None:
     if not _cache.disk_cache_enabled():
         return None
     base = _cache.cache_dir()
@@ -292,7 +327,7 @@ def _make_precompiled(cc: Compiler, key: str, text: str) -> str | None:
         th, tg = os.path.join(tmp, "h.h"), os.path.join(tmp, "h.h.gch")
         with open(th, "w", encoding="utf-8") as f:
             f.write(text)
-        flags = [f for f in FLAGS if f != "-shared"]
+        flags = [opt if f == "-O1" and opt is not None else f for f in FLAGS if f != "-shared"]
         r = subprocess.run([cc.path, *flags, "-I", str(_hostrt.RUNTIME_SOURCE.parent),
                             "-x", "c++-header", th, "-o", tg], capture_output=True, text=True,
                            timeout=600)
@@ -645,12 +680,14 @@ class PtxToolchain:
     def runtime(self) -> _hostrt.HostRuntime:
         return runtime()
 
-    def key(self) -> str:
+    def key(self, optimise: bool = False) -> str:
         cc = _require_compiler()
-        return _key(cc, "ptx", "")
+        return _key(cc, "ptx", PTX_OPT if optimise else "")
 
-    def build(self, source: str, what: str, prefix: str | None = None) -> bytes:
-        return build_library(_require_compiler(), source, what, prefix)
+    def build(self, source: str, what: str, prefix: str | None = None,
+              optimise: bool = False) -> bytes:
+        return build_library(_require_compiler(), source, what, prefix,
+                             PTX_OPT if optimise else None)
 
     def load(self, payload: bytes) -> ctypes.CDLL:
         return load_library(payload)

@@ -28,6 +28,8 @@ from ._ast import PtxModule
 from ._check import check
 from ._emit import translate
 from ._errors import UnsupportedPtx
+from ._info import _names
+from ._ops import BUILTIN_CALLS
 from ._parse import parse
 from ._runtime_src import HEADERS, cache_key, runtime_source
 
@@ -151,6 +153,23 @@ class PtxProgram:
         self.upgraded_blocks = 0  # blocks of interpreted launches that ran the translation
         self._upgrading = False
 
+    @property
+    def unresolved(self) -> list[str]:
+        """The functions the module uses (calls, takes the address of, lists as call targets)
+        but only declares, other than those the simulator provides (``vprintf``, ``malloc``,
+        the device runtime's ...): what a driver's JIT cannot resolve without a link."""
+        m = self.module
+        declared = {n for n, f in m.functions.items() if f.body is None} - set(BUILTIN_CALLS)
+        if not declared:
+            return []
+        used: set[str] = set()
+        for f in m.functions.values():
+            used |= _names(f.body or [])
+            used |= {n for names, _line in f.calltargets.values() for n in names}
+        for g in m.globals.values():
+            used |= {sym for _off, sym, _add in g.relocs}
+        return sorted(declared & used)
+
     def kernel(self, name: str) -> Any:
         """The ``SimKernel`` (:class:`~._run.PtxKernel`) of entry ``name`` (KeyError: none)."""
         from ._run import PtxKernel
@@ -201,10 +220,11 @@ class PtxProgram:
         """The disk cache key of the translated build: from the decoded form (which names
         no PTX symbol) when there is one, else from the translated C++ (which names none)."""
         dec = self._decode()
+        tkey = tc.key(optimise=True) if _optimised() else tc.key()
         if dec is not None:
-            return cache_key("decoded:" + dec.digest(), tc.key())
+            return cache_key("decoded:" + dec.digest(), tkey)
         assert source is not None
-        return cache_key(hashlib.sha256(source.encode()).hexdigest(), tc.key())
+        return cache_key(hashlib.sha256(source.encode()).hexdigest(), tkey)
 
     def prepare(self) -> dict:
         """Make every entry launchable in the tier ``GPUARRAY_SIM_PTX_TIER`` says; the facts.
@@ -285,9 +305,10 @@ class PtxProgram:
                 got = self._load_compiled(tc, key)
             if got is None:
                 with _phases.phase("build"):
+                    opt = {"optimise": True} if _optimised() else {}
                     lib_bytes = tc.build(tr.source.replace('#include "ptxrt.h"\n', "", 1),
                                          f"the PTX module {self.digest[:12]} (translated)",
-                                         prefix=runtime_source())
+                                         prefix=runtime_source(), **opt)
                     tc.write(key, _pack({"exports": sorted(tr.exports.values())}, lib_bytes))
                     lib = tc.load(lib_bytes)
                 got = (lib, {n: _address(lib, s) for n, s in tr.exports.items()})
@@ -384,6 +405,13 @@ class PtxProgram:
         if tc is None:
             raise UnsupportedPtx("the host build's toolchain is not available")
         return tc.runtime()
+
+
+def _optimised() -> bool:
+    """The translated build is optimised (-O2) in the ``auto`` tier: there it is made for a
+    kernel that ran :data:`TIER_UP_SECONDS` interpreted, where run time outweighs build time;
+    a tier set by ``GPUARRAY_SIM_PTX_TIER`` builds at -O1 (each kernel, once: the tests)."""
+    return os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() in ("", "auto")
 
 
 #: Seconds of interpreted launches of one module after which the ``auto`` tier builds it.

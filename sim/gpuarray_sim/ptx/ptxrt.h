@@ -167,7 +167,13 @@ static_assert(sizeof(Block) <= kBlockBytes, "the simulator's block state buffer 
 }
 
 // ------------------------------------------------------------------ memory
-[[noreturn]] inline void fault(Thread* t, int code, uint64_t a, uint64_t size, int write,
+// The fault paths are cold and out of line, and never return: the checks of
+// an access inlined into a kernel's loop cost a compare and a branch, and
+// what they read stays in registers across them.
+#define GA_PTX_COLD __attribute__((cold, noinline))
+#define GA_PTX_INLINE inline __attribute__((always_inline))
+
+[[noreturn]] GA_PTX_COLD inline void fault(Thread* t, int code, uint64_t a, uint64_t size, int write,
                                uint32_t line) {
     t->rt->line = line;
     t->rt->fault(t->rt, code, a, size, write);
@@ -275,7 +281,7 @@ inline char* global_slow(Thread* t, uint64_t a, uint64_t size, int write, uint32
     fault(t, 700, a, size, write, line);
 }
 
-inline char* gptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+GA_PTX_INLINE char* gptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
     if (a & (size - 1)) fault(t, 716, a, size, write, line);
     const ga_host_grant* g = t->L->last;
     const uint64_t off = a - g->base;
@@ -286,16 +292,18 @@ inline char* gptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line
     return global_slow(t, a, size, write, line);
 }
 
-inline char* sptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
+[[noreturn]] GA_PTX_COLD inline void shared_fault(Thread* t, int code, uint64_t off, uint64_t size,
+                                                int write, uint32_t line) {
+    t->rt->line = line;
+    t->rt->shared_fault(t->rt, code, (long long)off, size, write, t->L->shared_size);
+    throw Trap("unreachable");
+}
+
+GA_PTX_INLINE char* sptr(Thread* t, uint64_t a, uint64_t size, int write, uint32_t line) {
     const uint64_t off = (uint32_t)a == a ? a : a - kShared;
-    if (off > t->L->shared_size || size > t->L->shared_size - off) {
-        t->rt->line = line;
-        t->rt->shared_fault(t->rt, 700, (long long)off, size, write, t->L->shared_size);
-    }
-    if (off & (size - 1)) {
-        t->rt->line = line;
-        t->rt->shared_fault(t->rt, 716, (long long)off, size, write, t->L->shared_size);
-    }
+    const uint64_t n = t->L->shared_size;
+    if (__builtin_expect(off > n || size > n - off, 0)) shared_fault(t, 700, off, size, write, line);
+    if (__builtin_expect(off & (size - 1), 0)) shared_fault(t, 716, off, size, write, line);
     return t->shared + off;
 }
 

@@ -10,16 +10,21 @@ current, and a ``CUkernel`` is its ``CUfunction``), the JIT linker
 ``cuLaunchKernelEx``.
 
 Images are judged as a driver would (``sim/_images.py``): bad ones fail at
-load or ``cuLinkAddData`` with a code cuda.h lists for that call.  A binary
-image has no size argument: its header says it, and it is read through
-``/proc/self/mem``, so a header that points past the image is refused, never
-a crash.  The linker's output is an ELF cubin holding its PTX and cubin
-inputs in sections of their own (``sim/_cubin.link_image``), so the kernels
-of each input are found in it and the simulator executes its PTX (several
-PTX inputs linked as one program).  A cubin without PTX that NVRTC made in
-this process runs from the PTX of the same compile (``_ptx_record.c``
-keeps it; :func:`_nvrtc_ptx` asks for it); a kernel of any other cubin
-without PTX resolves and fails at launch with ``CUDA_ERROR_INVALID_IMAGE``,
+load or ``cuLinkAddData`` with a code cuda.h lists for that call; how an image
+is read from the caller's pointer (no size argument; a
+``__fatBinC_Wrapper_t`` followed to its fatbin) and how a failure reaches the
+caller's ``CU_JIT_ERROR_LOG_BUFFER`` is ``_module_images.py``'s.  A fatbin
+input or load takes one member, the one chosen for the device
+(``sim/_fatbin.py``).  The linker's output is an ELF cubin holding its PTX and
+cubin inputs in sections of their own (``sim/_cubin.link_image``), so the
+kernels of each input are found in it and the simulator executes its PTX
+(several PTX inputs linked as one program); ``cuLinkComplete`` refuses a
+link whose PTX uses a function no input defines (``_images.UNRESOLVED_CODE``,
+"Undefined reference" in the error log), unless an input whose symbols are
+not read here (a host object, an archive) may define it.  A cubin without
+PTX that NVRTC made in this process runs from the PTX of the same compile; a
+kernel of any other cubin without PTX resolves and fails at launch with
+``CUDA_ERROR_INVALID_IMAGE``,
 saying how to get PTX.  Function attributes come from the kernel's PTX (static sizes,
 ``.maxntid``); ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` is the simulator's (48 KiB
 less the static size, or the opt-in, checked against
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from typing import Any
 
 from gpuarray.errors import CudaError
@@ -40,6 +46,7 @@ from gpuarray.errors import CudaError
 from .. import _cubin, _images
 from .._codes import FILE_NOT_FOUND as _FILE_NOT_FOUND
 from .._codes import INVALID_HANDLE as _INVALID_HANDLE
+from ._module_images import JitLog, image_at
 from ._support import (
     _I32,
     _INVALID_VALUE,
@@ -58,84 +65,15 @@ from ._support import (
 _STRINGS: dict[bytes, Any] = {}
 
 
-# ------------------------------------------------------- NVRTC's own PTX
-_RECORD: list[Any] = []  # gpuarray_standin_cubin_ptx of the preloaded _ptx_record.c (None: absent)
-
-
-def _nvrtc_ptx(image: bytes) -> bytes | None:
-    """The PTX NVRTC made in this process with cubin ``image`` (exactly these bytes), else None."""
-    if not _RECORD:
-        fn = getattr(ctypes.CDLL(None), "gpuarray_standin_cubin_ptx", None)
-        if fn is not None:
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-            fn.restype = ctypes.c_size_t
-        _RECORD.append(fn)
-    fn = _RECORD[0]
-    if fn is None:
-        return None
-    n = fn(image, len(image), None, 0)
-    if not n:
-        return None
-    buf = ctypes.create_string_buffer(n)
-    return buf.raw[:n] if fn(image, len(image), buf, n) == n else None
-
-
-_images.PTX_FINDERS.append(_nvrtc_ptx)
-
-
-# ----------------------------------------------------------------- images
-_MEM: list[int] = []  # a descriptor of /proc/self/mem, opened on first use (-1: none)
-
-
-def _read(call: str, p: int, n: int) -> bytes:
-    """``n`` bytes at address ``p``, or the image is refused if they are not all readable.
-
-    ``cuModuleLoadData`` has no size: a binary image's header says it, and a
-    corrupt header may point past the image.  Read through ``/proc/self/mem``
-    an unreadable range is an error, not a crash.
-    """
-    if not _MEM:
-        try:
-            _MEM.append(os.open("/proc/self/mem", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
-        except OSError:
-            _MEM.append(-1)
-    if _MEM[0] < 0:
-        return ctypes.string_at(p, n)
-    try:
-        data = os.pread(_MEM[0], n, p)
-    except (OSError, OverflowError):
-        data = b""
-    if len(data) != n:
-        raise CudaError(_images.code_for(call, "binary"), call,
-                        f"(its header declares {n} bytes, but memory from {p:#x} is not all "
-                        "readable: a corrupt header)")
-    return data
-
-
-def _image(call: str, p: int) -> bytes:
-    """The image at ``p``: ELF and fatbin headers say its size; PTX is NUL-terminated."""
-    head = ctypes.string_at(p, 4)
-    try:
-        if head == _cubin.ELF_MAGIC:
-            hdr = ctypes.string_at(p, 64)
-            if hdr[4] != 2:
-                raise _cubin.BinaryError("a 32-bit ELF image")
-            return _read(call, p, _cubin.declared_elf_size(hdr))
-        if head == _cubin.FATBIN_MAGIC:
-            hdr = ctypes.string_at(p, 16)
-            size = int.from_bytes(hdr[6:8], "little") + int.from_bytes(hdr[8:16], "little")
-            if size > _cubin.MAX_IMAGE:
-                raise _cubin.BinaryError(f"a fatbin header declaring {size} bytes")
-            return _read(call, p, max(16, size))
-    except _cubin.BinaryError as e:
-        raise CudaError(_images.code_for(call, "binary"), call, f"({e})") from None
-    return ctypes.string_at(p) + b"\0"
-
-
-def _load(call: str, image: int) -> int:
+def _load(call: str, image: int, log: JitLog | None = None) -> int:
     if not image:
         raise CudaError(_INVALID_VALUE, call, "(NULL image)")
-    return backend().module_load_data(_image(call, image), call=call, placeholder_ok=False)
+    try:
+        return backend().module_load_data(image_at(call, image), call=call, placeholder_ok=False)
+    except CudaError as e:
+        if log is not None:
+            log.write(f"error   : {e.detail.strip('()')}")
+        raise
 
 
 @_output_first
@@ -145,7 +83,9 @@ def cuModuleLoadData(p: int, image: int) -> None:
 
 @_output_first
 def cuModuleLoadDataEx(p: int, image: int, n: int, options: int, values: int) -> None:
-    _out("cuModuleLoadDataEx", p, _U64, _load("cuModuleLoadDataEx", image))  # JIT options: no JIT
+    # of the JIT options, the error log is written (a failure's message); the others need no JIT
+    h = _load("cuModuleLoadDataEx", image, JitLog(n, options, values))
+    _out("cuModuleLoadDataEx", p, _U64, h)
 
 
 @_output_first
@@ -177,7 +117,13 @@ def cuLibraryLoadFromFile(p: int, name: int, jit_opts: int, jit_vals: int, n_jit
                           lib_opts: int, lib_vals: int, n_lib: int) -> None:
     call = "cuLibraryLoadFromFile"
     image = _read_file(call, name, _INVALID_VALUE)  # cuda.h lists no FILE_NOT_FOUND here
-    h = _in_some_context(lambda: backend().module_load_data(image, call=call, placeholder_ok=False))
+    log = JitLog(n_jit, jit_opts, jit_vals)
+    try:
+        h = _in_some_context(lambda: backend().module_load_data(image, call=call,
+                                                                placeholder_ok=False))
+    except CudaError as e:
+        log.write(f"error   : {e.detail.strip('()')}")
+        raise
     _out(call, p, _U64, h)
 
 
@@ -214,7 +160,8 @@ def _in_some_context(fn: Any) -> Any:
 @_output_first
 def cuLibraryLoadData(p: int, code: int, jit_opts: int, jit_vals: int, n_jit: int,
                       lib_opts: int, lib_vals: int, n_lib: int) -> None:
-    h = _in_some_context(lambda: _load("cuLibraryLoadData", code))
+    log = JitLog(n_jit, jit_opts, jit_vals)
+    h = _in_some_context(lambda: _load("cuLibraryLoadData", code, log))
     _out("cuLibraryLoadData", p, _U64, h)
 
 
@@ -295,7 +242,8 @@ def cuFuncGetModule(p: int, func: int) -> None:
 
 
 # --------------------------------------------------------------- linking
-#: Link states: handle -> [inputs, output (kept until cuLinkDestroy)].
+#: Link states: handle -> [inputs, output (kept until cuLinkDestroy), its error log, whether an
+#: input whose symbols are not read here (a host object, an archive) was added, input names].
 _LINKS: dict[int, list[Any]] = {}
 _next_link = [0x6C00_0000]
 _INPUT_KINDS = {0: "cubin", 1: "ptx", 2: "fatbin", 3: "object", 4: "library"}
@@ -306,7 +254,7 @@ def cuLinkCreate_v2(n: int, options: int, values: int, p: int) -> None:
         raise CudaError(_INVALID_VALUE, "cuLinkCreate", "(NULL state)")
     backend().ctx_get_device()  # INVALID_CONTEXT without a current context
     _next_link[0] += 0x10
-    _LINKS[_next_link[0]] = [[], None]
+    _LINKS[_next_link[0]] = [[], None, JitLog(n, options, values), False, []]
     _out("cuLinkCreate", p, _U64, _next_link[0])
 
 
@@ -331,18 +279,24 @@ def _add(call: str, state: int, kind: int, data: bytes, name: str) -> None:
     if what is None:
         raise CudaError(_INVALID_VALUE, call, f"input type {kind} (the simulator links CUBIN, "
                                               "PTX, FATBINARY, OBJECT and LIBRARY inputs)")
-    if what == "object" and data.startswith(b"\x7fELF"):
-        return  # a host object that embeds device code: its kernels are not read
-    if what == "library" and data.startswith(b"!<arch>\n"):
+    if (what == "object" and data.startswith(b"\x7fELF")
+            or what == "library" and data.startswith(b"!<arch>\n")):
+        link[3] = True  # a host object or an archive: its kernels and symbols are not read
         return
     try:
         found = _images.validate(data, cc=_cc())
+        if found == "fatbin":  # one member: the one chosen for the device, as a load takes it
+            data = _images.fatbin_member(data, _cc())
+            found = "elf" if data.startswith(_cubin.ELF_MAGIC) else "ptx"
     except _images.ImageError as e:
-        raise CudaError(_images.code_for("cuLinkAddData", e.kind), call,
-                        f"({name or 'input'}: {e.reason})") from None
+        err = CudaError(_images.code_for("cuLinkAddData", e.kind), call,
+                        f"({name or 'input'}: {e.reason})")
+        link[2].write(f"error   : {e.reason}", report_size=False)
+        raise err from None
     if found == "ptx":
         data = data.split(b"\0", 1)[0] + b"\0"
     link[0].append(("cubin" if found == "elf" else found, data))
+    link[4].append(name)
 
 
 def cuLinkAddData_v2(state: int, kind: int, data: int, size: int, name: int, n: int,
@@ -376,10 +330,47 @@ def cuLinkComplete(state: int, pcubin: int, psize: int) -> None:
     # An ELF cubin holding each input in a section of its own (sim/_cubin.py), so
     # the kernels of each input, and the PTX of each, are found in it.
     image = _cubin.link_image(link[0], _cc())
+    missing = [] if link[3] else _undefined(image, link[0])
+    if missing:  # the driver's linker's words: "error   : Undefined reference to 'f' in 'input'"
+        lines = [f"error   : Undefined reference to '{n}' in '{_user(link, n)}'" for n in missing]
+        link[2].write("\n".join(lines), report_size=False)
+        raise CudaError(_images.UNRESOLVED_CODE, call,
+                        f"({'; '.join(ln[10:] for ln in lines)}: no input of the link defines it)")
     out = ctypes.create_string_buffer(image, len(image))
     link[1] = out
     ctypes.c_void_p.from_address(pcubin).value = ctypes.addressof(out)
     _SIZE.from_address(psize).value = len(image)
+
+
+def _user(link: list[Any], name: str) -> str:
+    """The name given to the first PTX input of ``link`` that uses function ``name``."""
+    word = re.compile(rb"(?<![\w$%])" + re.escape(name.encode()) + rb"(?![\w$])")
+    for (kind, data), label in zip(link[0], link[4], strict=True):
+        if kind == "ptx" and word.search(data):
+            return label
+    return ""
+
+
+def _undefined(image: bytes, inputs: list[tuple[str, bytes]]) -> list[str]:
+    """The functions the linked PTX uses that no input defines (not a PTX input, not a cubin's
+    symbol, not one the simulator provides): what the driver's linker refuses."""
+    texts = _images.ptx_texts(image)
+    if not texts:
+        return []
+    from .. import ptx
+
+    try:  # the program the output's load builds (the same texts: parsed once, cached)
+        program = ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts))
+    except ptx.PtxError:
+        return []  # refused when the output is loaded, saying why
+    missing = program.unresolved
+    for kind, data in inputs:
+        if missing and kind == "cubin":
+            try:
+                missing = [n for n in missing if n not in _cubin.read_elf(data).functions]
+            except _cubin.BinaryError:
+                return []
+    return missing
 
 
 def cuLinkDestroy(state: int) -> None:

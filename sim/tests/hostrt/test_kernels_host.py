@@ -649,3 +649,25 @@ def test_host_libraries_export_only_their_entries(tmp_path):
                          check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     assert names == {"ga_host__ga_transpose__u1__u1__i32__w", "ga_host__ga_copy__f4__f8__2__i32__g"}
+
+
+def test_fma_flag_follows_the_host_cpu(monkeypatch, tmp_path):
+    """-mfma only on an x86-64 host whose /proc/cpuinfo lists fma (it is in every cache key)."""
+    import builtins
+    import platform
+
+    info = tmp_path / "cpuinfo"
+    real_open = builtins.open
+
+    def fake_open(path, *a, **k):
+        return real_open(info if path == "/proc/cpuinfo" else path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx fma avx2\n")
+    assert _host._host_cpu_flags() == ("-mfma",)
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 fma4 avx\n")  # fma4 is not FMA3
+    assert _host._host_cpu_flags() == ()
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    info.write_text("Features\t: fp asimd fma\n")
+    assert _host._host_cpu_flags() == ()

@@ -370,6 +370,12 @@ CASES = [
          finite_f32()), rounded(FMA)),
     Case("fma_rm_f32", F32, "fma.rm.f32 %d, %a, %b, %c;", lambda: (finite_f32(), finite_f32(),
          finite_f32()), rounded(FMA, mode="rm")),
+    # mul then add rounds twice: never contracted into one fma, whatever the host build's flags
+    # (-mfma); first element: (1 + 2^-23)(1 - 2^-23) - 1 is 0, fused it would be -2^-46
+    Case("mul_add_rn_f32", F32, "mul.rn.f32 %e, %a, %b; add.rn.f32 %d, %e, %c;",
+         lambda: _with_first((finite_f32(), finite_f32(), finite_f32()),
+                             (1 + 2.0 ** -23, 1 - 2.0 ** -23, -1.0)),
+         lambda a, b, c: (a * b) + c),
     Case("div_rn_f32", F32, "div.rn.f32 %d, %a, %b;", lambda: (finite_f32(), finite_f32(),
          finite_f32()), rounded(DIV)),
     Case("div_rz_f64", F64, "div.rz.f64 %d, %a, %b;",

@@ -52,9 +52,9 @@ def _count_builds(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = type(tc).build
 
-    def build(self, source, what, prefix=None):
+    def build(self, source, what, prefix=None, **kw):
         seen.append(what)
-        return real(self, source, what, prefix)
+        return real(self, source, what, prefix, **kw)
 
     monkeypatch.setattr(type(tc), "build", build)
     return seen

@@ -212,6 +212,41 @@ def test_a_cuda_core_program_compiled_to_ptx_runs(folder):  # noqa: F811
     ok(run(folder, _CUDA_CORE))
 
 
+_CUDA_CORE_LINK = """
+from cuda.core import Device, Linker, LinkerOptions, Program, ProgramOptions
+from cuda.core._utils.cuda_utils import CUDAError
+
+Device().set_current()
+rdc = ProgramOptions(relocatable_device_code=True)
+a = Program("extern __device__ int B(); extern __device__ int C(int a, int b);"
+            "__global__ void A() { int result = C(B(), 1); }", "c++", rdc).compile("ptx")
+b = Program("__device__ int B() { return 0; }", "c++", rdc).compile("ptx")
+c = Program("__device__ int C(int a, int b) { return a + b; }", "c++", rdc).compile("ptx")
+linker = Linker(a, b, c, options=LinkerOptions(arch="sm_90"))   # the driver's (no nvJitLink)
+linker.link("cubin").get_kernel("_Z1Av")                # what each input defines resolves
+z = Program("extern __device__ int Z(); extern __device__ int C(int a, int b);"
+            "__global__ void A() { int result = C(Z(), 1); }", "c++",
+            ProgramOptions(name="CBA", relocatable_device_code=True)).compile("ptx")
+linker = Linker(z, b, c, options=LinkerOptions(name="ABC", arch="sm_90"))
+try:
+    linker.link("cubin")
+except CUDAError:
+    pass
+else:
+    raise AssertionError("a link leaving Z undefined completed")
+# cuda.core's own test_linker_get_error_log expects these words from the driver's linker
+log = linker.get_error_log()
+assert log.rstrip("\\x00") == "error   : Undefined reference to '_Z1Zv' in 'CBA'", repr(log)
+print("OK")
+"""
+
+
+def test_a_cuda_core_link_leaving_a_function_undefined_fails_with_the_drivers_log(folder):  # noqa: F811
+    # the link completed, and the kernel failed at launch; cuda.core's culink test reads this log
+    pytest.importorskip("cuda.core", reason="cuda.core is not installed (.venv-peers has it)")
+    ok(run(folder, _CUDA_CORE_LINK))
+
+
 def test_kernel_parameter_layout_comes_from_the_ptx_signature(folder):  # noqa: F811
     # cuFuncGetParamInfo / cuKernelGetParamInfo and the counts answered NOT_SUPPORTED before
     ok(run(folder, """
