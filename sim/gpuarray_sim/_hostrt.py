@@ -91,18 +91,15 @@ def _idle_cores(cores: int) -> float:
 def workers() -> int:
     """Host threads that may run one launch's blocks at once (``GPUARRAY_SIM_WORKERS``).
 
-    Unset (the default): 1, every block on the launching thread as before --
-    measured on a 2-core machine, two workers ran numba-cuda's test_matmul
-    and test_laplace in 97.5 s against 103.8 s at a load of 3 (test_matmul
-    itself slower, 52 -> 56 s) and in 242 s against 108 s at a load of 6,
-    with 37% more CPU time either way, while a launch of blocks without
-    barriers took the same CPU time with one worker or two.  An integer
-    >= 1: that many.  ``auto``: the cores this process may run on
-    (``os.sched_getaffinity``) divided by ``PYTEST_XDIST_WORKER_COUNT``
-    (pytest-xdist already runs a process per core: more threads would only
-    contend), and no more than one plus the cores the machine's other work
-    leaves idle (the 1-minute load average: a worker without a core of its
-    own only takes turns with the others).  Always 1 under
+    An integer >= 1: that many.  Unset or ``auto`` (the default): the cores
+    this process may run on (``os.sched_getaffinity``) divided by
+    ``PYTEST_XDIST_WORKER_COUNT`` (pytest-xdist already runs a process per
+    core: more threads would only contend), and no more than one plus the
+    cores the machine's other work leaves idle (the 1-minute load average:
+    a worker without a core of its own only takes turns with the others --
+    numba-cuda's test_matmul and test_laplace took 242 s with two workers
+    against 108 s with one at a load of 6 on 2 cores, and 38.2 s against
+    67.6 s on the quiet machine).  Always 1 under
     ``GPUARRAY_SIM_SEED``: a seeded run replays the same block order (one
     worker admits the blocks in order, deterministically).
 
@@ -115,9 +112,7 @@ def workers() -> int:
     if os.environ.get("GPUARRAY_SIM_SEED", "").strip():
         return 1
     text = os.environ.get("GPUARRAY_SIM_WORKERS", "").strip()
-    if not text:
-        return 1
-    if text.lower() != "auto":
+    if text and text.lower() != "auto":
         try:
             n = int(text)
         except ValueError:

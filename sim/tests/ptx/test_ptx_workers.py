@@ -267,15 +267,15 @@ def test_memory_model_qualifiers_translate_to_atomic_accesses_of_their_order():
     assert cpp.count("ptx::store<uint32_t>") == 2  # the plain st.global of `seen` and of out[0]
 
 
-def test_one_worker_by_default_and_auto_takes_the_cores_left_idle(monkeypatch):
+def test_default_workers_are_the_cores_left_idle(monkeypatch):
     import time
 
     for name in ("GPUARRAY_SIM_WORKERS", "GPUARRAY_SIM_SEED", "PYTEST_XDIST_WORKER_COUNT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_hostrt, "_cores", 8)
     monkeypatch.setattr(_hostrt, "_load", [time.monotonic(), 0.0])
-    assert _hostrt.workers() == 1 and _hostrt.workers_for(64, 1024) == 1
-    monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "auto")
+    assert _hostrt.workers() == 8 and _hostrt.workers_for(64, 1024) == 8
+    monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "auto")  # the same, said
 
     def at_load(load: float) -> int:
         monkeypatch.setattr(_hostrt, "_load", [time.monotonic(), load])
