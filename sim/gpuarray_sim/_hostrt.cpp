@@ -2,9 +2,11 @@
 // of kernels/ compiled for the CPU (see sim/gpuarray_sim/kernels/ga_host.cuh for the contract).
 //
 // One concern: execution.  Every thread of every block runs, on the calling
-// OS thread (the simulator's stream worker).  Blocks are resident in slots
-// (the launch's `slots`, at most as many as the simulated device holds at
-// once): one block at a time while its threads make progress -- each block
+// OS thread (the simulator's stream worker) and, for a launch given several
+// `workers`, on helper threads too (see Workers below).  Blocks are resident
+// in slots (the launch's `slots`, at most as many as the simulated device
+// holds at once; a worker's are its share of them): one block at a time per
+// worker while its threads make progress -- each block
 // runs to its end before the next starts, as before -- and more at once when
 // they are needed.  A cooperative launch (`cooperative`) has every block of
 // the grid resident: its blocks, too, start one at a time, and the first
@@ -19,8 +21,22 @@
 // block that waits for a flag a later block sets completes as it does on a
 // GPU when the blocks fit.  Rounds visit the resident blocks in admission
 // order and admission happens only at the end of a round with no progress,
-// so a launch runs the same way every time (deterministic replay: nothing
-// depends on time but the spin timeout).
+// so a launch on one worker runs the same way every time (deterministic
+// replay: nothing depends on time but the spin timeout).
+//
+// Workers: a launch's blocks go, in order, to whichever worker asks next
+// (one atomic counter); each runs them as above with fibers, slots and a
+// launch record (params + w * stride) of its own, so what a PTX launch
+// widens per access (touched intervals, the last grant) is never shared.
+// Shared per launch (Shared): the block counter, the fault -- the first one
+// claimed is the launch's, every worker stops at its next check (stopped()),
+// with several workers which of two simultaneous faults wins may vary --,
+// and `moves`, rounds that made progress anywhere: a worker whose blocks
+// only spin times out (702) only when no worker moved for the limit, naming
+// the lowest block's spinner as one worker would; a deadlock at a barrier is
+// a block's own (cooperative launches, whose blocks wait for each other at
+// grid.sync, get one worker).  Helper threads are made on first use and
+// kept; a launch takes the idle ones and runs its share itself.
 // The threads of a block are cooperative fibers switched only at
 // __syncthreads: a fiber runs threads one after the other until one waits at
 // a barrier, then the next fiber starts the next thread; once every thread
@@ -89,6 +105,7 @@
 #include <exception>
 #include <new>
 
+#include "_hostrt_pool.h"
 #include "ga_hostrt.h"
 
 #if defined(__x86_64__) && defined(__ELF__) && !defined(GA_HOSTRT_SETJMP)
@@ -192,7 +209,29 @@ struct Fault {
     unsigned int line;        // the PTX line (kernels translated from PTX), else 0
 };
 
-struct Launch {
+// What the workers of one launch share (one worker: the calling thread alone).
+struct Shared {
+    Slot* all;                     // every slot of the launch; a worker's are a range of them
+    unsigned long long nblocks;
+    // the counters workers write on lines of their own, apart from what each reads per thread
+    alignas(64) unsigned long long next;  // the next block to admit (atomic)
+    alignas(64) unsigned long long moves; // rounds that moved, over all workers (atomic)
+    alignas(64) int claimed;       // a fault is being recorded (atomic: the first one wins)
+    int aborted;                   // the launch ended (atomic): every worker stops
+    unsigned int running;          // workers not finished (under lock)
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    Fault fault;
+    // The spinning thread a launch timeout names (under lock): of the
+    // workers' spinners since `moves` last changed, the lowest block's, so
+    // several workers name the one that one worker would (its first).
+    unsigned long long spin_epoch, spin_key;  // spin_key 0: none; else 1 + block, thread
+    unsigned int spin_block[3], spin_thread[3], spin_line;
+};
+
+// Aligned to a cache line: the workers' records lie side by side, each written per fiber switch.
+struct alignas(64) Launch {
+    Shared* sh;
     ga_host_rt rt;  // what every block's record starts from
     ga_entry entry;
     // upgrade[0] is set (once, by another thread) to an entry that runs the
@@ -212,7 +251,7 @@ struct Launch {
     bool in_fiber;  // a fiber runs (the signal handler's test)
     bool aborted;
     double spin_limit;  // seconds of spinning without progress (GPUARRAY_SIM_LAUNCH_TIMEOUT)
-    Fault fault;
+    unsigned int workers;  // of the launch
 };
 
 const size_t kStack = 128 << 10;
@@ -361,13 +400,13 @@ struct ThreadFibers {
         }
     }
     // Keeps the first kKeepPerThread fibers, gives back the rest.
-    void trim() {
-        if (count <= kKeepPerThread) return;
+    void trim(size_t keep = kKeepPerThread) {
+        if (count <= keep) return;
         Fiber* f = head;
-        for (size_t i = 1; i < kKeepPerThread; ++i) f = f->next;
+        for (size_t i = 1; i < keep; ++i) f = f->next;
         Fiber* rest = f->next;
         f->next = nullptr;
-        count = kKeepPerThread;
+        count = keep;
         release(rest);
     }
 };
@@ -425,12 +464,19 @@ bool ensure_altstack() {
     return true;
 }
 
-void record(Launch* l, int code, Space space, unsigned long long addr, unsigned long long size,
+// Ends the launch with this fault unless it already ended: true when this
+// one is the launch's (the first claimed; with several workers, which of two
+// faults of different blocks at the same time is first may vary).
+bool record(Launch* l, int code, Space space, unsigned long long addr, unsigned long long size,
             int write, unsigned long long extent) {
-    if (l->aborted) return;
+    if (l->aborted) return false;
     l->aborted = true;
+    int unclaimed = 0;
+    if (!__atomic_compare_exchange_n(&l->sh->claimed, &unclaimed, 1, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return false;  // another worker's fault ended the launch first
     const ga_host_rt& rt = l->cur_slot != nullptr ? l->cur_slot->rt : l->rt;
-    Fault& ft = l->fault;
+    Fault& ft = l->sh->fault;
     ft.code = code;
     ft.space = space;
     ft.write = write;
@@ -444,6 +490,14 @@ void record(Launch* l, int code, Space space, unsigned long long addr, unsigned 
     ft.thread[1] = rt.thread_idx.y;
     ft.thread[2] = rt.thread_idx.z;
     ft.line = rt.line;
+    __atomic_store_n(&l->sh->aborted, 1, __ATOMIC_RELEASE);
+    return true;
+}
+
+// The launch ended: by a fault of this worker, or of another (seen here).
+bool stopped(Launch* l) {
+    if (!l->aborted && __atomic_load_n(&l->sh->aborted, __ATOMIC_ACQUIRE)) l->aborted = true;
+    return l->aborted;
 }
 
 void on_fault(int sig, siginfo_t* info, void* uctx) {
@@ -538,19 +592,19 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
             thread_of(l, s->next++, &f->tid);
             s->rt.thread_idx = f->tid;
             f->state = RUNNING;
-            const char* what = nullptr;
+            bool thrown = false;
+            char* what = l->sh->fault.what;
             try {
                 s->entry(&s->rt, l->params);
             } catch (const std::exception& e) {  // left normally: the exception is freed
-                record(l, 719, EXCEPTION, 0, 0, 0, 0);
-                strncpy(l->fault.what, e.what(), sizeof l->fault.what - 1);
-                what = l->fault.what;
+                if (record(l, 719, EXCEPTION, 0, 0, 0, 0)) strncpy(what, e.what(), 127);
+                thrown = true;
             } catch (...) {
-                record(l, 719, EXCEPTION, 0, 0, 0, 0);
-                strncpy(l->fault.what, "(not a std::exception)", sizeof l->fault.what - 1);
-                what = l->fault.what;
+                if (record(l, 719, EXCEPTION, 0, 0, 0, 0))
+                    strncpy(what, "(not a std::exception)", 127);
+                thrown = true;
             }
-            if (what != nullptr) end_thread(l);
+            if (thrown) end_thread(l);
         }
         f->state = DONE;
         switch_to(&f->ctx, &l->sched);  // park until the next block
@@ -644,7 +698,7 @@ void settle(Launch* l, Fiber* f) {
 // its threads, each up to its first wait.  False when the launch ended.
 bool admit(Launch* l, Slot* s, unsigned long long b) {
     const ga_uint3& g = l->rt.grid_dim;
-    const unsigned int slot = (unsigned int)(s - l->slots);
+    const unsigned int slot = (unsigned int)(s - l->sh->all);  // unique over the workers
     const unsigned long long progress = s->rt.progress;
     s->rt = l->rt;
     s->rt.slot = slot;
@@ -655,14 +709,15 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
         const unsigned long long e = __atomic_load_n(l->upgrade, __ATOMIC_ACQUIRE);
         if (e != 0) {
             l->entry = reinterpret_cast<ga_entry>(e);
-            ++l->upgrade[1];  // only this thread writes it
+            __atomic_fetch_add(&l->upgrade[1], 1, __ATOMIC_RELAXED);  // workers count together
         }
     }
     s->entry = l->entry;
     s->next = 0;
     s->waiting = nullptr;
     s->tail = &s->waiting;
-    if (slot + 1 > l->used) l->used = slot + 1;
+    const unsigned int mine = (unsigned int)(s - l->slots);
+    if (mine + 1 > l->used) l->used = mine + 1;
     while (s->next < l->nthreads) {
         Fiber* f = take_fiber(l);
         if (f == nullptr) {
@@ -672,7 +727,7 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
         }
         f->slot = s;
         enter(l, f);
-        if (l->aborted) return false;
+        if (stopped(l)) return false;
         settle(l, f);
     }
     return true;
@@ -688,6 +743,40 @@ double now_s() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Several workers: `f` (of this worker's round that only spun, in the
+// `moves` epoch `epoch`) for the thread a launch timeout names.
+void offer_spinner(Launch* l, const Fiber* f, unsigned long long epoch) {
+    Shared* sh = l->sh;
+    const ga_host_rt& rt = f->slot->rt;
+    const ga_uint3& g = l->rt.grid_dim;
+    const unsigned long long block = rt.block_idx.x + (unsigned long long)g.x *
+                                     (rt.block_idx.y + (unsigned long long)g.y * rt.block_idx.z);
+    const ga_uint3& d = l->rt.block_dim;
+    const unsigned long long key = ((1 + block) << 11) + f->tid.x + d.x * (f->tid.y + d.y * f->tid.z);
+    pthread_mutex_lock(&sh->lock);
+    if (sh->spin_epoch != epoch || sh->spin_key == 0 || key < sh->spin_key) {
+        sh->spin_epoch = epoch;
+        sh->spin_key = key;
+        sh->spin_block[0] = rt.block_idx.x, sh->spin_block[1] = rt.block_idx.y;
+        sh->spin_block[2] = rt.block_idx.z;
+        sh->spin_thread[0] = f->tid.x, sh->spin_thread[1] = f->tid.y, sh->spin_thread[2] = f->tid.z;
+        sh->spin_line = f->line;
+    }
+    pthread_mutex_unlock(&sh->lock);
+}
+
+// The launch timeout this worker recorded names the lowest spinner offered.
+void name_spinner(Launch* l, unsigned long long epoch) {
+    Shared* sh = l->sh;
+    pthread_mutex_lock(&sh->lock);
+    if (sh->spin_key != 0 && sh->spin_epoch == epoch) {
+        memcpy(sh->fault.block, sh->spin_block, sizeof sh->fault.block);
+        memcpy(sh->fault.thread, sh->spin_thread, sizeof sh->fault.thread);
+        sh->fault.line = sh->spin_line;
+    }
+    pthread_mutex_unlock(&sh->lock);
 }
 
 // Runs every block of the grid.  `live` holds the resident blocks' slots in
@@ -707,14 +796,21 @@ bool run_grid(Launch* l, bool cooperative) {
     unsigned int nlive = 0, nfree = l->nslots;
     for (unsigned int i = 0; i < l->nslots; ++i) free_slots[i] = &l->slots[l->nslots - 1 - i];
     unsigned int width = 1;  // blocks resident at once (a cooperative grid's: see above)
-    unsigned long long next_block = 0;
-    bool ok = true;
+    Shared* sh = l->sh;
+    bool ok = true, more = true;  // more: blocks may be left to admit
     double spin_since = -1;  // when rounds of spinning without progress began
     while (ok) {
         bool moved = false;  // a thread passed a __syncthreads, finished, or a block started
-        while (ok && nlive < width && next_block < nblocks) {
+        const unsigned long long seen = __atomic_load_n(&sh->moves, __ATOMIC_RELAXED);
+        while (ok && nlive < width && more) {
+            // the next block of the grid: in order with one worker; several take turns
+            const unsigned long long b = __atomic_fetch_add(&sh->next, 1, __ATOMIC_RELAXED);
+            if (b >= nblocks) {
+                more = false;
+                break;
+            }
             Slot* s = free_slots[--nfree];
-            ok = admit(l, s, next_block++);
+            ok = admit(l, s, b);
             if (s->waiting == nullptr) {
                 free_slots[nfree++] = s;  // every thread ran to its end
             } else {
@@ -739,7 +835,7 @@ bool run_grid(Launch* l, bool cooperative) {
                 w->yielded = false;
                 enter(l, w);
                 moved = moved || w->state == DONE;
-                if (l->aborted) {
+                if (stopped(l)) {
                     ok = false;
                     break;
                 }
@@ -758,20 +854,33 @@ bool run_grid(Launch* l, bool cooperative) {
                 moved = true;
             }
         }
-        if (!ok) break;
+        if (!ok || stopped(l)) {
+            ok = false;
+            break;
+        }
         nlive = kept;
         if (nlive == 0 || moved || progress_of(l) != before) {
+            if (l->workers > 1) __atomic_fetch_add(&sh->moves, 1, __ATOMIC_RELAXED);
             spin_since = -1;
             continue;
         }
-        if (cooperative && width < l->nslots && next_block < nblocks) {
+        more = more && __atomic_load_n(&sh->next, __ATOMIC_RELAXED) < nblocks;
+        if (cooperative && width < l->nslots && more) {
             width = l->nslots;  // waits nothing resident ends: the whole grid is resident
             spin_since = -1;
-        } else if (spun && width < l->nslots && next_block < nblocks) {
+        } else if (spun && width < l->nslots && more) {
             ++width;  // the resident blocks only spin: another block may end the wait
             spin_since = -1;
+        } else if (spun && __atomic_load_n(&sh->moves, __ATOMIC_RELAXED) != seen) {
+            // another worker's blocks moved: one of them may end the wait
+            spin_since = -1;
+            sched_yield();
         } else if (spun) {
             // threads only spun: no deadlock yet, a timeout once it lasts
+            if (l->workers > 1) {
+                sched_yield();  // the core to the workers that may end the wait
+                offer_spinner(l, spinner, seen);
+            }
             const double t = now_s();
             if (spin_since < 0) {
                 spin_since = t;
@@ -779,7 +888,9 @@ bool run_grid(Launch* l, bool cooperative) {
                 l->cur_slot = spinner->slot;
                 spinner->slot->rt.thread_idx = spinner->tid;
                 spinner->slot->rt.line = spinner->line;
-                record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(t - spin_since));
+                if (record(l, 702, SPIN, 0, 0, 0, (unsigned long long)(t - spin_since)) &&
+                    l->workers > 1)
+                    name_spinner(l, seen);
                 ok = false;
             }
         } else {
@@ -798,11 +909,52 @@ bool run_grid(Launch* l, bool cooperative) {
     return ok;
 }
 
-int launch(ga_entry entry, const void* params, const unsigned int* grid,
+// ------------------------------------------------------------------ workers
+// Fibers a helper thread keeps between launches: a helper serves launch
+// after launch, and giving its fibers back each time (beyond the free
+// list's kMaxFree: unmapped) made every launch of a 256-thread block map
+// and fault in stacks afresh.
+const size_t kKeepPerHelper = 4096;
+
+// A worker's share of the launch, on the calling thread.
+void run_share(Launch* l, bool cooperative, size_t keep) {
+    Launch* prior = cur_launch;
+    cur_launch = l;
+    if (!ensure_altstack()) record(l, 2, GLOBAL, 0, 0, 0, 0);  // no memory for the signal stack
+    else run_grid(l, cooperative);
+    cur_launch = prior;
+    fibers.trim(keep);
+}
+
+// This worker is done: the last one lets the launch end.
+void finish(Shared* sh) {
+    pthread_mutex_lock(&sh->lock);
+    if (--sh->running == 0) pthread_cond_signal(&sh->done);
+    pthread_mutex_unlock(&sh->lock);  // the launch may end now: nothing of it is touched after
+}
+
+void helper_share(void* l) { run_share(static_cast<Launch*>(l), false, kKeepPerHelper); }
+void helper_done(void* l) { finish(static_cast<Launch*>(l)->sh); }
+
+// The launch's fault into *out; its code.
+int result(const Shared& sh, Fault* out) {
+    *out = sh.fault;
+    out->code = sh.fault.code ? sh.fault.code : 700;
+    return out->code;
+}
+
+// One launch: `workers` share the grid (the calling thread is the first),
+// each with slots of its own (the launch's split among them) and its launch
+// record params + w * stride.
+int launch(ga_entry entry, const char* params, unsigned long long stride, const unsigned int* grid,
            const unsigned int* block, const ga_host_grant* grants, int ngrants,
-           unsigned int nslots, int cooperative, unsigned long long* upgrade, Fault* out) {
+           unsigned int nslots, int cooperative, unsigned long long* upgrade, unsigned int workers,
+           unsigned int* used, Fault* out) {
+    Shared sh;
+    memset(&sh, 0, sizeof sh);
     Launch l;
     memset(&l, 0, sizeof l);
+    l.sh = &sh;
     l.entry = entry;
     l.upgrade = upgrade;
     l.params = params;
@@ -819,32 +971,70 @@ int launch(ga_entry entry, const void* params, const unsigned int* grid,
     l.spin_limit = limit != nullptr && atof(limit) > 0 ? atof(limit) : 30.0;
     l.rt.nthreads = l.nthreads;
     const unsigned long long nblocks = (unsigned long long)grid[0] * grid[1] * grid[2];
-    l.nslots = nslots == 0 ? 1 : nslots;
-    if (l.nslots > nblocks) l.nslots = (unsigned int)nblocks;
+    sh.nblocks = nblocks;
+    unsigned int total = nslots == 0 ? 1 : nslots;
+    if (total > nblocks) total = (unsigned int)nblocks;
     if (cooperative && nblocks > nslots) {  // the caller refuses such a launch first
         out->code = 720;
         return 720;
     }
+    // a cooperative grid's blocks wait for each other at grid.sync: one worker holds them all
+    if (cooperative || workers == 0) workers = 1;
+    if (workers > total) workers = total;  // each worker needs a slot of its own
+    if (workers > ga_pool::kMaxHelpers + 1) workers = ga_pool::kMaxHelpers + 1;
     if (!ensure_altstack()) {
-        *out = l.fault;
         out->code = 2;  // no memory for the signal stack
         return 2;
     }
-    l.slots = static_cast<Slot*>(calloc(l.nslots, sizeof(Slot)));
-    if (l.slots == nullptr) {
+    sh.all = static_cast<Slot*>(calloc(total, sizeof(Slot)));
+    if (sh.all == nullptr) {
         out->code = 2;
         return 2;
     }
     install_handlers();
-    Launch* prior = cur_launch;
-    cur_launch = &l;
-    int rc = 0;
-    if (!run_grid(&l, cooperative != 0)) rc = l.fault.code ? l.fault.code : 700;
-    cur_launch = prior;
-    free(l.slots);
-    fibers.trim();
-    if (rc) *out = l.fault;
-    return rc;
+    ga_pool::Helper* taken[ga_pool::kMaxHelpers];
+    const unsigned int nhelp = workers > 1 ? ga_pool::take(workers - 1, taken) : 0;
+    workers = nhelp + 1;
+    *used = workers;
+    if (workers == 1) {  // the calling thread alone: no hand-off, nothing to wait for
+        l.workers = 1;
+        l.slots = sh.all;
+        l.nslots = total;
+        run_share(&l, cooperative != 0, kKeepPerThread);
+        free(sh.all);
+        return sh.aborted ? result(sh, out) : 0;
+    }
+    Launch* ls = static_cast<Launch*>(aligned_alloc(alignof(Launch), workers * sizeof(Launch)));
+    if (ls == nullptr) {
+        for (unsigned int i = 0; i < nhelp; ++i) ga_pool::untake(taken[i]);
+        free(sh.all);
+        out->code = 2;
+        return 2;
+    }
+    pthread_mutex_init(&sh.lock, nullptr);
+    pthread_cond_init(&sh.done, nullptr);
+    sh.running = workers;
+    unsigned int first = 0;
+    for (unsigned int w = 0; w < workers; ++w) {
+        ls[w] = l;
+        ls[w].workers = workers;
+        ls[w].params = params + w * stride;
+        ls[w].slots = sh.all + first;
+        ls[w].nslots = total / workers + (w < total % workers ? 1 : 0);
+        first += ls[w].nslots;
+    }
+    for (unsigned int i = 0; i < nhelp; ++i)
+        ga_pool::give(taken[i], helper_share, helper_done, &ls[i + 1]);
+    run_share(&ls[0], cooperative != 0, kKeepPerThread);
+    finish(&sh);
+    pthread_mutex_lock(&sh.lock);
+    while (sh.running != 0) pthread_cond_wait(&sh.done, &sh.lock);
+    pthread_mutex_unlock(&sh.lock);
+    pthread_cond_destroy(&sh.done);
+    pthread_mutex_destroy(&sh.lock);
+    free(ls);
+    free(sh.all);
+    return sh.aborted ? result(sh, out) : 0;
 }
 
 }  // namespace
@@ -857,16 +1047,22 @@ GA_HOST_EXPORT int ga_hostrt_abi() { return GA_HOST_ABI; }
 // when `cooperative`: the grid must fit); `upgrade` (or null): two words,
 // where another thread may publish a faster entry of the same kernel for
 // the blocks not yet started, and the count of blocks that ran it.
+// `workers` host threads run the blocks (the caller and helpers: see
+// launch()), worker w with the record params + w * stride (stride 0: one
+// record, read only); *used says how many did.
 // Returns 0, or the fault's CUDA error code (700, 716, 714: stack overflow,
 // 719: a C++ exception; 2: no memory for fiber stacks) with its details in
 // *out.  Nothing is thrown across this boundary.
-GA_HOST_EXPORT int ga_hostrt_launch(ga_entry entry, const void* params, const unsigned int* grid,
+GA_HOST_EXPORT int ga_hostrt_launch(ga_entry entry, const void* params,
+                                    unsigned long long stride, const unsigned int* grid,
                                     const unsigned int* block, const ga_host_grant* grants,
                                     int ngrants, unsigned int slots, int cooperative,
-                                    unsigned long long* upgrade, Fault* out) {
+                                    unsigned long long* upgrade, unsigned int workers,
+                                    unsigned int* used, Fault* out) {
+    *used = 1;
     try {
-        return launch(entry, params, grid, block, grants, ngrants, slots, cooperative, upgrade,
-                      out);
+        return launch(entry, static_cast<const char*>(params), stride, grid, block, grants,
+                      ngrants, slots, cooperative, upgrade, workers, used, out);
     } catch (const std::bad_alloc&) {
         memset(out, 0, sizeof *out);
         out->code = 2;

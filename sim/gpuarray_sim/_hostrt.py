@@ -32,6 +32,11 @@ seconds (default 30) of them with no thread finishing or passing a barrier
 the launch ends with ``CUDA_ERROR_LAUNCH_TIMEOUT`` (702, sticky as on a
 GPU) naming the loop's branch.
 
+A launch may run its blocks on several host threads at once (``workers``:
+:func:`workers` and :func:`workers_for` are the policy,
+``GPUARRAY_SIM_WORKERS``), each with its own fibers, residency slots and
+launch record; the first fault ends the launch for all of them.
+
 Building the library (compiler, flags, disk cache) is the kernels layer's
 job (``sim/gpuarray_sim/kernels/_host.py``), which knows where ``sim/gpuarray_sim/kernels/ga_host.cuh``
 is and registers itself in ``sim/gpuarray_sim/_host_toolchain.py`` for the PTX
@@ -42,6 +47,8 @@ result.
 from __future__ import annotations
 
 import ctypes
+import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,14 +57,108 @@ from ._host_toolchain import set_toolchain, toolchain
 from ._memory import DeviceFault
 
 __all__ = ["RUNTIME_SOURCE", "HEADERS", "ABI", "HostRuntime", "Grant", "grants_for", "set_toolchain",
-           "toolchain"]
+           "toolchain", "MIN_PARALLEL_THREADS", "workers", "workers_for", "LaunchFault"]
 
 #: The runtime's C++ source.
 RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
-#: The headers of the launch record the runtime and the code it runs share (``-I`` this folder).
-HEADERS = (Path(__file__).with_name("ga_hostrt.h"),)
+#: The headers the runtime includes (``-I`` this folder): the launch record it and the code it
+#: runs share, and its helper threads (a build's cache key covers them).
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("ga_hostrt.h", "_hostrt_pool.h"))
 #: The ``GA_HOST_ABI`` of ``ga_hostrt.h`` (the launch record) this module speaks.
 ABI = 4
+
+#: Threads a grid must have in all (blocks x threads per block) before several
+#: workers share it: a smaller launch runs in less time than handing blocks to
+#: other host threads takes (``GPUARRAY_SIM_WORKERS_MIN_THREADS`` sets another).
+MIN_PARALLEL_THREADS = 4096
+
+_cores: int | None = None
+_load = [-10.0, 0.0]  # when the load average was read (monotonic seconds), and its value
+
+
+def _idle_cores(cores: int) -> float:
+    """Cores the rest of the machine leaves idle: ``cores`` less the 1-minute load (read 1/s)."""
+    now = time.monotonic()
+    if now - _load[0] > 1.0:
+        try:
+            _load[1] = os.getloadavg()[0]
+        except OSError:  # no load average here: assume the cores are ours
+            _load[1] = 0.0
+        _load[0] = now
+    return cores - _load[1]
+
+
+def workers() -> int:
+    """Host threads that may run one launch's blocks at once (``GPUARRAY_SIM_WORKERS``).
+
+    An integer >= 1: that many.  Unset or ``auto`` (the default): the cores
+    this process may run on (``os.sched_getaffinity``) divided by
+    ``PYTEST_XDIST_WORKER_COUNT`` (pytest-xdist already runs a process per
+    core: more threads would only contend), and no more than one plus the
+    cores the machine's other work leaves idle (the 1-minute load average:
+    a worker without a core of its own only takes turns with the others --
+    numba-cuda's test_matmul and test_laplace took 242 s with two workers
+    against 108 s with one at a load of 6 on 2 cores, and 38.2 s against
+    67.6 s on the quiet machine).  Always 1 under
+    ``GPUARRAY_SIM_SEED``: a seeded run replays the same block order (one
+    worker admits the blocks in order, deterministically).
+
+    Raises
+    ------
+    ValueError
+        ``GPUARRAY_SIM_WORKERS`` is neither ``auto`` nor an integer >= 1.
+    """
+    global _cores
+    if os.environ.get("GPUARRAY_SIM_SEED", "").strip():
+        return 1
+    text = os.environ.get("GPUARRAY_SIM_WORKERS", "").strip()
+    if text and text.lower() != "auto":
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"GPUARRAY_SIM_WORKERS={text!r}: use auto or an integer >= 1")
+        return n
+    if _cores is None:
+        _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    try:
+        procs = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        procs = 1
+    share = _cores // procs
+    if share <= 1:
+        return 1
+    return max(1, min(share, 1 + int(_idle_cores(_cores) + 0.5)))
+
+
+def workers_for(nblocks: int, threads: int, cooperative: bool = False) -> int:
+    """Workers for a launch of ``nblocks`` blocks of ``threads`` threads (:func:`workers`).
+
+    One for a cooperative launch (its blocks wait for each other at
+    ``grid.sync``), for a single block, and for a grid of fewer than
+    :data:`MIN_PARALLEL_THREADS` threads (``GPUARRAY_SIM_WORKERS_MIN_THREADS``,
+    an integer >= 0, when set); never more than the blocks.
+
+    Raises
+    ------
+    ValueError
+        ``GPUARRAY_SIM_WORKERS`` or ``GPUARRAY_SIM_WORKERS_MIN_THREADS`` is malformed.
+    """
+    least = MIN_PARALLEL_THREADS
+    text = os.environ.get("GPUARRAY_SIM_WORKERS_MIN_THREADS", "").strip()
+    if text:
+        try:
+            least = int(text)
+        except ValueError:
+            least = -1
+        if least < 0:
+            raise ValueError(f"GPUARRAY_SIM_WORKERS_MIN_THREADS={text!r}: use an integer >= 0")
+    if cooperative or nblocks < 2 or nblocks * threads < least:
+        return 1
+    return max(1, min(workers(), nblocks))
+
 
 _NAMES = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 710: "CUDA_ERROR_ASSERT", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
           714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 719: "CUDA_ERROR_LAUNCH_FAILED",
@@ -84,6 +185,20 @@ class _Fault(ctypes.Structure):
 _Dim = ctypes.c_uint * 3
 
 
+class LaunchFault(DeviceFault):
+    """A fault that ended a launch (:meth:`HostRuntime.launch`), with the thread that faulted.
+
+    ``block`` and ``thread``: that thread's ``blockIdx`` and ``threadIdx``
+    (x, y, z), which the message names too.
+    """
+
+    def __init__(self, code: int, detail: str, block: tuple[int, ...],
+                 thread: tuple[int, ...]) -> None:
+        super().__init__(code, detail)
+        self.block = block
+        self.thread = thread
+
+
 class HostRuntime:
     """The loaded runtime library."""
 
@@ -93,8 +208,9 @@ class HostRuntime:
             raise RuntimeError(f"host kernel runtime {lib._name} speaks ABI {abi}, expected {ABI}")
         fn = lib.ga_hostrt_launch
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _Dim, _Dim, ctypes.POINTER(Grant),
-                       ctypes.c_int, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p,
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, _Dim, _Dim,
+                       ctypes.POINTER(Grant), ctypes.c_int, ctypes.c_uint, ctypes.c_int,
+                       ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_uint),
                        ctypes.POINTER(_Fault)]
         held = lib.ga_hostrt_fibers
         held.restype = None
@@ -102,6 +218,8 @@ class HostRuntime:
         self._lib = lib
         self._launch = fn
         self._held = held
+        #: Workers that ran the process's last launch (``launch(workers=...)``).
+        self.last_workers = 1
 
     def fibers_held(self) -> tuple[int, int]:
         """Fiber stacks held by the calling thread and on the process-wide free list."""
@@ -112,7 +230,8 @@ class HostRuntime:
     def launch(self, kernel: str, entry: int, params: ctypes.Structure,
                grid: Sequence[int], block: Sequence[int], grants: Sequence[Grant],
                source: Callable[[int], str] | None = None, slots: int = 1,
-               cooperative: bool = False, upgrade: ctypes.Array | None = None) -> None:
+               cooperative: bool = False, upgrade: ctypes.Array | None = None,
+               workers: int = 1, stride: int = 0) -> None:
         """Run ``entry`` (address of ``ga_host__<kernel>``) over ``grid`` x ``block``.
 
         ``source(line)`` names the instruction at a PTX line (kernels
@@ -124,12 +243,17 @@ class HostRuntime:
         another thread may set the first, while the launch runs, to the
         address of an entry that runs the same kernel (the PTX executor's
         translated build of an interpreted kernel): the blocks started after
-        that run it, and the second counts them.
+        that run it, and the second counts them.  ``workers``: host threads
+        that run the grid's blocks at once (at most one per slot; one for a
+        cooperative launch; fewer when other launches hold the process's
+        helper threads), worker ``w`` with the launch record at
+        ``addressof(params) + w * stride`` (``stride`` 0: one record all
+        share, which the kernel must then only read).
 
         Raises
         ------
-        DeviceFault
-            The kernel accessed memory outside ``grants`` or outside a
+        LaunchFault
+            (a :class:`DeviceFault`) The kernel accessed memory outside ``grants`` or outside a
             ``__shared__`` array, or misaligned (700, 716), overflowed its
             stack (714), threw a C++ exception (719) or a PTX thread spun
             without progress past the launch timeout (702); the message names the
@@ -137,12 +261,21 @@ class HostRuntime:
         """
         arr = (Grant * max(1, len(grants)))(*grants)
         fault = _Fault()
-        rc = self._launch(entry, ctypes.addressof(params), _Dim(*grid), _Dim(*block), arr,
-                          len(grants), max(1, int(slots)), int(bool(cooperative)),
+        used = ctypes.c_uint(1)
+        rc = self._launch(entry, ctypes.addressof(params), int(stride), _Dim(*grid), _Dim(*block),
+                          arr, len(grants), max(1, int(slots)), int(bool(cooperative)),
                           ctypes.addressof(upgrade) if upgrade is not None else None,
-                          ctypes.byref(fault))
+                          max(1, int(workers)), ctypes.byref(used), ctypes.byref(fault))
+        self.last_workers = used.value
         if rc == 0:
             return
+        try:
+            self._raise(kernel, rc, fault, grants, source)
+        except DeviceFault as e:  # which thread it was, for the caller's records of the launch
+            raise LaunchFault(e.code, e.detail, tuple(fault.block), tuple(fault.thread)) from None
+
+    def _raise(self, kernel: str, rc: int, fault: _Fault, grants: Sequence[Grant],
+               source: Callable[[int], str] | None) -> None:
         if rc == 2:
             raise DeviceFault(2, f"kernel {kernel}: no memory for the fibers of a block")
         where = f"block {tuple(fault.block)} thread {tuple(fault.thread)}"

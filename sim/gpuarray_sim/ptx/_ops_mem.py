@@ -91,6 +91,23 @@ def _ptr(ctx: FuncCtx, it: Instr, a, size: int, write: bool) -> str:
     return f"ptx::{_PTR[space]}(T, {ctx.address(a)}, {size}, {int(write)}, {it.line})"
 
 
+# ld/st of global memory with a memory-model qualifier: an __atomic access of
+# the matching order (ptx::load_at/store_at), since another host thread may
+# run the block that reads or writes it (_hostrt.cpp's workers): the compiler
+# neither keeps such a load in a register across a spin nor moves the stores
+# before a release after it.  Other loads and stores stay plain.
+_LD_ORDER = {"acquire": "__ATOMIC_ACQUIRE", "volatile": "__ATOMIC_RELAXED",
+             "relaxed": "__ATOMIC_RELAXED"}
+_ST_ORDER = {"release": "__ATOMIC_RELEASE", "volatile": "__ATOMIC_RELAXED",
+             "relaxed": "__ATOMIC_RELAXED"}
+
+
+def _order(it: Instr, table: dict[str, str]) -> str | None:
+    if _space(it) not in ("global", "generic"):
+        return None
+    return next((table[m] for m in it.mods if m in table), None)
+
+
 def _ld(ctx: FuncCtx, it: Instr) -> str:
     check_mods(ctx, it, {"global", "shared", "local", "param", "const", "generic", "v2", "v4",
                           "ldu"})
@@ -103,9 +120,11 @@ def _ld(ctx: FuncCtx, it: Instr) -> str:
         raise ctx.error(f"{it.opcode}: {len(dsts)} destinations for .v{n}")
     size = SIZE[ct] if t != "pred" else 1
     out = [f"{{ const char* p_ = {_ptr(ctx, it, it.args[1], size * n, False)};"]
+    order = _order(it, _LD_ORDER)
+    fn = f"ptx::load_at<{ct}, {order}>" if order else f"ptx::load<{ct}>"
     for i, dst in enumerate(dsts):
         if dst is not None:
-            out.append(ctx.assign(dst, f"ptx::load<{ct}>(p_ + {i * size})", ct))
+            out.append(ctx.assign(dst, f"{fn}(p_ + {i * size})", ct))
     return " ".join(out) + " }"
 
 
@@ -120,8 +139,10 @@ def _st(ctx: FuncCtx, it: Instr) -> str:
         raise ctx.error(f"{it.opcode}: {len(srcs)} sources for .v{n}")
     size = SIZE[ct]
     out = [f"{{ char* p_ = {_ptr(ctx, it, it.args[0], size * n, True)};"]
+    order = _order(it, _ST_ORDER)
+    fn = f"ptx::store_at<{ct}, {order}>" if order else f"ptx::store<{ct}>"
     for i, s in enumerate(srcs):
-        out.append(f"ptx::store<{ct}>(p_ + {i * size}, {ctx.value(s, t)});")
+        out.append(f"{fn}(p_ + {i * size}, {ctx.value(s, t)});")
     return " ".join(out) + " }"
 
 

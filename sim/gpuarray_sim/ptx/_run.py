@@ -54,7 +54,8 @@ class _Launch(ctypes.Structure):
                 ("code", ctypes.c_void_p), ("cooperative", ctypes.c_uint32),
                 ("grid_gen", ctypes.c_uint32), ("grid_arrived", ctypes.c_uint64),
                 ("slack", ctypes.c_void_p), ("oob", ctypes.c_void_p), ("oob_cap", ctypes.c_uint64),
-                ("oob_count", ctypes.c_uint64), ("strict", ctypes.c_uint64)]
+                ("oob_count", ctypes.c_uint64), ("strict", ctypes.c_uint64),
+                ("printf_at", ctypes.c_void_p)]
 
 
 class _Oob(ctypes.Structure):
@@ -191,17 +192,42 @@ class PtxKernel:
         pool = (np.empty(slots * threads * local, dtype=np.uint8) if local > LOCAL_ON_STACK
                 else np.empty(0, dtype=np.uint8))
         grants, slack, keep = mem.live_grants()
-        touched = np.tile(_UNTOUCHED, max(1, len(grants)))
         slacks = (ctypes.c_uint64 * max(1, len(slack)))(*slack)
-        oob = (_Oob * _memcheck.KEEP)()
         strict = mem.memcheck == "strict"
-        launch = _Launch(ctypes.addressof(pblock), self.info.param_size,
-                         ctypes.addressof(table), shared.ctypes.data, shared_size,
-                         dyn_offset, int(shared_mem), ctypes.addressof(out), cap, 0,
-                         ctypes.addressof(_NO_GRANT), 0, state.ctypes.data, pool.ctypes.data,
-                         touched.ctypes.data, ctypes.addressof(_NO_TOUCH), code,
-                         int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
-                         ctypes.addressof(oob), _memcheck.KEEP, 0, int(strict))
+        # workers: each runs blocks with a record of its own (what it touched, its accesses
+        # into slack, its last grant)
+        nw = min(slots, _hostrt.workers_for(grid[0] * grid[1] * grid[2], threads, cooperative))
+        if _seeded(mem):  # a seeded simulator replays exactly: one worker, blocks in order
+            nw = 1
+        per = max(1, len(grants))
+        # a worker's intervals and record share no cache line with another's (each widening
+        # access writes them: on one line, two workers would take it from each other per access)
+        row = per * 4 if nw == 1 else -(-per * 4 // 8) * 8 + 8
+        touched = np.tile(_UNTOUCHED, nw * row // 4).reshape(nw, row)
+        oob = (_Oob * (nw * _memcheck.KEEP))()
+        fields = (ctypes.addressof(pblock), self.info.param_size, ctypes.addressof(table),
+                  shared.ctypes.data, shared_size, dyn_offset, int(shared_mem),
+                  ctypes.addressof(out), cap, 0, ctypes.addressof(_NO_GRANT), 0, state.ctypes.data,
+                  pool.ctypes.data)
+        if nw == 1:
+            stride, space = 0, None
+            launch = _Launch(*fields, touched.ctypes.data, ctypes.addressof(_NO_TOUCH), code,
+                             int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
+                             ctypes.addressof(oob), _memcheck.KEEP, 0, int(strict))
+            launch.printf_at = ctypes.addressof(launch) + _Launch.printf_len.offset
+            records = [launch]
+        else:  # the records side by side, each on cache lines of its own
+            stride = -(-ctypes.sizeof(_Launch) // 64) * 64 + 64
+            space = ctypes.create_string_buffer(nw * stride + 64)
+            first = -(-ctypes.addressof(space) // 64) * 64
+            records = [_Launch.from_address(first + w * stride) for w in range(nw)]
+            for w in range(nw):
+                rec = _Launch(*fields, touched[w].ctypes.data, ctypes.addressof(_NO_TOUCH), code,
+                              int(bool(cooperative)), 0, 0, ctypes.addressof(slacks),
+                              ctypes.addressof(oob) + w * _memcheck.KEEP * ctypes.sizeof(_Oob),
+                              _memcheck.KEEP, 0, int(strict), first + _Launch.printf_len.offset)
+                ctypes.memmove(first + w * stride, ctypes.addressof(rec), ctypes.sizeof(rec))
+            launch = records[0]
         runtime = self.program.runtime()  # built on first use: not the kernel's time
         # interpreted: a long launch's later blocks run the translation once it is built
         upgrade = self.program.upgrade_cell(self.name) if code else None
@@ -210,14 +236,17 @@ class PtxKernel:
             try:
                 runtime.launch(self.name, entry, launch, grid, block, grants,
                                source=self.program.source_line, slots=slots,
-                               cooperative=cooperative, upgrade=upgrade)
+                               cooperative=cooperative, upgrade=upgrade, workers=nw,
+                               stride=stride)
             except DeviceFault as f:
-                if strict and launch.oob_count:  # the fault was an access into slack
-                    raise self._strict_fault(f, oob[0], grants) from None
+                hit = _strict_hit(records, oob, f) if strict else None
+                if hit is not None:  # the fault was an access into slack
+                    raise self._strict_fault(f, hit, grants) from None
                 raise
             finally:
-                if launch.oob_count and not strict:  # reported even when the launch faulted later
-                    self._report(launch, oob, grants)
+                # reported even when the launch faulted later
+                if not strict and (launch.oob_count or any(r.oob_count for r in records[1:])):
+                    self._report(_slack_accesses(records, oob), grants)
         finally:
             self.program.launch_ended(upgrade)
             took = time.perf_counter() - t0
@@ -229,7 +258,8 @@ class PtxKernel:
             if launch.printf_len:
                 sys.stdout.flush()
                 os.write(1, out.raw[:launch.printf_len])
-        return _touched_ranges(grants, touched)
+        del space  # the records' memory, kept until here
+        return _touched_ranges(grants, touched if nw == 1 else touched[:, :per * 4])
 
     def _access(self, r: _Oob, grants: Sequence[Any]) -> _memcheck.Access:
         g = grants[r.grant]
@@ -245,20 +275,64 @@ class PtxKernel:
                                    "does not fault there (compute-sanitizer reports it); "
                                    "GPUARRAY_SIM_MEMCHECK=strict makes it a fault")
 
-    def _report(self, launch: _Launch, oob: ctypes.Array, grants: Sequence[Any]) -> None:
+    def _report(self, hits: tuple[int, list[_Oob]], grants: Sequence[Any]) -> None:
         """Report the launch's accesses into mapped slack (``_memcheck.report``)."""
-        kept = min(int(launch.oob_count), len(oob))
-        accesses = [self._access(r, grants) for r in oob[:kept]]
+        count, kept = hits
+        accesses = [self._access(r, grants) for r in kept]
         try:
-            _memcheck.report(self.name, accesses, int(launch.oob_count), self.program.source_line)
+            _memcheck.report(self.name, accesses, count, self.program.source_line)
         except _memcheck.MemcheckWarning as w:  # a warnings filter made the report an error
             raise DeviceFault(700, f"kernel {self.name}: {w} (MemcheckWarning is an error here: "
                                    "CUDA_ERROR_ILLEGAL_ADDRESS)") from None
 
 
+def _seeded(mem: Any) -> bool:
+    """Whether the simulator ``mem`` belongs to runs with a seed (its scheduler's random order)."""
+    sched = getattr(getattr(mem, "_b", None), "sched", None)
+    return getattr(sched, "rng", None) is not None
+
+
+def _strict_hit(records: Sequence[_Launch], oob: ctypes.Array, f: DeviceFault) -> _Oob | None:
+    """Strict memcheck: the access into slack that was the launch's fault ``f``, if one was.
+
+    A worker's first such access faults and stops it; of several workers',
+    the one of the thread ``f`` names.
+    """
+    if not isinstance(f, _hostrt.LaunchFault):
+        return None
+    firsts = [oob[w * _memcheck.KEEP] for w, r in enumerate(records) if r.oob_count]
+    return next((a for a in firsts if (tuple(a.block), tuple(a.thread)) == (f.block, f.thread)),
+                None)
+
+
+def _slack_accesses(records: Sequence[_Launch], oob: ctypes.Array) -> tuple[int, list[_Oob]]:
+    """Every worker's accesses into slack: how many, and the first ``KEEP`` recorded.
+
+    One worker: in the order they ran.  Several: each worker's in its order,
+    merged by block (stable: a block's own in the order its worker ran them,
+    which is one worker's), so the same accesses are reported whichever
+    worker ran which block.
+    """
+    keep = _memcheck.KEEP
+    count = sum(int(r.oob_count) for r in records)
+    kept = [oob[w * keep + i] for w, r in enumerate(records) for i in range(min(int(r.oob_count),
+                                                                             keep))]
+    if len(records) > 1:
+        kept.sort(key=lambda a: (a.block[2], a.block[1], a.block[0]))
+    return count, kept[:keep]
+
+
 def _touched_ranges(grants: Sequence[Any], touched: np.ndarray) -> list[tuple[int, int, bool]]:
-    """``(address, nbytes, is_write)`` of the intervals ``ptxrt.h`` widened (4 per grant)."""
-    t = touched.reshape(-1, 4)
+    """``(address, nbytes, is_write)`` of the intervals ``ptxrt.h`` widened (4 per grant).
+
+    ``touched``: one row per worker, merged here (the hull of what any worker touched).
+    """
+    if touched.shape[0] == 1:
+        t = touched.reshape(-1, 4)
+    else:
+        per = touched.reshape(touched.shape[0], -1, 4)
+        t = np.stack([per[:, :, 0].min(0), per[:, :, 1].max(0), per[:, :, 2].min(0),
+                      per[:, :, 3].max(0)], 1)
     out: list[tuple[int, int, bool]] = []
     for i in np.flatnonzero((t[:, 1] > t[:, 0]) | (t[:, 3] > t[:, 2])).tolist():
         base = grants[i].base

@@ -14,6 +14,19 @@ template <class V> inline V atom_cas(char* p, V cmp, V val) {
     return expected;  // the old value either way
 }
 
+// ld/st of global memory with .volatile, .relaxed, .acquire or .release
+// (ptx/_ops_mem.py): an atomic access of that order, so that a flag a block
+// on another host thread sets is read afresh and what was stored before a
+// release is visible with it.  p is aligned (gptr checked it).
+template <class V, int O> inline V load_at(const char* p) {
+    V v;
+    __atomic_load(reinterpret_cast<const V*>(p), &v, O);
+    return v;
+}
+template <class V, int O> inline void store_at(char* p, V v) {
+    __atomic_store(reinterpret_cast<V*>(p), &v, O);
+}
+
 // op: the new value from the old (a CAS loop, so every operation is atomic).
 template <class V, class F> inline V atom_rmw(char* p, F op) {
     V old = load<V>(p);

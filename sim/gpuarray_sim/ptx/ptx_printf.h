@@ -117,10 +117,14 @@ inline int vprintf(Thread* t, uint64_t fmt, uint64_t args, uint32_t line) {
         if (r > 0) o += (size_t)r < room ? (size_t)r : room - 1;
     }
     Launch* L = t->L;
-    if (L->printf_buf && L->printf_len < L->printf_cap) {
-        const size_t m = o < L->printf_cap - L->printf_len ? o : L->printf_cap - L->printf_len;
-        memcpy(L->printf_buf + L->printf_len, out, m);
-        L->printf_len += m;
+    if (L->printf_buf) {  // a line's bytes reserved at once: workers' lines never interleave
+        uint64_t at = __atomic_load_n(L->printf_at, __ATOMIC_RELAXED), m;
+        do {
+            if (at >= L->printf_cap) return count;
+            m = o < L->printf_cap - at ? o : L->printf_cap - at;
+        } while (!__atomic_compare_exchange_n(L->printf_at, &at, at + m, false, __ATOMIC_RELAXED,
+                                              __ATOMIC_RELAXED));
+        memcpy(L->printf_buf + at, out, m);
     }
     return count;
 }

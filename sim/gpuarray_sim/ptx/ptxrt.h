@@ -112,6 +112,10 @@ struct Launch {
     uint64_t oob_cap;
     uint64_t oob_count;         // every access into slack (atomic)
     uint64_t strict;            // an access into slack is a fault (700)
+    // Several workers run a launch's blocks at once (_hostrt.cpp), each with
+    // a copy of this record (its own last, touched, oob, clock); the printf
+    // length they share is the first copy's printf_len, reached through this.
+    uint64_t* printf_at;
 };
 
 
