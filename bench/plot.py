@@ -184,8 +184,8 @@ def plot_host(plt, rows, title, sim, out) -> bool:
     return True
 
 
-def plot_file(path: str) -> list[str]:
-    """Write the PNGs for one JSON; return their paths."""
+def plot_file(path: str) -> list[str] | None:
+    """Write the PNGs for one JSON; return their paths (None: the file holds no benchmark)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,9 +193,14 @@ def plot_file(path: str) -> list[str]:
 
     data, rows = load(path)
     if not rows:
-        print(f"plot: {path} has no gpuarray benchmark rows (was it run with --benchmark-disable?)",
+        others = [b.get("name", "?") for b in data.get("benchmarks", [])]
+        if others:  # rows that are tables, not plots (e.g. make bench-cudapy's simulator rows)
+            print(f"plot: {path}: nothing to plot in {', '.join(others)} (their table is in the "
+                  "run's output)")
+            return []
+        print(f"plot: {path} has no benchmark rows (was it run with --benchmark-disable?)",
               file=sys.stderr)
-        return []
+        return None
     title, sim = header(data, rows)
     stem = os.path.splitext(path)[0]
     written = []
@@ -218,9 +223,9 @@ def main(argv: list[str]) -> int:
     status = 0
     for path in argv:
         written = plot_file(path)
-        if not written:
+        if written is None:
             status = 1
-        for w in written:
+        for w in written or ():
             print(f"plot: wrote {w}")
     return status
 

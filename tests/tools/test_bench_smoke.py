@@ -85,6 +85,22 @@ def test_json_report_and_plots(tmp_path):
         assert (tmp_path / "bench-host.png").stat().st_size > 0
 
 
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+def test_plot_of_table_only_rows_is_no_failure(tmp_path):
+    # make bench-cudapy's rows (simulator comparisons) carry no plot: a good run is not an
+    # error; a file without any benchmark still is.
+    tables = tmp_path / "cudapy.json"
+    tables.write_text(json.dumps({"benchmarks": [
+        {"name": "test_cudapy_modules[cudasim]", "extra_info": {"wall_s": 30.0}}]}))
+    r = _run(str(BENCH / "plot.py"), str(tables))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "nothing to plot in test_cudapy_modules[cudasim]" in r.stdout
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"benchmarks": []}))
+    r = _run(str(BENCH / "plot.py"), str(empty))
+    assert r.returncode == 1 and "has no benchmark rows" in r.stderr
+
+
 def test_command_line_bench():
     r = _run("-m", "gpuarray", "bench", "-k", "copy")
     assert r.returncode == 0, r.stdout + r.stderr
