@@ -384,7 +384,6 @@ class SimIpcEvents:
         shared.words[:] = 0
         handle = HANDLE.pack(EVENT_MAGIC, VERSION, device, 0, pid, 0, event, 0, name.encode("ascii"))
         self._exports[event] = handle
-        self._start()
         return handle, shared
 
     def handle_of(self, event: int) -> bytes | None:
@@ -407,28 +406,31 @@ class SimIpcEvents:
             raise CudaError(MAP_FAILED, call, f"(segment {name} is gone: the exported event was "
                                               "destroyed or its process ended)",
                             name="CUDA_ERROR_MAP_FAILED") from None
-        self._start()
         return SharedEvent(shm, owner=False)
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Run the progress thread (once an event holds its shared record: it stops when none does)."""
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=_progress, args=(self._b,),
-                                                name="gpuarray-sim-ipc-events", daemon=True)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._progress, name="gpuarray-sim-ipc-events",
+                                                daemon=True)
                 self._thread.start()
 
-
-def _progress(ref: Callable[[], Any]) -> None:
-    """Run this process's work up to a record of an IPC event another process waits for."""
-    while True:
-        b = ref()
-        if b is None:
-            return
-        events = b._ipc_events()
-        if not events:
-            return  # started again by the next export or open
-        for handle, shared, done in events:
-            if shared.wanted_here(done):
-                b._ipc_progress(handle)  # runs the queued work the record needs
-        del b
-        time.sleep(0.002)
+    def _progress(self) -> None:
+        """Run this process's work up to a record of an IPC event another process waits for."""
+        while True:
+            b = self._b()
+            if b is None:
+                return
+            events = b._ipc_events()
+            if not events:
+                with self._lock:  # start() sees either this thread running or none
+                    if not b._ipc_events():
+                        self._thread = None
+                        return
+                continue
+            for handle, shared, done in events:
+                if shared.wanted_here(done):
+                    b._ipc_progress(handle)  # runs the queued work the record needs
+            del b
+            time.sleep(0.002)

@@ -180,6 +180,7 @@ class SimStreamCalls(SimCore):
                     shared.complete(g)
                 else:  # a record op runs no function of its own: it now marks its generation
                     op.fn = lambda: shared.complete(g)
+            self._ipc_events_of.start()
         return handle
 
     @_locked
@@ -191,6 +192,7 @@ class SimStreamCalls(SimCore):
         h = self._handle()
         self._events[h] = ev = SimEvent(h, False, ctx)
         ev.interprocess, ev.ipc = True, shared
+        self._ipc_events_of.start()
         return h
 
     def _ipc_seen(self) -> dict[int, int]:
@@ -210,10 +212,15 @@ class SimStreamCalls(SimCore):
         return vc
 
     def _ipc_events(self) -> list[tuple[int, object, bool]]:
-        """The events shared with other processes: (handle, shared record, local record done)."""
-        with self._lock:
-            return [(h, ev.ipc, ev.op is None or ev.op.done)
-                    for h, ev in list(self._events.items()) if ev.ipc is not None]
+        """The events shared with other processes: (handle, shared record, local record done).
+
+        Read without the simulator's lock (a copy of the table is one step for
+        the interpreter): the progress thread polls it, and takes the lock only
+        to run work another process waits for -- so a fork in between never
+        inherits a lock it holds.
+        """
+        return [(h, ev.ipc, ev.op is None or ev.op.done)
+                for h, ev in list(self._events.items()) if ev.ipc is not None]
 
     @_locked
     def _ipc_progress(self, event: int) -> None:
