@@ -164,7 +164,24 @@ class SimStreamCalls(SimCore):
     # Across processes through a shared record: see _ipc.py.
     @_locked
     def ipc_get_event_handle(self, event: int) -> bytes:
-        """``cuIpcGetEventHandle``: the 64-byte handle of an event made with CU_EVENT_INTERPROCESS."""
+        """``cuIpcGetEventHandle``: the 64-byte handle of an event made with CU_EVENT_INTERPROCESS.
+
+        Parameters
+        ----------
+        event : int
+            An event created with ``interprocess=True`` (which needs ``timing=False``).
+
+        Returns
+        -------
+        bytes
+            The handle (the same for every call on the event), to open in another process.
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_INVALID_HANDLE`` for an unknown or destroyed event,
+            ``CUDA_ERROR_INVALID_VALUE`` for one created without CU_EVENT_INTERPROCESS.
+        """
         call = "cuIpcGetEventHandle"
         ev = self._event(event, call)
         if not ev.interprocess:
@@ -185,7 +202,25 @@ class SimStreamCalls(SimCore):
 
     @_locked
     def ipc_open_event_handle(self, handle: bytes) -> int:
-        """``cuIpcOpenEventHandle``: an event of the current context over another process's event."""
+        """``cuIpcOpenEventHandle``: an event of the current context over another process's event.
+
+        Parameters
+        ----------
+        handle : bytes
+            64 bytes from :meth:`ipc_get_event_handle` in another process.
+
+        Returns
+        -------
+        int
+            A new event without timing; ``event_destroy`` frees it.
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_INVALID_VALUE`` for bytes that are no simulator event
+            handle, ``CUDA_ERROR_INVALID_CONTEXT`` for a handle made in this
+            process, ``CUDA_ERROR_MAP_FAILED`` when the exported event is gone.
+        """
         call = "cuIpcOpenEventHandle"
         ctx = self._current(call)
         shared = self._ipc_events_of.open(bytes(handle), call)
