@@ -31,7 +31,7 @@ from ._codes import (
     INVALID_HANDLE,
 )
 from ._hostfn import CALL_NAMES
-from ._ipc import SimIpc
+from ._ipc import SimIpc, SimIpcEvents
 from ._memory import AddressSpace, Allocation, DeviceFault
 from ._sched import Op, Scheduler, SimContext, SimEvent, SimStream, _Blocked
 from ._visible import visible_list
@@ -158,6 +158,7 @@ class SimCore(Backend):
         self._current_pools: dict[tuple[int, int, int], Any] = {}
         self._default_pools: dict[tuple[int, int, int], Any] = {}
         self._ipc = SimIpc(self)
+        self._ipc_events_of = SimIpcEvents(self)
         self._faults: dict[str, list[list[int]]] = {}  # kind -> [[calls left, code], ...]
         self._next_handle = 0x5100_0000
         #: The host-function driver thread of each context (``_hostfn.Worker``), by ``id(ctx)``.

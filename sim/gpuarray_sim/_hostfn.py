@@ -87,6 +87,8 @@ CALL_NAMES: dict[str, str] = {
     "ipc_get_mem_handle": "cuIpcGetMemHandle",
     "ipc_open_mem_handle": "cuIpcOpenMemHandle",
     "ipc_close_mem_handle": "cuIpcCloseMemHandle",
+    "ipc_get_event_handle": "cuIpcGetEventHandle",
+    "ipc_open_event_handle": "cuIpcOpenEventHandle",
     "mem_alloc_managed": "cuMemAllocManaged",
     "stream_add_callback": "cuStreamAddCallback",
     "stream_begin_capture": "cuStreamBeginCapture",

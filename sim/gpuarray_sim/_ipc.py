@@ -34,6 +34,29 @@ cannot see across processes.  Only cuMemAlloc memory can be exported: pool
 memory (``cuMemAllocAsync``) and IPC mappings are refused with
 ``CUDA_ERROR_INVALID_VALUE``, as CUDA does.  Races between processes are not
 detected.
+
+Events (``cuIpcGetEventHandle``/``cuIpcOpenEventHandle``): only an event
+created with ``CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING`` is exported
+(else ``CUDA_ERROR_INVALID_VALUE``); its handle has the layout above with
+magic ``b"GSIE"``, the exporter's event handle for the base and size 0, and
+names a small segment, the event's shared record (:class:`SharedEvent`):
+the generation of its latest record, the newest generation completed, the
+newest one some process waits for.  A record in either process takes the
+next generation, and its op marks it completed when the stream reaches it;
+``cuEventQuery``, ``cuEventSynchronize`` and ``cuStreamWaitEvent`` on an
+event whose latest record another process made read and wait on the record.
+Each process runs its queued work only when it synchronizes, so a process
+that holds shared events runs a progress thread: when another process waits
+for a generation that this one's queued op completes, the thread runs the
+work up to it (faults stay with their stream: sticky ones poison the
+context, others are reported at the stream's next synchronisation), as a
+GPU runs work nobody waits for.  The opened event behaves as a local event
+without timing; opening a handle in the process that made it is
+``CUDA_ERROR_INVALID_CONTEXT``, as for memory; the exporter's
+``cuEventDestroy`` unlinks the segment (importers keep their mapping), an
+importer's unmaps it.  A wait for another process's record counts, for the
+race detector, as ordered after every completed record here of a shared
+event (the only way the other process could have followed this one's work).
 """
 
 from __future__ import annotations
@@ -44,10 +67,11 @@ import os
 import struct
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sized
 from multiprocessing import resource_tracker, shared_memory
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -255,3 +279,158 @@ class SimIpc:
         b.memory.free_device(imp.alloc.base, call)  # later accesses: use after close
         _close(imp.shm)
         _close_later()
+
+
+# ---------------------------------------------------------------- events
+#: Magic of an event handle (``cuIpcGetEventHandle``); its layout is the memory handle's,
+#: with the exporter's event handle where the allocation base is and a size of 0.
+EVENT_MAGIC = b"GSIE"
+#: The words of an event's shared record: the generation of its latest record, the newest
+#: generation completed, and the newest generation some process waits for.
+_RECORDED, _COMPLETED, _WANTED = range(3)
+_EVENT_WORDS = 4
+
+
+def parse_event_handle(raw: bytes) -> tuple[int, int, str]:
+    """``(pid, exporter's event handle, segment name)`` of a simulator event handle, or ValueError."""
+    raw = bytes(raw)
+    if len(raw) != HANDLE.size:
+        raise ValueError(f"an IPC event handle is {HANDLE.size} bytes, got {len(raw)}")
+    magic, version, _, _, pid, _, event, _, name = HANDLE.unpack(raw)
+    if magic != EVENT_MAGIC or version != VERSION:
+        raise ValueError("not a handle made by the simulator's cuIpcGetEventHandle")
+    return pid, event, name.rstrip(b"\0").decode("ascii")
+
+
+class SharedEvent:
+    """An IPC event's record in shared memory: what every process that holds it sees.
+
+    A record (``cuEventRecord``, in either process) takes the next generation
+    and queues an op that marks that generation completed when the stream
+    reaches it; the event is complete when the newest completed generation
+    reaches the latest recorded one.  A process that waits for a generation
+    another process's op completes says so (the ``wanted`` word): that
+    process's progress thread then runs its queued work up to the record,
+    as a GPU would run it without being asked.
+    """
+
+    def __init__(self, shm: shared_memory.SharedMemory, owner: bool) -> None:
+        self.shm = shm
+        self.owner = owner
+        self.words = np.ndarray((_EVENT_WORDS,), dtype=np.uint64, buffer=shm.buf)
+        #: The generation of this process's latest record of the event (0: none).
+        self.local = 0
+
+    def record(self) -> int:
+        g = int(self.words[_RECORDED]) + 1
+        self.words[_RECORDED] = g
+        self.local = g
+        return g
+
+    def latest(self) -> int:
+        return int(self.words[_RECORDED])
+
+    def complete(self, g: int) -> None:
+        if int(self.words[_COMPLETED]) < g:
+            self.words[_COMPLETED] = g
+
+    def done(self, g: int) -> bool:
+        return int(self.words[_COMPLETED]) >= g
+
+    def want(self, g: int) -> None:
+        if int(self.words[_WANTED]) < g:
+            self.words[_WANTED] = g
+
+    def wanted_here(self, done: bool) -> bool:
+        """Whether another process waits for this process's latest record (``done``: its op ran)."""
+        return (not done and self.local > int(self.words[_COMPLETED])
+                and int(self.words[_WANTED]) >= self.local)
+
+    def wait(self, g: int) -> None:
+        """Block until generation ``g`` is completed (by whichever process recorded it)."""
+        pause = 0.0002
+        while not self.done(g):
+            self.want(g)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    def release(self) -> None:
+        """The event was destroyed here: the exporter unlinks the segment, an importer unmaps it."""
+        if self.owner:
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
+        del self.words
+        _close(self.shm)
+
+
+class SimIpcEvents:
+    """The IPC events of one simulated driver: export, open, and the progress thread."""
+
+    def __init__(self, backend: Any) -> None:
+        # the simulator (its _ipc_events and _ipc_progress), weakly: the thread must not keep it
+        self._b = weakref.ref(backend)
+        self._exports: dict[int, bytes] = {}  # event handle -> IPC handle
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def export(self, event: int, device: int) -> tuple[bytes, SharedEvent]:
+        """A new shared record for ``event`` and its 64-byte handle."""
+        pid = os.getpid()
+        name = f"{SHM_PREFIX}{pid}_e{next(_names)}"
+        shm = shared_memory.SharedMemory(name=name, create=True, size=8 * _EVENT_WORDS)
+        shared = SharedEvent(shm, owner=True)
+        shared.words[:] = 0
+        handle = HANDLE.pack(EVENT_MAGIC, VERSION, device, 0, pid, 0, event, 0, name.encode("ascii"))
+        self._exports[event] = handle
+        return handle, shared
+
+    def handle_of(self, event: int) -> bytes | None:
+        return self._exports.get(event)
+
+    def forget(self, event: int) -> None:
+        self._exports.pop(event, None)
+
+    def open(self, handle: bytes, call: str) -> SharedEvent:
+        try:
+            pid, _, name = parse_event_handle(handle)
+        except ValueError as e:
+            raise CudaError(INVALID_VALUE, call, f"({e})") from None
+        if pid == os.getpid():
+            raise CudaError(INVALID_CONTEXT, call, "(the handle was made by this process: the "
+                                                   "simulator opens IPC handles only in other processes)")
+        try:
+            shm = _attach(name)
+        except FileNotFoundError:
+            raise CudaError(MAP_FAILED, call, f"(segment {name} is gone: the exported event was "
+                                              "destroyed or its process ended)",
+                            name="CUDA_ERROR_MAP_FAILED") from None
+        return SharedEvent(shm, owner=False)
+
+    def start(self) -> None:
+        """Run the progress thread (once an event holds its shared record: it stops when none does)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._progress, name="gpuarray-sim-ipc-events",
+                                                daemon=True)
+                self._thread.start()
+
+    def _progress(self) -> None:
+        """Run this process's work up to a record of an IPC event another process waits for."""
+        while True:
+            b = self._b()
+            if b is None:
+                return
+            events = b._ipc_events()
+            if not events:
+                with self._lock:  # start() sees either this thread running or none
+                    if not b._ipc_events():
+                        self._thread = None
+                        return
+                continue
+            for handle, shared, done in events:
+                if shared.wanted_here(done):
+                    b._ipc_progress(handle)  # runs the queued work the record needs
+            del b
+            time.sleep(0.002)

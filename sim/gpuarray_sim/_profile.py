@@ -161,7 +161,7 @@ ATTRIBUTES: tuple[tuple[int, str, int | str, str], ...] = (
     (122, 'can_use_64_bit_stream_mem_ops', 0, 'not simulated'),
     (123, 'can_use_stream_wait_value_nor', 0, 'not simulated'),
     (124, 'dma_buf_supported', 0, 'not simulated'),
-    (125, 'ipc_event_supported', 0, 'not simulated'),
+    (125, 'ipc_event_supported', 1, 'cuIpcGetEventHandle, through shared memory'),
     (126, 'mem_sync_domain_count', 4, ''),
     (127, 'tensor_map_access_supported', 0, 'not simulated'),
     (128, 'handle_type_fabric_supported', 0, ''),

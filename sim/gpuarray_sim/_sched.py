@@ -131,6 +131,10 @@ class SimEvent:
         #: Recorded in a capture: that capture (``_capture.SimCapture``) and its nodes.
         self.capture: Any = None
         self.cap_deps: list = []
+        #: Created with CU_EVENT_INTERPROCESS (it may be exported: ``cuIpcGetEventHandle``).
+        self.interprocess = False
+        #: Exported or opened: its record shared across processes (``_ipc.SharedEvent``).
+        self.ipc: Any = None
 
 
 def _join(into: dict[int, int], other: dict[int, int]) -> None:

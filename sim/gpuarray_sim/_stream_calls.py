@@ -24,8 +24,9 @@ from ._codes import NOT_SUPPORTED as _NOT_SUPPORTED
 from ._core import SimCore, _locked
 from ._hostfn import Worker, call_host_fn
 from ._hostfn import _state as _hostfn_state
+from ._ipc import INVALID_VALUE as _INVALID_VALUE
 from ._memory import DeviceFault
-from ._sched import Op, SimEvent, SimStream
+from ._sched import Op, SimEvent, SimStream, _Blocked
 
 
 class SimStreamCalls(SimCore):
@@ -82,6 +83,15 @@ class SimStreamCalls(SimCore):
         if ev.capture is not None or s.capture is not None:
             self._capture_wait(s, ev, external, call)
             return
+        shared = ev.ipc
+        if shared is not None and shared.latest() != shared.local:  # recorded by another process
+            g = shared.latest()
+            if not shared.done(g):
+                self.sched.enqueue(s, lambda: shared.wait(g), f"{call} (IPC event, record {g})",
+                                   extra_vc=self._ipc_seen())
+            else:
+                self.sched.enqueue(s, None, call, extra_vc=self._ipc_seen())
+            return
         if ev.op is None:
             return
         self.sched.enqueue(s, None, call, extra_deps=[ev.op], extra_vc=ev.vc)
@@ -137,13 +147,139 @@ class SimStreamCalls(SimCore):
         ctx = self._current("cuEventCreate")
         self._fault("stream", "cuEventCreate")
         h = self._handle()
-        self._events[h] = SimEvent(h, timing, ctx)
+        self._events[h] = ev = SimEvent(h, timing, ctx)
+        ev.interprocess = interprocess
         return h
 
     @_locked
     def event_destroy(self, event: int) -> None:
-        self._event(event, "cuEventDestroy")
+        ev = self._event(event, "cuEventDestroy")
         del self._events[event]
+        if ev.ipc is not None:
+            self._ipc_events_of.forget(event)
+            ev.ipc.release()
+            ev.ipc = None
+
+    # ---------------------------------------------------------- IPC events
+    # Across processes through a shared record: see _ipc.py.
+    @_locked
+    def ipc_get_event_handle(self, event: int) -> bytes:
+        """``cuIpcGetEventHandle``: the 64-byte handle of an event made with CU_EVENT_INTERPROCESS.
+
+        Parameters
+        ----------
+        event : int
+            An event created with ``interprocess=True`` (which needs ``timing=False``).
+
+        Returns
+        -------
+        bytes
+            The handle (the same for every call on the event), to open in another process.
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_INVALID_HANDLE`` for an unknown or destroyed event,
+            ``CUDA_ERROR_INVALID_VALUE`` for one created without CU_EVENT_INTERPROCESS.
+        """
+        call = "cuIpcGetEventHandle"
+        ev = self._event(event, call)
+        if not ev.interprocess:
+            raise CudaError(_INVALID_VALUE, call, f"event 0x{int(event):x} was not created with "
+                            "CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING")
+        handle = self._ipc_events_of.handle_of(event)
+        if handle is None:
+            handle, ev.ipc = self._ipc_events_of.export(event, ev.ctx.device if ev.ctx else 0)
+            op = ev.op
+            if op is not None:  # recorded before the export: that record is the shared one
+                shared, g = ev.ipc, ev.ipc.record()
+                if op.done:
+                    shared.complete(g)
+                else:  # a record op runs no function of its own: it now marks its generation
+                    op.fn = lambda: shared.complete(g)
+            self._ipc_events_of.start()
+        return handle
+
+    @_locked
+    def ipc_open_event_handle(self, handle: bytes) -> int:
+        """``cuIpcOpenEventHandle``: an event of the current context over another process's event.
+
+        Parameters
+        ----------
+        handle : bytes
+            64 bytes from :meth:`ipc_get_event_handle` in another process.
+
+        Returns
+        -------
+        int
+            A new event without timing; ``event_destroy`` frees it.
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_INVALID_VALUE`` for bytes that are no simulator event
+            handle, ``CUDA_ERROR_INVALID_CONTEXT`` for a handle made in this
+            process, ``CUDA_ERROR_MAP_FAILED`` when the exported event is gone.
+        """
+        call = "cuIpcOpenEventHandle"
+        ctx = self._current(call)
+        shared = self._ipc_events_of.open(bytes(handle), call)
+        h = self._handle()
+        self._events[h] = ev = SimEvent(h, False, ctx)
+        ev.interprocess, ev.ipc = True, shared
+        self._ipc_events_of.start()
+        return h
+
+    def _ipc_seen(self) -> dict[int, int]:
+        """What a record made in another process can follow here: this process's done records.
+
+        Another process orders its work after this one's only through what it
+        waited for, which the race detector cannot follow across processes;
+        so a wait for another process's record counts as ordered after every
+        completed record here of an event shared with other processes.
+        """
+        vc: dict[int, int] = {}
+        for ev in self._events.values():
+            if ev.ipc is not None and ev.op is not None and ev.op.done:
+                for k, v in ev.op.vc.items():
+                    if vc.get(k, 0) < v:
+                        vc[k] = v
+        return vc
+
+    def _ipc_events(self) -> list[tuple[int, object, bool]]:
+        """The events shared with other processes: (handle, shared record, local record done).
+
+        Read without the simulator's lock (a copy of the table is one step for
+        the interpreter): the progress thread polls it, and takes the lock only
+        to run work another process waits for -- so a fork in between never
+        inherits a lock it holds.
+        """
+        return [(h, ev.ipc, ev.op is None or ev.op.done)
+                for h, ev in list(self._events.items()) if ev.ipc is not None]
+
+    @_locked
+    def _ipc_progress(self, event: int) -> None:
+        """Run the work up to this process's record of ``event``, which another process waits for.
+
+        A fault on the way stays with its stream, as a fault of work a GPU ran
+        unasked: sticky, it poisons the context; else the stream's next
+        synchronisation reports it.
+        """
+        ev = self._events.get(event)
+        if ev is None or ev.op is None or ev.op.done:
+            return
+        sched = self.sched
+        try:
+            sched.complete(ev.op, wait=False)
+        except _Blocked:
+            return
+        except (DeviceFault, CudaError) as e:
+            op = sched.failed_op
+            if not self._poison_if_sticky(e.code, e.detail) and op is not None:
+                def refault(e: BaseException = e) -> None:
+                    raise e
+
+                sched.enqueue(op.stream, refault, f"fault of {op.desc}")
 
     @_locked
     def event_record(self, event: int, stream: int) -> None:
@@ -157,7 +293,12 @@ class SimStreamCalls(SimCore):
                 _capture.raise_invalidated(s.capture, "cuEventRecord")
             ev.capture, ev.cap_deps, ev.op = s.capture, list(s.cap_deps), None
             return
-        ev.op = self.sched.enqueue(s, None, "cuEventRecord")
+        shared = ev.ipc
+        if shared is not None:  # shared with other processes: the record marks its generation
+            g = shared.record()
+            ev.op = self.sched.enqueue(s, lambda: shared.complete(g), "cuEventRecord")
+        else:
+            ev.op = self.sched.enqueue(s, None, "cuEventRecord")
         ev.vc = dict(ev.op.vc)
         ev.capture, ev.cap_deps = None, []
 
@@ -165,13 +306,25 @@ class SimStreamCalls(SimCore):
     def event_query(self, event: int) -> bool:
         ev = self._event(event, "cuEventQuery")
         self._captured_event(ev, "cuEventQuery")
+        shared = ev.ipc
+        if shared is not None and shared.latest() != shared.local:  # recorded by another process
+            g = shared.latest()
+            if shared.done(g):
+                self.sched.host_observes(self._ipc_seen())
+                return True
+            shared.want(g)
+            return False
         return ev.op is None or self._query(ev.op, "cuEventQuery")
 
     @_locked
     def event_synchronize(self, event: int) -> None:
         ev = self._event(event, "cuEventSynchronize")
         self._captured_event(ev, "cuEventSynchronize")
-        if ev.op is not None:
+        shared = ev.ipc
+        if shared is not None and shared.latest() != shared.local:  # recorded by another process
+            shared.wait(shared.latest())
+            self.sched.host_observes(self._ipc_seen())
+        elif ev.op is not None:
             self._complete(ev.op, "cuEventSynchronize")
         self._release_pools()
 

@@ -27,20 +27,19 @@ of the bindings (name, version, flags) and whether it is served.
 
 nvJitLink is hidden from the command: the simulator executes PTX, and a
 cubin that nvJitLink linked (from numba-cuda's LTO-IR, say) carries none.
-Where no nvJitLink is installed (nothing cuda-pathfinder would find:
-:func:`nvjitlink_findable`) nothing needs hiding, and the command sees the
-library as absent -- ``cuda.bindings.nvjitlink.version()`` raises
-``DynamicLibNotFoundError``, the error on which cuda.core 1.1's ``Linker``
-falls back to the driver.  Where one is installed, :func:`build` also makes
-two empty libraries named ``libnvJitLink.so.12`` and ``.13``, and
-:func:`environment` preloads them (``LD_PRELOAD``): cuda-pathfinder uses a
-library already loaded under its name, finds no ``__nvJitLinkVersion`` in
-it, and numba-cuda then does what it does on a machine without nvJitLink --
-link PTX through the driver (``cuLinkCreate``/``cuLinkAddData``), which
-hands the simulator the PTX.  (cuda.core 1.1 takes that missing function for
-an error rather than an absent library: the one case of a hidden nvJitLink
-that does not look absent.) ``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves
-nvJitLink visible (its cubins then fail at launch, saying how to get PTX).
+Hidden means absent, as on a machine without it: ``cuda.bindings.nvjitlink.version()``
+raises cuda-pathfinder's ``DynamicLibNotFoundError``, the error on which
+numba-cuda and cuda.core's ``Linker`` (1.1 and 1.2) link PTX through the
+driver (``cuLinkCreate``/``cuLinkAddData``), which hands the simulator the
+PTX.  Where no nvJitLink is installed (nothing cuda-pathfinder would find:
+:func:`nvjitlink_findable`) nothing needs hiding.  Where one is,
+:func:`build` also makes ``libgpuarray_hide_nvjitlink.so`` (``_hide_nvjitlink.c``)
+and :func:`environment` names it in ``LD_PRELOAD`` and ``LD_AUDIT``:
+cuda-pathfinder's file checks (``stat``) find no file whose name starts with
+``libnvJitLink``, and the dynamic loader refuses every such path (its audit
+hook ``la_objsearch``), so nothing of that name is found or loaded.
+``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves nvJitLink visible (its cubins then
+fail at launch, saying how to get PTX).
 """
 
 from __future__ import annotations
@@ -76,11 +75,12 @@ _CFLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall"
 # After the source (the linker keeps a library only for what precedes it):
 # dlsym for the Python C-API, looked up at run time (libc itself on glibc >= 2.34).
 _LIBS = ("-ldl",)
-#: The empty libraries that hide nvJitLink from commands over the stand-in (cu12, cu13).
-_HIDE = ("libnvJitLink.so.12", "libnvJitLink.so.13")
-#: Their subfolder of the library's folder: out of ``LD_LIBRARY_PATH``, so that where they are
-#: not preloaded the system search does not find them either.
-_HIDE_DIR = "nvjitlink-hidden"
+#: The sonames cuda-pathfinder loads nvJitLink by (cu12, cu13).
+_NVJITLINK = ("libnvJitLink.so.12", "libnvJitLink.so.13")
+#: The library that hides an installed nvJitLink (``_hide_nvjitlink.c``), preloaded and
+#: named in ``LD_AUDIT`` in commands that must not see it.
+HIDE_SOURCE = Path(__file__).with_name("_hide_nvjitlink.c")
+HIDE = "libgpuarray_hide_nvjitlink.so"
 #: ``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves nvJitLink visible.
 KEEP_NVJITLINK = "GPUARRAY_STANDIN_NVJITLINK"
 
@@ -137,18 +137,18 @@ def build(verbose: bool = False) -> Path:
     """
     cc = _compiler()
     source = (SOURCE.read_bytes() + ENTRY_POINTS.read_bytes()
-              + b"".join(h.read_bytes() for h in HEADERS) + PTX_RECORD_SOURCE.read_bytes())
+              + b"".join(h.read_bytes() for h in HEADERS) + PTX_RECORD_SOURCE.read_bytes()
+              + HIDE_SOURCE.read_bytes())
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=60).stdout.splitlines()[:1]
     except (OSError, subprocess.SubprocessError) as e:
         raise StandinUnavailableError(f"the C compiler {cc!r} does not run: {e}") from e
-    key = hashlib.sha256(repr((source, cc, version, _CFLAGS, _LIBS, _HIDE, _HIDE_DIR)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((source, cc, version, _CFLAGS, _LIBS, HIDE)).encode()).hexdigest()[:16]
     root = standin_dir()
     out = root / key
     lib = out / "libcuda.so.1"
-    hidden = out / _HIDE_DIR
-    if lib.is_file() and all(f.is_file() for f in (*(hidden / n for n in _HIDE), out / PTX_RECORD)):
+    if lib.is_file() and all(f.is_file() for f in (out / HIDE, out / PTX_RECORD)):
         _check_trusted(root)
         _check_trusted(out)
         return out
@@ -160,31 +160,22 @@ def build(verbose: bool = False) -> Path:
         print(f"gpuarray standin: building {lib} with {cc}", file=sys.stderr)
     try:
         _compile(cc, [*_CFLAGS, "-o", str(tmp), str(SOURCE), str(ENTRY_POINTS), *_LIBS])
-        record = out / f".{PTX_RECORD}.{os.getpid()}.tmp"
-        try:
-            _compile(cc, ["-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
-                          f"-Wl,-soname,{PTX_RECORD}", "-o", str(record), str(PTX_RECORD_SOURCE),
-                          *_LIBS])
-            os.replace(record, out / PTX_RECORD)
-        finally:
-            record.unlink(missing_ok=True)
-        os.makedirs(hidden, mode=0o700, exist_ok=True)
-        for name in _HIDE:  # empty libraries that hide nvJitLink (see the module's docstring)
-            stub = hidden / f".{name}.{os.getpid()}.tmp"
+        for name, src in ((PTX_RECORD, PTX_RECORD_SOURCE), (HIDE, HIDE_SOURCE)):
+            part = out / f".{name}.{os.getpid()}.tmp"
             try:
-                _compile(cc, ["-shared", "-fPIC", f"-Wl,-soname,{name}", "-x", "c", "-o",
-                              str(stub), "-"], stdin="")
-                os.replace(stub, hidden / name)
+                _compile(cc, ["-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall",
+                              f"-Wl,-soname,{name}", "-o", str(part), str(src), *_LIBS])
+                os.replace(part, out / name)
             finally:
-                stub.unlink(missing_ok=True)
+                part.unlink(missing_ok=True)
         os.replace(tmp, lib)
     finally:
         tmp.unlink(missing_ok=True)
     return out
 
 
-def _compile(cc: str, args: list[str], stdin: str | None = None) -> None:
-    res = subprocess.run([cc, *args], input=stdin, capture_output=True, text=True, timeout=300)
+def _compile(cc: str, args: list[str]) -> None:
+    res = subprocess.run([cc, *args], capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         raise StandinUnavailableError(
             f"building the stand-in driver failed ({cc}, exit {res.returncode}):\n"
@@ -217,11 +208,9 @@ def nvjitlink_findable(env: Mapping[str, str]) -> bool:
         if env.get(var):
             dirs += [Path(env[var]) / "lib", Path(env[var]) / "lib64"]
     dirs += [Path(p) for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-    ours = standin_dir().resolve()  # the stand-in's own hiding libraries do not count
     for d in dirs:
-        for name in _HIDE:
-            f = d / name
-            if f.is_file() and ours not in f.resolve().parents:
+        for name in _NVJITLINK:
+            if (d / name).is_file():
                 return True
     return ctypes.util.find_library("nvJitLink") is not None
 
@@ -241,23 +230,31 @@ def environment(folder: Path, base: Mapping[str, str] | None = None) -> dict[str
     dict
         ``base`` with ``GPUARRAY_BACKEND=cuda``, ``folder`` first in
         ``LD_LIBRARY_PATH``, ``GPUARRAY_STANDIN`` set to ``folder``, and the
-        library that keeps NVRTC's PTX and, where an nvJitLink is installed
-        (:func:`nvjitlink_findable`), the libraries that hide it in
-        ``LD_PRELOAD`` (unless ``GPUARRAY_STANDIN_NVJITLINK=keep``).
+        library that keeps NVRTC's PTX in ``LD_PRELOAD`` and, where an
+        nvJitLink is installed (:func:`nvjitlink_findable`, or ``base`` is
+        already a command's that hides it), the library that hides it in
+        ``LD_PRELOAD`` and ``LD_AUDIT`` (unless ``GPUARRAY_STANDIN_NVJITLINK=keep``).
     """
     env = dict(os.environ if base is None else base)
     ld = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = str(folder) + (os.pathsep + ld if ld else "")
-    hide = [str(folder / _HIDE_DIR / name) for name in _HIDE if (folder / _HIDE_DIR / name).is_file()]
+    hide = [str(folder / HIDE)] if (folder / HIDE).is_file() else []
     record = [str(folder / PTX_RECORD)] if (folder / PTX_RECORD).is_file() else []
-    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in hide + record]
-    if env.get(KEEP_NVJITLINK) != "keep" and nvjitlink_findable(env):
+    old_pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    # within a command that hides nvJitLink, its files are hidden from nvjitlink_findable too
+    hiding = bool(hide) and env.get(KEEP_NVJITLINK) != "keep" and (
+        any(p.endswith("/" + HIDE) for p in old_pre) or nvjitlink_findable(env))
+    pre = [p for p in old_pre if p not in record and not p.endswith("/" + HIDE)]
+    audit = [p for p in env.get("LD_AUDIT", "").split(":") if p and not p.endswith("/" + HIDE)]
+    if hiding:
         pre = hide + pre
+        audit = hide + audit
     pre = record + pre
-    if pre:
-        env["LD_PRELOAD"] = ":".join(pre)
-    else:
-        env.pop("LD_PRELOAD", None)
+    for var, value in (("LD_PRELOAD", pre), ("LD_AUDIT", audit)):
+        if value:
+            env[var] = ":".join(value)
+        else:
+            env.pop(var, None)
     env["GPUARRAY_BACKEND"] = "cuda"
     env[MARK] = str(folder)
     return env

@@ -50,6 +50,7 @@ typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
 typedef unsigned long long cuuint64_t;
 typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { char reserved[64]; } CUipcEventHandle;
 /* cuda.h's CUmemLocation: a type and a 4-byte union (id; localized device and domain), passed by
  * value by cuMemAdvise_v2 and cuMemPrefetchAsync_v2 (the Python side reads both as ints) */
 typedef int CUmemLocationType;
@@ -180,6 +181,7 @@ F1(cuModuleUnload, H, P)
 F3(cuModuleGetFunction, H *, P, H, P, const char *, P)
 F2(cuIpcGetMemHandle, CUipcMemHandle *, P, CUdeviceptr, U)
 F1(cuIpcCloseMemHandle, CUdeviceptr, U)
+F2(cuIpcGetEventHandle, CUipcEventHandle *, P, H, P)
 
 /* Issue 29: the rest of the host API numba-cuda's and cuda.core's driver layers call. */
 F3(cuDeviceGetPCIBusId, char *, P, int, U, CUdevice, U)
@@ -433,6 +435,13 @@ EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
     return call("cuIpcOpenMemHandle_v2", 3, a);
 }
 
+/* As cuIpcOpenMemHandle_v2: the 64-byte handle by value, read from this frame's copy. */
+EXPORT CUresult cuIpcOpenEventHandle(H *phEvent, CUipcEventHandle handle)
+{
+    unsigned long long a[] = {P(phEvent), P(&handle)};
+    return call("cuIpcOpenEventHandle", 2, a);
+}
+
 #define LAUNCH(fn) \
     EXPORT CUresult fn(H f, unsigned int gx, unsigned int gy, unsigned int gz, \
                            unsigned int bx, unsigned int by, unsigned int bz, \
@@ -557,6 +566,8 @@ static const Entry table[] = {
     E("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
     E("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
     E("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
+    E("cuIpcGetEventHandle", 4010, cuIpcGetEventHandle),
+    E("cuIpcOpenEventHandle", 4010, cuIpcOpenEventHandle),
     /* Issue 29 */
     E("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
     E("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),

@@ -169,3 +169,14 @@ def cuEventElapsedTime(p: int, start: int, end: int) -> None:
 
 
 cuEventElapsedTime_v2 = cuEventElapsedTime
+
+
+@_output_first
+def cuIpcGetEventHandle(p: int, event: int) -> None:
+    handle = backend().ipc_get_event_handle(event)
+    ctypes.memmove(p, handle, len(handle))
+
+
+@_output_first
+def cuIpcOpenEventHandle(p: int, handle: int) -> None:
+    _out("cuIpcOpenEventHandle", p, _U64, backend().ipc_open_event_handle(ctypes.string_at(handle, 64)))

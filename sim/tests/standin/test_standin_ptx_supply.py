@@ -1,7 +1,7 @@
 """Where the simulator's PTX comes from under the stand-in (issue 36, item 6).
 
 The simulator executes PTX.  Under ``python -m gpuarray standin`` nvJitLink
-is hidden (empty libraries under its names, preloaded), so numba-cuda and
+is hidden the way an absent library is (``_hide_nvjitlink.c``), so numba-cuda and
 cuda.core link PTX through the driver, which hands it to the simulator; the
 stand-in linker's output keeps each PTX input; a cubin NVRTC made in the
 process runs from the PTX of the same compile (issue 45); a kernel of any
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -27,34 +28,92 @@ PTX = (b".version 9.0\n.target sm_90\n.address_size 64\n"
        b".visible .entry supply_k(.param .u64 p)\n{\n ret;\n}\n")
 
 
-def test_an_installed_nvjitlink_is_hidden_from_commands_over_the_stand_in(folder, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(_standin, "nvjitlink_findable", lambda env: True)
-    env = _standin.environment(folder, {"LD_PRELOAD": "/x/other.so"})
-    pre = env["LD_PRELOAD"].split(":")
-    record = str(folder / _standin.PTX_RECORD)  # NVRTC's PTX kept for its cubins: always first
-    assert pre[0] == record and pre[-1] == "/x/other.so"
-    assert {p.rsplit("/", 1)[-1] for p in pre[1:-1]} == {"libnvJitLink.so.12", "libnvJitLink.so.13"}
-    kept = _standin.environment(folder, {"GPUARRAY_STANDIN_NVJITLINK": "keep"})
-    assert kept["LD_PRELOAD"] == record
+_FAKE_NVJITLINK = """
+int __nvJitLinkVersion(unsigned int *major, unsigned int *minor) { *major = 13; *minor = 5; return 0; }
+int nvJitLinkVersion(unsigned int *major, unsigned int *minor) { return __nvJitLinkVersion(major, minor); }
+"""
+
+_SEEN = """
+import ctypes, os, sys
+from cuda.bindings import nvjitlink
+from cuda.pathfinder import DynamicLibNotFoundError
+try:
+    print("version", nvjitlink.version())
+except DynamicLibNotFoundError as e:
+    print("absent", type(e).__name__)
+for name in sys.argv[1:]:
+    print("isfile", os.path.isfile(name))
+    try:
+        ctypes.CDLL(name)
+        print("loaded", name)
+    except OSError as e:
+        print("refused", e)
+print("OK")
+"""
+
+
+def _installed_nvjitlink(tmp_path):
+    """An nvJitLink cuda-pathfinder finds: a conda prefix's ``lib/libnvJitLink.so.13``."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the library under nvJitLink's name")
+    (tmp_path / "lib").mkdir()
+    lib = tmp_path / "lib" / "libnvJitLink.so.13"
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libnvJitLink.so.13", "-x", "c", "-o",
+                    str(lib), "-"], input=_FAKE_NVJITLINK, text=True, check=True, timeout=120)
+    return {**os.environ, "CONDA_PREFIX": str(tmp_path)}, lib
+
+
+def test_an_installed_nvjitlink_looks_absent_to_commands_over_the_stand_in(folder, tmp_path):  # noqa: F811
+    # cuda.core 1.1's Linker falls back to the driver on DynamicLibNotFoundError only; empty
+    # libraries preloaded under nvJitLink's names made version() raise FunctionNotFoundError
+    pytest.importorskip("cuda.bindings.nvjitlink")
+    base, lib = _installed_nvjitlink(tmp_path)
+    assert _standin.nvjitlink_findable(base)
+    argv = [sys.executable, "-c", _SEEN, str(lib), "libnvJitLink.so.13"]
+
+    kept = _standin.environment(folder, {**base, "GPUARRAY_STANDIN_NVJITLINK": "keep"})
+    out = ok(subprocess.run(argv, capture_output=True, text=True, timeout=120, env=kept))
+    assert "version (13," in out and f"loaded {lib}" in out    # the condition holds: it is found
+
+    env = _standin.environment(folder, base)
+    out = ok(subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env))
+    assert "absent DynamicLibNotFoundError" in out, out
+    assert "isfile True" not in out and "loaded" not in out, out
+    assert out.count("refused") == 2 and "cannot open shared object file" in out, out
+    # and so in a command started from within that one (whose stat no longer finds the file)
+    inner = _standin.environment(folder, env)
+    assert inner["LD_PRELOAD"] == env["LD_PRELOAD"] and inner["LD_AUDIT"] == env["LD_AUDIT"]
     again = _standin.environment(folder, {**env, "GPUARRAY_STANDIN_NVJITLINK": "keep"})
-    assert again["LD_PRELOAD"] == f"{record}:/x/other.so"   # from within a command over the stand-in
-    # in such a command, the library found under nvJitLink's name has no nvJitLink in it
+    assert "LD_AUDIT" not in again and again["LD_PRELOAD"] == str(folder / _standin.PTX_RECORD)
+
+
+def test_hiding_nvjitlink_leaves_other_preloads_and_libraries_alone(folder, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(_standin, "nvjitlink_findable", lambda env: True)
+    env = _standin.environment(folder, {"LD_PRELOAD": "/x/other.so", "LD_AUDIT": "/x/audit.so"})
+    record, hide = str(folder / _standin.PTX_RECORD), str(folder / _standin.HIDE)
+    assert env["LD_PRELOAD"] == f"{record}:{hide}:/x/other.so"
+    assert env["LD_AUDIT"] == f"{hide}:/x/audit.so"
+    kept = _standin.environment(folder, {"GPUARRAY_STANDIN_NVJITLINK": "keep"})
+    assert kept["LD_PRELOAD"] == record and "LD_AUDIT" not in kept
+    again = _standin.environment(folder, {**env, "GPUARRAY_STANDIN_NVJITLINK": "keep"})
+    assert again["LD_PRELOAD"] == f"{record}:/x/other.so" and again["LD_AUDIT"] == "/x/audit.so"
+    # other libraries still load and stat as before, the C library's and a path's alike
     res = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        import ctypes, os
-        lib = ctypes.CDLL("libnvJitLink.so.13", mode=os.RTLD_NOLOAD)
-        assert not hasattr(lib, "__nvJitLinkVersion") and not hasattr(lib, "nvJitLinkCreate")
+        import ctypes, os, sys
+        ctypes.CDLL("libm.so.6")
+        assert os.path.isfile(sys.executable) and os.stat(sys.executable).st_size > 0
         print("OK")
-    """)], capture_output=True, text=True, timeout=120, env=env)
+    """)], capture_output=True, text=True, timeout=120, env={**env, "LD_PRELOAD": f"{record}:{hide}",
+                                                            "LD_AUDIT": hide})
     ok(res)
 
 
 def test_with_no_nvjitlink_installed_the_command_sees_it_absent(folder):  # noqa: F811
-    # cuda.core 1.1's Linker falls back to the driver on DynamicLibNotFoundError only; the empty
-    # libraries preloaded before made version() raise FunctionNotFoundError, so every Linker failed
     if _standin.nvjitlink_findable(os.environ):
-        pytest.skip("an nvJitLink is installed here: the stand-in hides it with empty libraries")
+        pytest.skip("an nvJitLink is installed here: the test above covers that case")
     env = _standin.environment(folder)
-    assert not any("nvJitLink" in p for p in env.get("LD_PRELOAD", "").split(":"))
+    assert _standin.HIDE not in env.get("LD_PRELOAD", "") and "LD_AUDIT" not in env
     ok(run(folder, """
         from cuda.bindings import nvjitlink
         from cuda.pathfinder import DynamicLibNotFoundError
@@ -63,6 +122,44 @@ def test_with_no_nvjitlink_installed_the_command_sees_it_absent(folder):  # noqa
         except DynamicLibNotFoundError:
             print("OK")
     """))
+
+
+def test_cuda_core_linker_links_ptx_through_the_driver_with_nvjitlink_hidden(folder, tmp_path):  # noqa: F811
+    # where an nvJitLink is installed; the fallback cuda.core 1.1 and 1.2 take when it is absent
+    pytest.importorskip("cuda.core", reason="cuda.core is not installed in this environment "
+                        "(it is in .venv-peers and .venv-referee)")
+    base, _ = _installed_nvjitlink(tmp_path)
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import numpy as np
+        from cuda.core import Device, LaunchConfig, Linker, LinkerOptions, ObjectCode, launch
+        try:
+            from cuda.core import Program, ProgramOptions
+        except ImportError:
+            from cuda.core.experimental import Program, ProgramOptions
+        dev = Device(0)
+        dev.set_current()
+        s = dev.create_stream()
+        arch = "sm_" + "".join(str(v) for v in dev.compute_capability)
+        opts = ProgramOptions(arch=arch, relocatable_device_code=True)
+        callee = Program('extern "C" __device__ int twice(int v) { return 2 * v; }', "c++",
+                         opts).compile("ptx")
+        caller = Program('extern "C" __device__ int twice(int); extern "C" __global__ void '
+                         'k(int *x) { x[threadIdx.x] = twice(threadIdx.x); }', "c++", opts).compile("ptx")
+        import warnings
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            mod = Linker(caller, callee, options=LinkerOptions(arch=arch)).link("cubin")
+        assert any("driver APIs will be used" in str(w.message) for w in seen), seen
+        buf = dev.allocate(4 * 32, stream=s)
+        launch(s, LaunchConfig(grid=1, block=32), mod.get_kernel("k"), buf)
+        out = np.zeros(32, np.int32)
+        import cuda.bindings.driver as d
+        assert d.cuMemcpyDtoHAsync(out.ctypes.data, int(buf.handle), 4 * 32, int(s.handle))[0] == 0
+        s.sync()
+        assert out.tolist() == [2 * i for i in range(32)], out
+        print("OK")
+    """)], capture_output=True, text=True, timeout=300, env=_standin.environment(folder, base))
+    ok(res)
 
 
 def test_the_linker_keeps_each_ptx_input_for_the_executor():
