@@ -46,6 +46,26 @@ def run(folder, code: str, timeout: float = 180, **env: str) -> subprocess.Compl
                           capture_output=True, text=True, timeout=timeout, env=e)
 
 
+#: A command's start for tests of the real cuda.bindings over the stand-in: ``d`` (the
+#: driver module), ``ctypes``, ``chk`` (asserts CUDA_SUCCESS, returns the results) and the
+#: primary context of device 0 current.
+BINDINGS_PRELUDE = """
+import ctypes
+from cuda.bindings import driver as d
+def chk(r):
+    r = r if isinstance(r, tuple) else (r,)
+    assert r[0] == d.CUresult.CUDA_SUCCESS, r
+    return r[1] if len(r) == 2 else r[1:]
+chk(d.cuInit(0)); dev = chk(d.cuDeviceGet(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(dev))
+chk(d.cuCtxSetCurrent(ctx))
+"""
+
+
+def run_bindings(folder, body: str, **env: str) -> str:
+    """Run ``body`` after :data:`BINDINGS_PRELUDE` over the stand-in; its output (it must end in OK)."""
+    return ok(run(folder, BINDINGS_PRELUDE + textwrap.dedent(body), **env))
+
+
 def ok(res: subprocess.CompletedProcess) -> str:
     assert res.returncode == 0 and res.stdout.rstrip().endswith("OK"), (
         f"exit {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}")

@@ -21,19 +21,11 @@ import pathlib
 import textwrap
 
 from sim.tests.backend.test_fatbins import DEFINES, EXTERN
-from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
+from sim.tests.standin.test_standin import BINDINGS_PRELUDE, folder, ok, run  # noqa: F401  (the module-scoped fixture)
 
 FATBINS = pathlib.Path(__file__).parent.parent / "backend" / "fatbins"
 
-PRELUDE = """
-import ctypes
-from cuda.bindings import driver as d
-def chk(r):
-    r = r if isinstance(r, tuple) else (r,)
-    assert int(r[0]) == 0, r
-    return r[1] if len(r) == 2 else r[1:]
-chk(d.cuInit(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))
-chk(d.cuCtxSetCurrent(ctx))
+PRELUDE = BINDINGS_PRELUDE + """
 def ran(f, n=4):
     out = chk(d.cuMemAlloc(4 * n)); chk(d.cuMemsetD8(out, 0, 4 * n))
     x = ctypes.c_uint64(int(out)); args = (ctypes.c_void_p * 1)(ctypes.addressof(x))

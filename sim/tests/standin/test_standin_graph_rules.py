@@ -19,28 +19,13 @@ code before issue 45:
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
+from sim.tests.standin.test_standin import run_bindings as _go
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
 
-_PRELUDE = """
-from cuda.bindings import driver as d
-import ctypes
-def chk(r):
-    r = r if isinstance(r, tuple) else (r,)
-    assert r[0] == d.CUresult.CUDA_SUCCESS, r
-    return r[1] if len(r) == 2 else r[1:]
-chk(d.cuInit(0)); dev = chk(d.cuDeviceGet(0)); ctx = chk(d.cuDevicePrimaryCtxRetain(dev))
-chk(d.cuCtxSetCurrent(ctx))
-"""
-
-
-def _go(folder, body: str) -> None:  # noqa: F811
-    ok(run(folder, _PRELUDE + textwrap.dedent(body)))
 
 
 def test_capture_info_reports_the_dependency_set_and_update_sets_it(folder):  # noqa: F811

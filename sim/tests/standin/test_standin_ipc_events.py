@@ -25,17 +25,11 @@ import textwrap
 
 import pytest
 
-from sim.tests.standin.test_standin import folder, ok, run  # noqa: F401  (the module-scoped fixture)
+from sim.tests.standin.test_standin import BINDINGS_PRELUDE, folder, ok, run  # noqa: F401  (the module-scoped fixture)
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda.bindings) is not installed")
 
-_PRELUDE = '''
-import ctypes
-from cuda.bindings import driver as d
-def chk(r):
-    r = r if isinstance(r, tuple) else (r,)
-    assert r[0] == d.CUresult.CUDA_SUCCESS, r
-    return r[1] if len(r) == 2 else r[1:]
+_PRELUDE = BINDINGS_PRELUDE + '''
 def err(r):
     return (r[0] if isinstance(r, tuple) else r).name
 IPC = int(d.CUevent_flags.CU_EVENT_INTERPROCESS) | int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)
@@ -49,8 +43,6 @@ def mem_handle(b):
     h = d.CUipcMemHandle()
     ctypes.memmove(h.getPtr(), b, 64)
     return h
-chk(d.cuInit(0))
-chk(d.cuCtxSetCurrent(chk(d.cuDevicePrimaryCtxRetain(chk(d.cuDeviceGet(0))))))
 '''
 
 _CHILD = _PRELUDE + r'''
