@@ -161,15 +161,21 @@ def _attach(name: str) -> shared_memory.SharedMemory:
             resource_tracker.register = register
 
 
-def parse_handle(raw: bytes) -> tuple[int, int, int, int, str]:
-    """``(device, pid, base, size, segment name)`` of a simulator handle, or ValueError."""
+def _unpack(raw: bytes, magic: bytes, kind: str, maker: str) -> tuple:
+    """The fields of a simulator handle of ``magic`` (its segment name decoded), or ValueError."""
     raw = bytes(raw)
     if len(raw) != HANDLE.size:
-        raise ValueError(f"an IPC memory handle is {HANDLE.size} bytes, got {len(raw)}")
-    magic, version, device, _, pid, _, base, size, name = HANDLE.unpack(raw)
-    if magic != MAGIC or version != VERSION:
-        raise ValueError("not a handle made by the simulator's cuIpcGetMemHandle")
-    return device, pid, base, size, name.rstrip(b"\0").decode("ascii")
+        raise ValueError(f"an IPC {kind} handle is {HANDLE.size} bytes, got {len(raw)}")
+    fields = HANDLE.unpack(raw)
+    if fields[0] != magic or fields[1] != VERSION:
+        raise ValueError(f"not a handle made by the simulator's {maker}")
+    return (*fields[:-1], fields[-1].rstrip(b"\0").decode("ascii"))
+
+
+def parse_handle(raw: bytes) -> tuple[int, int, int, int, str]:
+    """``(device, pid, base, size, segment name)`` of a simulator handle, or ValueError."""
+    _, _, device, _, pid, _, base, size, name = _unpack(raw, MAGIC, "memory", "cuIpcGetMemHandle")
+    return device, pid, base, size, name
 
 
 @dataclasses.dataclass(eq=False)
@@ -293,13 +299,8 @@ _EVENT_WORDS = 4
 
 def parse_event_handle(raw: bytes) -> tuple[int, int, str]:
     """``(pid, exporter's event handle, segment name)`` of a simulator event handle, or ValueError."""
-    raw = bytes(raw)
-    if len(raw) != HANDLE.size:
-        raise ValueError(f"an IPC event handle is {HANDLE.size} bytes, got {len(raw)}")
-    magic, version, _, _, pid, _, event, _, name = HANDLE.unpack(raw)
-    if magic != EVENT_MAGIC or version != VERSION:
-        raise ValueError("not a handle made by the simulator's cuIpcGetEventHandle")
-    return pid, event, name.rstrip(b"\0").decode("ascii")
+    _, _, _, _, pid, _, event, _, name = _unpack(raw, EVENT_MAGIC, "event", "cuIpcGetEventHandle")
+    return pid, event, name
 
 
 class SharedEvent:
