@@ -134,6 +134,7 @@ struct Slot {
     Launch* owner;   // the worker's launch record
     ga_entry entry;  // what its threads run (the launch's, or the upgrade's from admission on)
     unsigned int next;
+    ga_uint3 next_tid;  // threadIdx of thread `next` (kept in step: no divisions per thread)
     Fiber* waiting;
     Fiber** tail;
 };
@@ -362,11 +363,19 @@ Fiber* fiber_after(Fiber* prev) {
     return *slot;
 }
 
-void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
+// Takes the slot's next thread to start: its threadIdx into *out.
+void take_thread(Launch* l, Slot* s, ga_uint3* out) {
     const ga_uint3& b = l->rt.block_dim;
-    out->x = t % b.x;
-    out->y = (t / b.x) % b.y;
-    out->z = t / (b.x * b.y);
+    *out = s->next_tid;
+    ++s->next;
+    ga_uint3& n = s->next_tid;
+    if (++n.x == b.x) {
+        n.x = 0;
+        if (++n.y == b.y) {
+            n.y = 0;
+            ++n.z;
+        }
+    }
 }
 
 [[noreturn]] void end_thread(Launch* l);
@@ -378,7 +387,7 @@ void pass_on(Launch* l, Fiber* f);
         Launch* l = cur_launch;  // a parked fiber may serve a later launch or block
         Slot* s = f->slot;
         while (s->next < l->nthreads) {
-            thread_of(l, s->next++, &f->tid);
+            take_thread(l, s, &f->tid);
             s->rt.thread_idx = f->tid;
             f->state = RUNNING;
             bool thrown = false;
@@ -535,6 +544,7 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
     }
     s->entry = l->entry;
     s->next = 0;
+    s->next_tid = {0, 0, 0};
     s->waiting = nullptr;
     s->tail = &s->waiting;
     const unsigned int mine = (unsigned int)(s - l->slots);
