@@ -111,6 +111,10 @@ FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrap
 #: chosen by ``GPUARRAY_SIM_PTX_TIER``: many small kernels each built once)
 #: keeps -O1, the cheaper build.
 PTX_OPT = "-O2"
+#: The optimisation level of the fiber runtime (``_hostrt.cpp``): built once per
+#: machine, and its barrier path (a waiting fiber's hand-off to the next) runs
+#: once per thread per ``__syncthreads``, so its small helpers are inlined.
+RUNTIME_OPT = "-O2"
 #: Most specialisations per translation unit in :func:`prepare`.
 BATCH = 48
 _ENV = "GPUARRAY_SIM_KERNELS"
@@ -378,10 +382,11 @@ def runtime() -> _hostrt.HostRuntime:
         if _runtime is None:
             cc = _require_compiler()
             text = _hostrt.RUNTIME_SOURCE.read_text(encoding="utf-8")
-            key = _key(cc, "runtime", text)
+            key = _key(cc, "runtime", RUNTIME_OPT + "\n" + text)
             payload = _cache.read_entry(key, "host") if _cache.disk_cache_enabled() else None
             if payload is None:
-                payload = build_library(cc, text, "the host kernel runtime (_hostrt.cpp)")
+                payload = build_library(cc, text, "the host kernel runtime (_hostrt.cpp)",
+                                        opt=RUNTIME_OPT)
                 if _cache.disk_cache_enabled():
                     _cache.write_entry(key, "host", payload)
             lib = load_library(payload)
