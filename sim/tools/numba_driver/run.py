@@ -128,7 +128,7 @@ def _command(args: argparse.Namespace, packages: tuple[str, ...], plugins: tuple
 
 def _report_cut(wall: float, limit: float, progress: Path) -> None:
     counts, running = progress_plugin.summary(progress)
-    print(f"run.py: the run was cut after {wall:.0f} s (--time-limit={limit:g}): its process "
+    print(f"\nrun.py: the run was cut after {wall:.0f} s (--time-limit={limit:g}): its process "
           "group was killed; finished by then: "
           + ", ".join(f"{n} {k}" for k, n in counts.items()), file=sys.stderr)
     for nodeid in running:
