@@ -26,7 +26,7 @@ when the run could not be made.
 reports its counts (no judgement; about 8-40 minutes on 2 cores): the
 number issue 36's notes give.
 
-The whole run has a wall-clock limit too (``--time-limit``: :data:`TIME_LIMIT`
+Each run has a wall-clock limit too (``--time-limit``: :data:`TIME_LIMIT`
 seconds for the selection, :data:`WHOLE_TIME_LIMIT` with ``--whole``): a
 pytest-xdist worker that dies (one crashed in NVVM under load) leaves the
 run waiting for ever.  Past it the run's process group is killed and the
