@@ -41,8 +41,11 @@
 // __syncthreads: a fiber runs threads one after the other until one waits at
 // a barrier, then the next fiber starts the next thread; once every thread
 // of the block has started and each is waiting or finished, the waiting ones
-// are resumed in thread order, each up to its next barrier.  A kernel
-// without barriers therefore runs a whole block on one fiber.
+// are resumed in thread order, each up to its next barrier: a fiber that
+// waits switches straight to the next waiting fiber of its block's round
+// (pass_on), and only the round's last one, a thread that spun, or the end
+// of the launch goes back to the scheduler.  A kernel without barriers
+// therefore runs a whole block on one fiber.
 //
 // Fibers (_hostrt_fibers.h): one mapping each -- a PROT_NONE guard, the stack, and the Fiber
 // record at its top (less a per-fiber colour: see map_fiber) -- laid out for
@@ -120,12 +123,18 @@ enum Space { GLOBAL = 0, SHARED = 1, STACK = 2, EXCEPTION = 3, DEADLOCK = 4, SPI
 // waits for no barrier.
 const unsigned int kSpinBit = 0x80000000u;
 
+struct Launch;
+
 // A resident block: its own launch record (block_idx, thread_idx, progress,
-// slot), the next of its threads to start and its waiting fibers.
+// slot), the next of its threads to start and its waiting fibers.  `rt`
+// comes first: a kernel's yield(&slot->rt) finds its slot, and the slot its
+// worker's launch, without a thread-local lookup.
 struct Slot {
     ga_host_rt rt;
+    Launch* owner;   // the worker's launch record
     ga_entry entry;  // what its threads run (the launch's, or the upgrade's from admission on)
     unsigned int next;
+    ga_uint3 next_tid;  // threadIdx of thread `next` (kept in step: no divisions per thread)
     Fiber* waiting;
     Fiber** tail;
 };
@@ -180,6 +189,11 @@ struct alignas(64) Launch {
     Fiber* idle;     // parked fibers of this launch, free for any block
     Ctx sched;
     Fiber* cur;
+    // The rest of the running block's round (see pass_on), null outside a
+    // round; `moved`: something in this round moved (a thread passed a
+    // barrier or finished, a block started).
+    Fiber* round_next;
+    bool moved;
     bool in_fiber;  // a fiber runs (the signal handler's test)
     bool aborted;
     double spin_limit;  // seconds of spinning without progress (GPUARRAY_SIM_LAUNCH_TIMEOUT)
@@ -349,14 +363,23 @@ Fiber* fiber_after(Fiber* prev) {
     return *slot;
 }
 
-void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
+// Takes the slot's next thread to start: its threadIdx into *out.
+void take_thread(Launch* l, Slot* s, ga_uint3* out) {
     const ga_uint3& b = l->rt.block_dim;
-    out->x = t % b.x;
-    out->y = (t / b.x) % b.y;
-    out->z = t / (b.x * b.y);
+    *out = s->next_tid;
+    ++s->next;
+    ga_uint3& n = s->next_tid;
+    if (++n.x == b.x) {
+        n.x = 0;
+        if (++n.y == b.y) {
+            n.y = 0;
+            ++n.z;
+        }
+    }
 }
 
 [[noreturn]] void end_thread(Launch* l);
+void pass_on(Launch* l, Fiber* f);
 
 [[noreturn]] void fiber_main() {
     Fiber* f = cur_launch->cur;
@@ -364,7 +387,7 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
         Launch* l = cur_launch;  // a parked fiber may serve a later launch or block
         Slot* s = f->slot;
         while (s->next < l->nthreads) {
-            thread_of(l, s->next++, &f->tid);
+            take_thread(l, s, &f->tid);
             s->rt.thread_idx = f->tid;
             f->state = RUNNING;
             bool thrown = false;
@@ -382,7 +405,7 @@ void thread_of(Launch* l, unsigned int t, ga_uint3* out) {
             if (thrown) end_thread(l);
         }
         f->state = DONE;
-        switch_to(&f->ctx, &l->sched);  // park until the next block
+        pass_on(l, f);  // park until the next block
     }
 }
 
@@ -400,22 +423,28 @@ void enter(Launch* l, Fiber* f) {
     l->in_fiber = false;
 }
 
+// The launch of the worker running the kernel that passed `rt` (its slot's).
+Launch* owner_of(ga_host_rt* rt) {
+    static_assert(offsetof(Slot, rt) == 0, "a slot starts with its record");
+    return reinterpret_cast<Slot*>(rt)->owner;
+}
+
 void rt_yield(ga_host_rt* rt) {
-    Launch* l = cur_launch;
+    Launch* l = owner_of(rt);
     Fiber* f = l->cur;
     f->state = WAITING;
     f->yielded = true;
     f->spun = (rt->line & kSpinBit) != 0;
     rt->line &= ~kSpinBit;
     f->line = rt->line;
-    switch_to(&f->ctx, &l->sched);
+    pass_on(l, f);
 }
 
-void rt_sync(ga_host_rt*) {
-    Launch* l = cur_launch;
+void rt_sync(ga_host_rt* rt) {
+    Launch* l = owner_of(rt);
     Fiber* f = l->cur;
     f->state = WAITING;
-    switch_to(&f->ctx, &l->sched);
+    pass_on(l, f);
 }
 
 [[noreturn]] void end_thread(Launch* l) {
@@ -469,6 +498,31 @@ void settle(Launch* l, Fiber* f) {
     }
 }
 
+// The running fiber f waits or parked: the next fiber of its block's round
+// continues, switched to from f directly, with the scheduler's bookkeeping
+// for both done here (settle f; what enter and the round do for the next),
+// so a barrier passage costs one switch, not two through the scheduler.
+// The scheduler takes over when the round's list ends, when f spun (the
+// round's spin and timeout logic is the scheduler's) and when the launch
+// ended; faults never come here (they jump to the scheduler).
+void pass_on(Launch* l, Fiber* f) {
+    Fiber* nx = l->round_next;
+    if (nx == nullptr || f->spun || stopped(l)) {
+        switch_to(&f->ctx, &l->sched);
+        return;
+    }
+    l->moved = l->moved || f->state == DONE;
+    settle(l, f);
+    l->round_next = nx->wnext;
+    Slot* s = nx->slot;
+    s->rt.thread_idx = nx->tid;
+    l->moved = l->moved || !nx->yielded;
+    nx->yielded = false;
+    l->cur = nx;
+    l->cur_slot = s;
+    switch_to(&f->ctx, &nx->ctx);
+}
+
 // Makes block `b` (linear index) resident in slot `s` and starts every one of
 // its threads, each up to its first wait.  False when the launch ended.
 bool admit(Launch* l, Slot* s, unsigned long long b) {
@@ -478,6 +532,7 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
     s->rt = l->rt;
     s->rt.slot = slot;
     s->rt.progress = progress;  // the sum over slots only grows
+    s->owner = l;
     s->rt.block_idx = {(unsigned int)(b % g.x), (unsigned int)(b / g.x % g.y),
                        (unsigned int)(b / g.x / g.y)};
     if (l->upgrade != nullptr) {
@@ -489,6 +544,7 @@ bool admit(Launch* l, Slot* s, unsigned long long b) {
     }
     s->entry = l->entry;
     s->next = 0;
+    s->next_tid = {0, 0, 0};
     s->waiting = nullptr;
     s->tail = &s->waiting;
     const unsigned int mine = (unsigned int)(s - l->slots);
@@ -575,7 +631,7 @@ bool run_grid(Launch* l, bool cooperative) {
     bool ok = true, more = true;  // more: blocks may be left to admit
     double spin_since = -1;  // when rounds of spinning without progress began
     while (ok) {
-        bool moved = false;  // a thread passed a __syncthreads, finished, or a block started
+        l->moved = false;
         const unsigned long long seen = __atomic_load_n(&sh->moves, __ATOMIC_RELAXED);
         while (ok && nlive < width && more) {
             // the next block of the grid: in order with one worker; several take turns
@@ -591,7 +647,7 @@ bool run_grid(Launch* l, bool cooperative) {
             } else {
                 live[nlive++] = s;
             }
-            moved = true;
+            l->moved = true;
         }
         if (!ok || nlive == 0) break;
         bool spun = false;  // a thread yielded in a loop: it may end the loop by itself
@@ -604,29 +660,32 @@ bool run_grid(Launch* l, bool cooperative) {
             s->waiting = nullptr;
             s->tail = &s->waiting;
             while (w != nullptr) {
-                Fiber* nx = w->wnext;
+                l->round_next = w->wnext;  // pass_on takes them from there
                 s->rt.thread_idx = w->tid;
-                moved = moved || !w->yielded;
+                l->moved = l->moved || !w->yielded;
                 w->yielded = false;
                 enter(l, w);
-                moved = moved || w->state == DONE;
+                Fiber* back = l->cur;  // w, or the fiber the round passed on to last
+                l->moved = l->moved || back->state == DONE;
                 if (stopped(l)) {
                     ok = false;
                     break;
                 }
-                if (w->state == WAITING && w->spun && !spun) {
+                if (back->state == WAITING && back->spun && !spun) {
                     spun = true;
-                    spinner = w;
+                    spinner = back;
                 }
-                w->spun = false;
-                settle(l, w);
-                w = nx;
+                back->spun = false;
+                settle(l, back);
+                w = l->round_next;
             }
+            l->round_next = nullptr;
+            if (!ok) break;
             if (s->waiting != nullptr) {
                 live[kept++] = s;
             } else {
                 free_slots[nfree++] = s;  // the block ended
-                moved = true;
+                l->moved = true;
             }
         }
         if (!ok || stopped(l)) {
@@ -634,7 +693,7 @@ bool run_grid(Launch* l, bool cooperative) {
             break;
         }
         nlive = kept;
-        if (nlive == 0 || moved || progress_of(l) != before) {
+        if (nlive == 0 || l->moved || progress_of(l) != before) {
             if (l->workers > 1) __atomic_fetch_add(&sh->moves, 1, __ATOMIC_RELAXED);
             spin_since = -1;
             continue;

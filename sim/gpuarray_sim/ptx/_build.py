@@ -383,11 +383,6 @@ class PtxProgram:
         """Build the translation in the background (tier ``auto``), once."""
         if os.environ.get("GPUARRAY_SIM_PTX_TIER", "auto").strip().lower() not in ("", "auto"):
             return
-        with _cells_lock:  # the watch thread and a launch's thread may both ask
-            if self._upgrading or self._compiled is not None:
-                return
-            self._upgrading = True
-
         def run() -> None:
             try:
                 self.build()
@@ -396,9 +391,15 @@ class PtxProgram:
                 pass
 
         t = threading.Thread(target=run, name="gpuarray-ptx-tier-up", daemon=True)
-        with _lock:
-            _tier_ups[:] = [x for x in _tier_ups if x.is_alive()] + [t]
-        t.start()
+        with _cells_lock:  # the watch thread and a launch's thread may both ask
+            if self._upgrading or self._compiled is not None:
+                return
+            self._upgrading = True
+            # listed and started under _lock: whoever sees _upgrading and calls settle()
+            # waits for this thread (it was once listed before it started: join() failed)
+            with _lock:
+                _tier_ups[:] = [x for x in _tier_ups if x.is_alive()] + [t]
+                t.start()
 
     def runtime(self) -> _hostrt.HostRuntime:
         tc = _hostrt.toolchain()

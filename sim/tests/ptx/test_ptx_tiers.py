@@ -174,6 +174,30 @@ def test_an_interpreted_launch_runs_its_later_blocks_built_once_the_build_is_pub
     assert np.array_equal(download(b, out, blocks * 32, np.uint32), want)
 
 
+def test_settle_waits_for_a_build_whose_thread_is_still_starting(cache, monkeypatch):
+    # a build seen started (_upgrading) is one settle() waits for, even while its
+    # thread is still starting (it was listed before it started: join() raised)
+    import threading
+
+    class SlowStart(threading.Thread):
+        def start(self):
+            time.sleep(0.2)
+            super().start()
+
+    prog = _build.load(LOOP_SUM)
+    prog.prepare()
+    asker = threading.Thread(target=prog._tier_up)  # the watch thread's part, started normally
+    monkeypatch.setattr(_build.threading, "Thread", SlowStart)
+    asker.start()
+    deadline = time.monotonic() + 10
+    while not prog._upgrading and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert prog._upgrading
+    _build.settle()
+    asker.join()
+    assert prog.tier == "compiled"
+
+
 def test_the_watch_thread_builds_for_a_launch_still_running(cache, monkeypatch):
     monkeypatch.setattr(_build, "TIER_UP_SECONDS", 0.0)
     prog = _build.load(LOOP_SUM)
