@@ -22,9 +22,14 @@ process-directed signal the main thread holds back to one of them, and the
 main thread would run its handler inside the work all the same (gpuarray's
 reaper thread blocks them too: this module registers :func:`block_in_this_thread`
 with ``gpuarray._driver._finalize.add_thread_setup``).  A program's
-own thread can still take such a signal; a call its handler makes that needs
-the work in progress fails then (``ReentryError``), and leaves nothing queued
-behind (``Scheduler.complete``'s ``own``).
+own thread can still take such a signal -- OpenBLAS starts threads that do
+not block signals in every NumPy process, so this is common -- and CPython
+then runs the handler on the main thread inside the work all the same; a call
+its handler makes that needs the work in progress fails then
+(``ReentryError``), and leaves nothing queued behind
+(``Scheduler.complete``'s ``own``); an exception it raises is the work's
+error (over the stand-in, raised again in the caller once the driver call
+returns: ``standin/_serve.py``).
 
 Synchronous signals (``SIGSEGV``, ``SIGBUS``, ``SIGFPE``, ``SIGILL``,
 ``SIGTRAP``, ``SIGSYS``, ``SIGABRT``) are never blocked: a fault must reach

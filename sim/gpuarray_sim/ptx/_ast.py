@@ -195,7 +195,10 @@ class EntryInfo:
     ``max_threads``: the product of ``.maxntid``/``.reqntid`` (None without);
     ``ptx_version``: the virtual architecture, 10*major+minor of the target
     (``sm_90`` -> 90), as ``CU_FUNC_ATTRIBUTE_PTX_VERSION`` reports it;
-    ``uses_dynamic_shared``: it names an ``.extern .shared`` array.
+    ``uses_dynamic_shared``: it names an ``.extern .shared`` array;
+    ``does_nothing``: its first instruction is an unguarded ``ret`` or
+    ``exit``, so no thread does anything (NVVM folds a kernel whose every
+    branch is dead to that).
     """
 
     name: str
@@ -208,6 +211,7 @@ class EntryInfo:
     ptx_version: int
     uses_dynamic_shared: bool
     line: int = 0
+    does_nothing: bool = False
 
 
 @dataclass

@@ -93,6 +93,14 @@ def _local(m: PtxModule, fn: Function, stack: tuple[str, ...] = ()) -> int:
     return own + deepest
 
 
+def _does_nothing(fn: Function) -> bool:
+    """Whether the first instruction of ``fn``'s body is an unguarded ``ret`` or ``exit``."""
+    for item in fn.body or []:
+        if isinstance(item, Instr):
+            return item.pred is None and item.base in ("ret", "exit")
+    return False  # no body (declared only), or no instruction: not an entry that runs
+
+
 def entry_info(m: PtxModule, fn: Function) -> EntryInfo:
     """The :class:`EntryInfo` of entry ``fn`` of ``m``."""
     params, size = layout(fn.params)
@@ -115,4 +123,4 @@ def entry_info(m: PtxModule, fn: Function) -> EntryInfo:
         for v in nt:
             max_threads *= v
     return EntryInfo(fn.name, params, size, shared, const, _local(m, fn), max_threads, m.arch,
-                     dynamic, fn.line)
+                     dynamic, fn.line, _does_nothing(fn))

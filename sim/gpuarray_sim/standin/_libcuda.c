@@ -61,7 +61,7 @@ typedef struct { CUmemLocationType type; int id; } CUmemLocation;
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_SUPPORTED 801
 #define CUDA_ERROR_UNKNOWN 999
-#define SERVE_INTERRUPTED (-2) /* _serve.INTERRUPTED: Ctrl-C while the call was served */
+#define SERVE_INTERRUPTED (-2) /* _serve.INTERRUPTED: a signal handler raised while it was served */
 #define PER_THREAD_FLAG 2ULL /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 
 #define EXPORT __attribute__((visibility("default")))

@@ -40,7 +40,7 @@ typedef struct {
     void (*Err_Fetch)(PyObject **, PyObject **, PyObject **);
     void (*Err_Restore)(PyObject *, PyObject *, PyObject *);
     void (*DecRef)(PyObject *);
-    void (*Err_SetInterrupt)(void);
+    int (*AddPendingCall)(int (*)(void *), void *);
 } PyApi;
 
 /* The names, in PyApi's field order. */
@@ -49,7 +49,7 @@ static const char *const py_names[] = {
     "PyObject_GetAttrString", "PyObject_CallFunctionObjArgs", "PyUnicode_FromString",
     "PyLong_FromUnsignedLongLong", "PyLong_AsLong", "PyTuple_New", "PyTuple_SetItem",
     "PyErr_Occurred", "PyErr_Print", "PyErr_Fetch", "PyErr_Restore", "Py_DecRef",
-    "PyErr_SetInterrupt",
+    "Py_AddPendingCall",
 };
 _Static_assert(sizeof(PyApi) == sizeof(py_names) / sizeof(py_names[0]) * sizeof(void (*)(void)),
                "PyApi and py_names must list the same functions");
@@ -82,6 +82,19 @@ static const PyApi *python(void)
 }
 
 static PyObject *serve_fn; /* gpuarray_sim.standin._serve.serve, set under the GIL */
+static PyObject *reraise_fn; /* _serve.reraise_interruption, set with serve_fn */
+
+/* A pending call (Py_AddPendingCall: the main thread, the GIL held, at the
+ * next Python instruction): raise the interruption the last call kept. */
+static int reraise_interruption(void *unused)
+{
+    (void)unused;
+    PyObject *r = py_api.Object_CallFunctionObjArgs(reraise_fn, NULL);
+    if (r == NULL)
+        return -1; /* the exception propagates from the caller's instruction */
+    py_api.DecRef(r);
+    return 0;
+}
 
 /* Call serve(name, (a0, a1, ...)) and return its CUresult.  Never raises:
  * an error of this bridge itself is printed to stderr and becomes
@@ -91,9 +104,11 @@ static PyObject *serve_fn; /* gpuarray_sim.standin._serve.serve, set under the G
  * memory while an exception unwinds), is set aside while the call is served
  * and put back afterwards: serving runs Python code, which must not start
  * with an exception set, and the caller's exception is not ours to lose.
- * Likewise a Ctrl-C that interrupts the simulator while it serves a call on
- * the main thread fails the call (CUDA_ERROR_UNKNOWN) and is re-delivered
- * (PyErr_SetInterrupt) for the caller's next Python instruction.
+ * Likewise an exception a signal handler raises while the simulator serves
+ * a call on the main thread (Ctrl-C, a test's time limit) fails the call
+ * (CUDA_ERROR_UNKNOWN) and is raised again, the same object, at the
+ * caller's next Python instruction (Py_AddPendingCall): where a real
+ * driver's caller would get it.
  *
  * Every call takes the GIL: the simulator is Python.  A thread that holds
  * the GIL while it waits, in C, for another thread's driver call therefore
@@ -111,7 +126,9 @@ static CUresult call(const char *name, int n, const unsigned long long *a)
     if (serve_fn == NULL) {
         PyObject *mod = py->Import_ImportModule("gpuarray_sim.standin._serve");
         if (mod != NULL) {
-            serve_fn = py->Object_GetAttrString(mod, "serve");
+            reraise_fn = py->Object_GetAttrString(mod, "reraise_interruption");
+            if (reraise_fn != NULL)
+                serve_fn = py->Object_GetAttrString(mod, "serve");
             py->DecRef(mod);
         }
         if (serve_fn == NULL)
@@ -135,10 +152,13 @@ static CUresult call(const char *name, int n, const unsigned long long *a)
     if (rc == -1 && py->Err_Occurred())
         goto fail;
     if (rc == SERVE_INTERRUPTED) {
-        /* The call failed; the interrupt is raised again, in the caller, as
-         * soon as Python code runs after this call returns. */
-        py->Err_SetInterrupt();
+        /* The call failed; the interruption is raised again, in the caller,
+         * as soon as Python code runs after this call returns. */
         rc = CUDA_ERROR_UNKNOWN;
+        if (py->AddPendingCall(reraise_interruption, NULL) != 0)
+            fprintf(stderr, "gpuarray stand-in driver: %s was interrupted by a signal "
+                            "handler's exception, which could not be raised again "
+                            "(Py_AddPendingCall failed): CUDA_ERROR_UNKNOWN\n", name);
     }
     goto done;
 fail:

@@ -30,10 +30,19 @@ Conventions
   becomes ``CUDA_ERROR_UNKNOWN`` and its traceback is printed to stderr.
   The exception of the last failed call of each thread is kept
   (:func:`last_error`), so a test can see the simulator's own message.
-  A ``KeyboardInterrupt`` (Ctrl-C while the simulator serves a call on the
-  main thread) is :data:`INTERRUPTED`: the C side fails the call with
-  ``CUDA_ERROR_UNKNOWN`` and raises SIGINT again (``PyErr_SetInterrupt``)
-  once it has returned, so the caller gets the interrupt: never lost.
+  An interruption -- an exception a Python signal handler raised on the
+  main thread while the simulator served a call there: Ctrl-C's
+  ``KeyboardInterrupt``, a test runner's time limit (SIGALRM) -- is
+  :data:`INTERRUPTED`: the C side fails the call with
+  ``CUDA_ERROR_UNKNOWN`` and schedules :func:`reraise_interruption`
+  (``Py_AddPendingCall``), which raises the same exception in the caller at
+  its next Python instruction once the call has returned -- where a real
+  driver's caller would get it, since no handler runs inside a C driver
+  call.  Never lost, never a bare ``CUDA_ERROR_UNKNOWN``.  (The simulator
+  holds asynchronous signals back on the main thread while it runs device
+  work, ``_signals.py``, but a thread of the program that does not block
+  them -- OpenBLAS's, in every NumPy process -- takes the signal then, and
+  CPython runs the handler on the main thread all the same.)
 - Before ``cuInit`` succeeds every call but the version and the error
   strings (``_support.BEFORE_INIT``) answers ``CUDA_ERROR_NOT_INITIALIZED``.
 - The C wrapper runs on the caller's thread, so the simulator's per-thread
@@ -43,6 +52,7 @@ Conventions
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -73,12 +83,16 @@ from . import (
 )
 from ._support import BEFORE_INIT, STANDIN_DEVICE_MARK, backend
 
-__all__ = ["serve", "backend", "last_error", "STANDIN_DEVICE_MARK", "INTERRUPTED"]
+__all__ = ["serve", "backend", "last_error", "reraise_interruption", "STANDIN_DEVICE_MARK",
+           "INTERRUPTED"]
 
 _NOT_INITIALIZED = 3
-#: What :func:`serve` returns for a call interrupted by Ctrl-C (not a CUresult;
-#: ``_libcuda.c`` returns ``CUDA_ERROR_UNKNOWN`` and re-delivers the SIGINT).
+#: What :func:`serve` returns for a call a signal handler's exception interrupted (not a
+#: CUresult; ``_libcuda.c`` returns ``CUDA_ERROR_UNKNOWN`` and has the exception raised again
+#: in the caller: :func:`reraise_interruption`).
 INTERRUPTED = -2
+#: The interruption :func:`reraise_interruption` raises next (main thread only).
+_interruption: BaseException | None = None
 
 _tls = threading.local()
 #: ``GPUARRAY_STANDIN_TRACE=errors``: print the simulator's message of each failed call.
@@ -129,6 +143,47 @@ def _report_fault(e: CudaError) -> None:
     print(f"gpuarray stand-in driver: {e.name}: {detail}", file=sys.stderr)
 
 
+def _interrupted(e: BaseException) -> bool:
+    """Whether ``e``, caught on the main thread, was raised by a Python signal handler.
+
+    ``KeyboardInterrupt`` (SIGINT's default handler is C); otherwise one of
+    the traceback's frames runs the code of a handler installed now (or of
+    :func:`reraise_interruption`, when a pending re-raise fires inside a
+    later call that the caller's C code makes before any Python runs).
+    """
+    if isinstance(e, KeyboardInterrupt):
+        return True
+    codes = {reraise_interruption.__code__}
+    for s in signal.valid_signals():
+        try:
+            h = signal.getsignal(s)
+        except (OSError, ValueError):
+            continue
+        code = getattr(getattr(h, "__func__", h), "__code__", None)
+        if code is not None:
+            codes.add(code)
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def reraise_interruption() -> None:
+    """Raise the interruption of the last call :data:`INTERRUPTED` (none: return).
+
+    ``_libcuda.c`` schedules it with ``Py_AddPendingCall`` when a call
+    returns :data:`INTERRUPTED`: CPython runs it on the main thread at the
+    caller's next Python instruction, and the exception the signal handler
+    raised -- the same object -- propagates from there.
+    """
+    global _interruption
+    e, _interruption = _interruption, None
+    if e is not None:
+        raise e
+
+
 def last_error() -> BaseException | None:
     """The exception behind the calling thread's last failed driver call (None if none)."""
     return getattr(_tls, "error", None)
@@ -144,6 +199,7 @@ def serve(name: str, args: tuple[int, ...]) -> int:
 
 
 def _serve(name: str, args: tuple[int, ...]) -> int:
+    global _interruption
     try:
         ptsz = name.endswith("_ptsz")
         base = name[:-5] if ptsz else name
@@ -169,9 +225,11 @@ def _serve(name: str, args: tuple[int, ...]) -> int:
         _keep(e)
         return _NO_DEVICE
     except BaseException as e:  # never lost: printed, kept, and a CUDA error code
+        interrupted = threading.current_thread() is threading.main_thread() and _interrupted(e)
         _keep(e)
-        if isinstance(e, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
-            return INTERRUPTED  # Ctrl-C while the simulator served the call
+        if interrupted:
+            _interruption = e  # raised again in the caller (see the module)
+            return INTERRUPTED
         print(f"gpuarray stand-in driver: {name} failed (CUDA_ERROR_UNKNOWN):",
               file=sys.stderr)
         traceback.print_exception(e, file=sys.stderr)

@@ -9,7 +9,9 @@
   freeing memory during unwinding) is served and leaves that exception as it
   found it.
 * A ``KeyboardInterrupt`` raised while a call is being served is delivered to
-  the caller once the call returns, not swallowed as ``CUDA_ERROR_UNKNOWN``.
+  the caller once the call returns, not swallowed as ``CUDA_ERROR_UNKNOWN``;
+  so is any other exception a signal handler raises then (a test runner's
+  time limit).
 * A thread with no Python thread state (a C library's worker) may call the
   driver while the GIL holder waits for it *with the GIL released*; waiting
   while holding the GIL deadlocks (the documented limit: the simulator is
@@ -194,6 +196,29 @@ def scenarios(folder, cc, tmp_path_factory):
         _serve._HANDLERS["cuInit"] = served
         print("after:", driver.cuInit(0)[0].value)
 
+        # 2b. so does another handler's exception (a test runner's time limit)
+        class TimeLimit(Exception):
+            pass
+        def expire(sig, frame):
+            raise TimeLimit("ran past its time")
+        signal.signal(signal.SIGALRM, expire)
+        def timed_out(flags):
+            signal.raise_signal(signal.SIGALRM)
+            for _ in range(1000):
+                pass
+            raise AssertionError("the signal did not arrive")
+        _serve._HANDLERS["cuInit"] = timed_out
+        try:
+            r = driver.cuInit(0)
+            for _ in range(1000):
+                pass
+            print("time limit: lost", r)
+        except TimeLimit as e:
+            print("time limit: delivered", e, _serve.last_error() is e)
+        _serve._HANDLERS["cuInit"] = served
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        print("after time limit:", driver.cuInit(0)[0].value)
+
         # 3. a thread without a Python thread state, the GIL released by its waiter
         lib = ctypes.CDLL({str(helper)!r})
         print("c thread:", lib.call_from_c_thread(ctypes.c_void_p(cuinit)))
@@ -221,6 +246,14 @@ def test_an_interrupt_during_a_served_call_is_delivered(scenarios):
     assert _line(scenarios, "interrupt") == "delivered KeyboardInterrupt", scenarios.stderr
     assert _line(scenarios, "after") == "0"  # the stand-in serves on afterwards
     assert "KeyboardInterrupt" not in scenarios.stderr  # delivered, not printed as a failure
+
+
+def test_a_signal_handlers_exception_during_a_served_call_is_delivered(scenarios):
+    # a test runner's per-test time limit (SIGALRM) firing while the simulator ran a long
+    # kernel: the caller gets the handler's exception, not CUDA_ERROR_UNKNOWN
+    assert _line(scenarios, "time limit") == "delivered ran past its time True", scenarios.stderr
+    assert _line(scenarios, "after time limit") == "0"
+    assert "CUDA_ERROR_UNKNOWN" not in scenarios.stderr
 
 
 def test_a_thread_without_python_state_is_served(scenarios):

@@ -4,7 +4,8 @@
 Usage (in ``.venv-peers``: numba-cuda 0.30.4 and gpuarray installed;
 ``make test-numba-cudapy``)::
 
-    python sim/tools/numba_cudapy/run.py [--whole] [--workers N] [--junit FILE] [-- PYTEST_ARGS...]
+    python sim/tools/numba_cudapy/run.py [--whole] [--workers N] [--junit FILE] [--time-limit S]
+                                         [-- PYTEST_ARGS...]
 
 What runs: the modules of :data:`SELECTION` -- a CI-sized choice of the
 suite, kernels that use warp shuffles, votes and matches, shared (static and
@@ -22,8 +23,15 @@ makes the list stale.  Exit status 0 when all is as listed, 1 otherwise, 2
 when the run could not be made.
 
 ``--whole`` runs the whole ``numba.cuda.tests.cudapy`` package and only
-reports its counts (no judgement; about 20-40 minutes on 2 cores): the
+reports its counts (no judgement; about 8-40 minutes on 2 cores): the
 number issue 36's notes give.
+
+Each run has a wall-clock limit too (``--time-limit``: :data:`TIME_LIMIT`
+seconds for the selection, :data:`WHOLE_TIME_LIMIT` with ``--whole``): a
+pytest-xdist worker that dies (one crashed in NVVM under load) leaves the
+run waiting for ever.  Past it the run's process group is killed and the
+exit status is 2, with the counts of what finished and the tests left
+running (``sim/tools/numba_driver/run.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +69,10 @@ OTHER_EXPECTED: dict[str, str] = {}
 NOT_RUN: dict[str, str] = {}
 #: Per-test time limit (seconds) for the selection and for --whole.
 PER_TEST_TIMEOUT = "120"
+#: Wall-clock limit (seconds) of the selection's run (about 25-60 s on 2 workers).
+TIME_LIMIT = 900.0
+#: Wall-clock limit (seconds) of a --whole run (8 minutes on a quiet machine, 20-40 loaded).
+WHOLE_TIME_LIMIT = 3600.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         argv, (PACKAGE,) if whole else SELECTION, NEEDS_KERNEL, OTHER_EXPECTED,
         "kernel tests (whole cudapy suite) over the stand-in" if whole
         else "kernel tests (CI selection of cudapy) over the stand-in",
-        plugins=("timeout_plugin",), judge=not whole)
+        plugins=("timeout_plugin",), judge=not whole,
+        time_limit=WHOLE_TIME_LIMIT if whole else TIME_LIMIT)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 Usage (in an environment with numba-cuda 0.30.4 and gpuarray installed:
 ``make test-numba-driver`` makes one, ``.venv-peers``)::
 
-    python sim/tools/numba_driver/run.py [--workers N] [--junit FILE] [-- PYTEST_ARGS...]
+    python sim/tools/numba_driver/run.py [--workers N] [--junit FILE] [--time-limit S]
+                                         [-- PYTEST_ARGS...]
 
 What runs: ``numba.cuda.tests.cudadrv`` and
 ``numba.cuda.tests.cudapy.test_multiprocessing`` from the installed wheel,
@@ -24,13 +25,22 @@ each stated.  The exit status is 0
 when every failure is listed and every listed test failed (a listed test
 that passes makes the list stale: 1), 1 otherwise, 2 when the run could not
 be made.  The summary gives the counts and the wall time.
+
+The run has a wall-clock limit (``--time-limit``, :data:`TIME_LIMIT`
+seconds here; 0: none): a worker that dies can leave pytest-xdist waiting
+for ever.  Past it the whole process group of the run is killed and the exit
+status is 2, with what finished by then (``progress_plugin.py``'s log: the
+counts, and the tests that started and never finished).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
+import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +66,15 @@ OTHER_EXPECTED: dict[str, str] = {
 }
 #: What a NEEDS_KERNEL failure's message says (anything else is unexpected).
 _KERNEL_MARKS = ("CUDA_ERROR_INVALID_IMAGE", "1 != 2")
+#: Wall-clock limit of the run, seconds (about 1 minute on one worker; the limit is for a hang).
+TIME_LIMIT = 900.0
+#: Seconds between the SIGTERM and the SIGKILL of a run cut at its limit.
+KILL_GRACE = 5.0
+
+_progress_spec = importlib.util.spec_from_file_location("progress_plugin", HERE / "progress_plugin.py")
+assert _progress_spec is not None and _progress_spec.loader is not None
+progress_plugin = importlib.util.module_from_spec(_progress_spec)
+_progress_spec.loader.exec_module(progress_plugin)
 
 
 def _key(tc: ET.Element) -> str:
@@ -64,21 +83,79 @@ def _key(tc: ET.Element) -> str:
     return f"{module.rpartition('.')[2]}::{klass}::{tc.get('name')}"
 
 
+def run_bounded(cmd: list[str], env: dict[str, str], cwd: Path,
+                limit: float) -> tuple[int | None, float]:
+    """Run ``cmd`` in a process group of its own for at most ``limit`` seconds (0: no limit).
+
+    Returns its exit status (None when it was cut: the whole group got
+    SIGTERM, then SIGKILL after :data:`KILL_GRACE` seconds) and the wall time.
+    An exception here (Ctrl-C) kills the group too before it propagates.
+    """
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True)
+    try:
+        code = proc.wait(timeout=limit if limit > 0 else None)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None, time.monotonic() - t0
+    except BaseException:
+        _kill_group(proc)
+        raise
+    return code, time.monotonic() - t0
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to ``proc``'s process group; SIGKILL to what is left of it :data:`KILL_GRACE` s on."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=KILL_GRACE)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the leader's children too, if it has gone
+    proc.wait()
+
+
+def _command(args: argparse.Namespace, packages: tuple[str, ...], plugins: tuple[str, ...],
+             junit: Path, progress: Path) -> list[str]:
+    return [sys.executable, "-m", "gpuarray", "standin", "--", sys.executable, "-m", "pytest",
+            "-c", str(HERE / "pytest.ini"), "--rootdir", str(HERE), "-n", args.workers,
+            *(x for plugin in ("progress_plugin", *plugins) for x in ("-p", plugin)),
+            f"--progress-log={progress}",
+            # native tracebacks: pytest's own formatter parses numba's deep frames with
+            # ast.parse, which CPython 3.11 can fail on (an INTERNALERROR, not a result)
+            "--tb=native", "-q", "-rN", f"--junitxml={junit}", *args.pytest_args, *packages]
+
+
+def _report_cut(wall: float, limit: float, progress: Path) -> None:
+    counts, running = progress_plugin.summary(progress)
+    print(f"\nrun.py: the run was cut after {wall:.0f} s (--time-limit={limit:g}): its process "
+          "group was killed; finished by then: "
+          + ", ".join(f"{n} {k}" for k, n in counts.items()), file=sys.stderr)
+    for nodeid in running:
+        print(f"run.py: started, never finished: {nodeid}", file=sys.stderr)
+
+
 def referee(argv: list[str] | None, packages: tuple[str, ...], needs_kernel: dict[str, str],
             other_expected: dict[str, str], title: str, plugins: tuple[str, ...] = (),
-            judge: bool = True) -> int:
+            judge: bool = True, time_limit: float = TIME_LIMIT) -> int:
     """Run ``packages`` of numba-cuda's tests over the stand-in and judge every failure.
 
-    The command line is this tool's (``--workers``, ``--junit``, pytest
-    arguments); ``plugins`` are pytest plugins to load (on ``PYTHONPATH``:
-    this folder and the caller's).  Returns the exit status described above;
+    The command line is this tool's (``--workers``, ``--junit``,
+    ``--time-limit``, pytest arguments); ``plugins`` are pytest plugins to
+    load (on ``PYTHONPATH``: this folder and the caller's); ``time_limit``
+    is ``--time-limit``'s default.  Returns the exit status described above;
     with ``judge=False`` only the counts are reported (0 once there is a report).
     """
     p = argparse.ArgumentParser(description=title)
     p.add_argument("--workers", default="2", help="pytest-xdist workers (default 2)")
     p.add_argument("--junit", type=Path, help="keep the JUnit XML report here")
+    p.add_argument("--time-limit", type=float, default=time_limit, metavar="SECONDS",
+                   help=f"kill the run past this many seconds, exit status 2 (default "
+                        f"{time_limit:g}; 0: no limit)")
     p.add_argument("pytest_args", nargs="*")
     args = p.parse_args(argv)
+    if not args.time_limit >= 0:  # NaN too
+        p.error(f"--time-limit={args.time_limit!r}: use a number of seconds >= 0")
     try:
         version = importlib.metadata.version("numba-cuda")
     except importlib.metadata.PackageNotFoundError:
@@ -90,22 +167,20 @@ def referee(argv: list[str] | None, packages: tuple[str, ...], needs_kernel: dic
               f"for {VERSION}", file=sys.stderr)
         return 2
     junit = (args.junit or Path(tempfile.mkdtemp(prefix="numba-referee-")) / "junit.xml").resolve()
+    progress = junit.with_name(junit.name + ".progress")
+    progress.unlink(missing_ok=True)
     caller = Path(sys.argv[0]).resolve().parent
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(caller), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "gpuarray", "standin", "--", sys.executable, "-m", "pytest",
-           "-c", str(HERE / "pytest.ini"), "--rootdir", str(HERE), "-n", args.workers,
-           *(x for plugin in plugins for x in ("-p", plugin)),
-           # native tracebacks: pytest's own formatter parses numba's deep frames with
-           # ast.parse, which CPython 3.11 can fail on (an INTERNALERROR, not a result)
-           "--tb=native", "-q", "-rN", f"--junitxml={junit}", *args.pytest_args, *packages]
+    cmd = _command(args, packages, plugins, junit, progress)
     print("$", " ".join(cmd), flush=True)
-    t0 = time.monotonic()
     # In this folder: pytest run elsewhere with --pyargs loads the conftest.py of the
     # folder's test*/ subfolders (from the repository root: gpuarray's tests/conftest.py,
     # whose settings -- GPUARRAY_SIM_MEMCHECK=strict -- are not numba-cuda's).
-    code = subprocess.run(cmd, env=env, cwd=HERE).returncode
-    wall = time.monotonic() - t0
+    code, wall = run_bounded(cmd, env, HERE, args.time_limit)
+    if code is None:
+        _report_cut(wall, args.time_limit, progress)
+        return 2
     if not junit.exists():
         print(f"run.py: pytest exited with status {code} and wrote no report", file=sys.stderr)
         return 2
