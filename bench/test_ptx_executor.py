@@ -12,6 +12,11 @@ Simulator only (a GPU runs PTX itself).  Rows:
   cache (target: under 1 s).
 - ``test_ptx_cached_load``: the same from the disk cache in a fresh program
   (parse, cache read, ``dlopen``; target: under 5 ms).
+- ``test_barrier_passage[threads]``: a loop of ``bar.sync 0`` in blocks of
+  32, 256 and 1024 threads, translated, one worker; ``extra_info`` holds
+  nanoseconds per thread per passage and ``ratio`` = that over the same
+  loop without the barrier, in the same run (what a passage costs beyond
+  the loop itself: the fiber switch and the barrier's bookkeeping).
 """
 
 from __future__ import annotations
@@ -122,3 +127,52 @@ def test_ptx_cached_load(benchmark, tmp_path, monkeypatch):
         assert build.load(text).build()["exports"]  # entries resolved from the cached library
 
     benchmark.pedantic(cached, rounds=5, iterations=1)
+
+
+_BARS = """
+.visible .entry bars(.param .u32 n)
+{
+  .reg .b32 %i, %n; .reg .pred %p;
+  ld.param.u32 %n, [n];
+  mov.u32 %i, 0;
+L:
+  setp.ge.u32 %p, %i, %n;
+  @%p bra D;
+  BARRIER
+  add.u32 %i, %i, 1;
+  bra L;
+D:
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [32, 256, 1024])
+def test_barrier_passage(benchmark, monkeypatch, threads):
+    import ctypes
+
+    from sim.tests.ptx.support import HEAD
+
+    monkeypatch.setenv("GPUARRAY_SIM_PTX_TIER", "compiled")
+    monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "1")
+    b = backend()
+    blocks, n = 16, 200
+
+    def kernel(barrier: str):
+        m = b.module_load_data((HEAD + _BARS.replace("BARRIER", barrier)).encode() + b"\0")
+        return b.module_get_function(m, "bars")
+
+    with_bar, without = kernel("bar.sync 0;"), kernel("")
+
+    def run(f):
+        b.launch_kernel(f, (blocks, 1, 1), (threads, 1, 1), 0, 1, [ctypes.c_uint32(n)])
+        b.ctx_synchronize()
+
+    run(with_bar), run(without)  # built and loaded before timing
+    passages = blocks * threads * n
+    loop = _timed(lambda: run(without))
+    benchmark.pedantic(run, args=(with_bar,), rounds=3, iterations=1)
+    per = benchmark.stats.stats.min / passages * 1e9
+    benchmark.extra_info.update(ns_per_passage=round(per, 2),
+                                ns_per_loop_iteration=round(loop / passages * 1e9, 2),
+                                ratio=round(benchmark.stats.stats.min / loop, 2))
