@@ -213,7 +213,15 @@ inline float div_approx(float a, float b) {
 }
 // A GPU's f32 NaN result: the canonical 0x7fffffff, whatever the inputs' payloads
 // (add, abs/neg, cvt from f16 and cvt.rzi on an H200, 2026-11-28).
-inline float canon(float v) { return v != v ? bits<float>(0x7fffffffu) : v; }
+// A branch, not a select: a NaN is rare and the branch predicted, so a chain of
+// dependent results (an fma accumulation) waits for the arithmetic alone -- as a
+// select (cmov) the compare was on the chain, about twice its latency.  The cold
+// call keeps the compiler from turning the branch back into a select.
+[[gnu::cold, gnu::noinline]] inline float canon_nan() { return bits<float>(0x7fffffffu); }
+inline float canon(float v) {
+    if (__builtin_expect(v != v, 0)) return canon_nan();
+    return v;
+}
 
 // Float to integer: PTX saturates.  NaN (an H200, 2026-11-28): the destination's top bit
 // alone (0x80000000, 0x8000000000000000) from an f64 source or into a 64-bit destination
