@@ -75,6 +75,7 @@ MIN_PARALLEL_THREADS = 4096
 
 _cores: int | None = None
 _load = [-10.0, 0.0]  # when the load average was read (monotonic seconds), and its value
+_runnable = [-10.0, 0]  # when the runnable threads were counted, and how many (0: unknown)
 
 
 def _idle_cores(cores: int) -> float:
@@ -89,6 +90,20 @@ def _idle_cores(cores: int) -> float:
     return cores - _load[1]
 
 
+def _idle_now(cores: int) -> int | None:
+    """Cores idle at this moment: ``cores`` less the threads runnable now, this one included
+    (``/proc/loadavg``'s fourth field; read at most every 50 ms).  None: not known here."""
+    now = time.monotonic()
+    if now - _runnable[0] > 0.05:
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                _runnable[1] = int(f.read().split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            _runnable[1] = 0
+        _runnable[0] = now
+    return None if _runnable[1] <= 0 else max(0, cores - _runnable[1])
+
+
 def workers() -> int:
     """Host threads that may run one launch's blocks at once (``GPUARRAY_SIM_WORKERS``).
 
@@ -100,7 +115,11 @@ def workers() -> int:
     a worker without a core of its own only takes turns with the others --
     numba-cuda's test_matmul and test_laplace took 242 s with two workers
     against 108 s with one at a load of 6 on 2 cores, and 38.2 s against
-    67.6 s on the quiet machine).  Always 1 under
+    67.6 s on the quiet machine).  Under pytest-xdist, also one plus the
+    cores idle at the moment of the launch (``/proc/loadavg``'s count of
+    runnable threads), when that is more: once the other processes have
+    run out of tests, the last long launches take the cores they left
+    (the 1-minute average still counts them busy for a minute).  Always 1 under
     ``GPUARRAY_SIM_SEED``: a seeded run replays the same block order (one
     worker admits the blocks in order, deterministically).
 
@@ -129,6 +148,10 @@ def workers() -> int:
     except ValueError:
         procs = 1
     share = _cores // procs
+    if procs > 1:
+        idle = _idle_now(_cores)
+        if idle is not None and 1 + idle > max(share, 1):
+            return min(_cores, 1 + idle)
     if share <= 1:
         return 1
     return max(1, min(share, 1 + int(_idle_cores(_cores) + 0.5)))

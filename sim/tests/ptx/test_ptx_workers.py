@@ -274,6 +274,7 @@ def test_default_workers_are_the_cores_left_idle(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_hostrt, "_cores", 8)
     monkeypatch.setattr(_hostrt, "_load", [time.monotonic(), 0.0])
+    monkeypatch.setattr(_hostrt, "_runnable", [time.monotonic() + 1e6, 8])  # all cores busy now
     assert _hostrt.workers() == 8 and _hostrt.workers_for(64, 1024) == 8
     monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "auto")  # the same, said
 
@@ -289,6 +290,39 @@ def test_default_workers_are_the_cores_left_idle(monkeypatch):
     assert at_load(0.0) == 1
     monkeypatch.setenv("GPUARRAY_SIM_WORKERS", "3")
     assert at_load(9.0) == 3  # asked for: no load guard
+
+
+def test_under_xdist_a_launch_takes_the_cores_idle_now(monkeypatch):
+    # xdist's processes share the cores; once the others are out of tests (idle, not
+    # runnable), the last long launches take their cores, whatever the 1-minute load says
+    import time
+
+    for name in ("GPUARRAY_SIM_WORKERS", "GPUARRAY_SIM_SEED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setattr(_hostrt, "_cores", 2)
+    monkeypatch.setattr(_hostrt, "_load", [time.monotonic() + 1e6, 2.0])  # still counts them
+
+    def runnable(n: int) -> int:
+        monkeypatch.setattr(_hostrt, "_runnable", [time.monotonic() + 1e6, n])
+        return _hostrt.workers()
+
+    assert runnable(2) == 1  # the other process runs: one core each
+    assert runnable(3) == 1
+    assert runnable(1) == 2  # this thread alone: both cores
+    assert runnable(0) == 1  # not known: the static share
+    monkeypatch.setattr(_hostrt, "_cores", 8)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    assert runnable(3) == 6 and runnable(9) == 2  # never fewer than the share of the cores
+    monkeypatch.setenv("GPUARRAY_SIM_SEED", "1")
+    assert runnable(1) == 1  # a seeded run replays: one worker
+    monkeypatch.delenv("GPUARRAY_SIM_SEED")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
+    assert runnable(1) == 7  # without xdist the 1-minute load alone, as before (1 + 8 - 2)
+    # the reading itself: this thread is running, so at least one runnable thread
+    monkeypatch.setattr(_hostrt, "_runnable", [-10.0, 0])
+    idle = _hostrt._idle_now(64)
+    assert idle is None or 0 <= idle <= 63
 
 
 def _memcheck_report(mode: str, capsys) -> str:
