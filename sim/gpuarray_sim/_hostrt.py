@@ -101,7 +101,8 @@ def _idle_now(cores: int) -> int | None:
         except (OSError, ValueError, IndexError):
             _runnable[1] = 0
         _runnable[0] = now
-    return None if _runnable[1] <= 0 else max(0, cores - _runnable[1])
+    n = int(_runnable[1])
+    return None if n <= 0 else max(0, cores - n)
 
 
 def workers() -> int:
