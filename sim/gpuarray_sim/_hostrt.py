@@ -62,9 +62,11 @@ __all__ = ["RUNTIME_SOURCE", "HEADERS", "ABI", "HostRuntime", "Grant", "grants_f
 #: The runtime's C++ source.
 RUNTIME_SOURCE = Path(__file__).with_name("_hostrt.cpp")
 #: The headers the runtime includes (``-I`` this folder): the launch record it and the code it
-#: runs share, its fibers and its helper threads (a build's cache key covers them).
+#: runs share, its fibers, its own launch record, its helper threads and its fault handler (a
+#: build's cache key covers them).
 HEADERS = tuple(Path(__file__).with_name(n)
-                for n in ("ga_hostrt.h", "_hostrt_fibers.h", "_hostrt_pool.h"))
+                for n in ("ga_hostrt.h", "_hostrt_fibers.h", "_hostrt_launch.h", "_hostrt_pool.h",
+                          "_hostrt_signals.h"))
 #: The ``GA_HOST_ABI`` of ``ga_hostrt.h`` (the launch record) this module speaks.
 ABI = 4
 
