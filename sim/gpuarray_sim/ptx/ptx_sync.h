@@ -30,7 +30,8 @@ inline void wait(Thread* t, uint32_t line) {
 }
 
 // Releases barrier `id`: its waiters are no longer blocked (for activemask).
-inline void bar_release(Thread* t, uint32_t id) {
+// Out of line: once per completed barrier, not per thread.
+[[gnu::noinline]] inline void bar_release(Thread* t, uint32_t id) {
     Block& b = *t->blk;
     b.arrived[id] = 0;
     b.pending &= ~(1u << id);
@@ -60,7 +61,8 @@ inline void bar_arrive(Thread* t, uint32_t id, uint32_t count) {
 }
 
 // bar.sync / barrier.sync / bar.red: `op` 0 none, 1 popc, 2 and, 3 or.
-inline uint32_t bar_sync(Thread* t, uint32_t id, uint32_t count, int op, bool p,
+// Inlined at each barrier: its id, count and reduction are mostly constants there.
+GA_PTX_INLINE uint32_t bar_sync(Thread* t, uint32_t id, uint32_t count, int op, bool p,
                          uint32_t line) {
     if (id >= 16) trap(t, line, "barrier number >= 16");
     Block& b = *t->blk;
