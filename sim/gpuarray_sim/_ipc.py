@@ -161,6 +161,16 @@ def _attach(name: str) -> shared_memory.SharedMemory:
             resource_tracker.register = register
 
 
+def _attach_exported(name: str, call: str, gone: str) -> shared_memory.SharedMemory:
+    """:func:`_attach` to segment ``name`` another process exported; a segment that no longer
+    exists is ``CUDA_ERROR_MAP_FAILED`` of ``call``, saying ``gone`` (or that process ended)."""
+    try:
+        return _attach(name)
+    except FileNotFoundError:
+        raise CudaError(MAP_FAILED, call, f"(segment {name} is gone: {gone} or its process "
+                                          "ended)", name="CUDA_ERROR_MAP_FAILED") from None
+
+
 def _unpack(raw: bytes, magic: bytes, kind: str, maker: str) -> tuple:
     """The fields of a simulator handle of ``magic`` (its segment name decoded), or ValueError."""
     raw = bytes(raw)
@@ -246,12 +256,7 @@ class SimIpc:
         if imp is not None:  # already open in this context: count a reference
             imp.refs += 1
             return imp.alloc.base
-        try:
-            shm = _attach(name)
-        except FileNotFoundError:
-            raise CudaError(MAP_FAILED, call, f"(segment {name} is gone: the exporting allocation "
-                                              "was freed or its process ended)",
-                            name="CUDA_ERROR_MAP_FAILED") from None
+        shm = _attach_exported(name, call, "the exporting allocation was freed")
         mem = self._b.memory
         dev = ctx.device
         base = mem._next[dev]
@@ -401,13 +406,8 @@ class SimIpcEvents:
         if pid == os.getpid():
             raise CudaError(INVALID_CONTEXT, call, "(the handle was made by this process: the "
                                                    "simulator opens IPC handles only in other processes)")
-        try:
-            shm = _attach(name)
-        except FileNotFoundError:
-            raise CudaError(MAP_FAILED, call, f"(segment {name} is gone: the exported event was "
-                                              "destroyed or its process ended)",
-                            name="CUDA_ERROR_MAP_FAILED") from None
-        return SharedEvent(shm, owner=False)
+        return SharedEvent(_attach_exported(name, call, "the exported event was destroyed"),
+                           owner=False)
 
     def start(self) -> None:
         """Run the progress thread (once an event holds its shared record: it stops when none does)."""
