@@ -178,44 +178,35 @@ def scenarios(folder, cc, tmp_path_factory):
         else:
             print("pending: lost", rc.value)
 
-        # 2. an interrupt while a call is being served reaches the caller
+        # 2. a signal whose handler raises while a call is being served (Ctrl-C; a test
+        # runner's time limit): the exception reaches the caller, the stand-in serves on
         served = _serve._HANDLERS["cuInit"]
-        def interrupted(flags):
-            signal.raise_signal(signal.SIGINT)
-            for _ in range(1000):
-                pass
-            raise AssertionError("the interrupt did not arrive")
-        _serve._HANDLERS["cuInit"] = interrupted
-        try:
-            r = driver.cuInit(0)
-            for _ in range(1000):
-                pass
-            print("interrupt: lost", r)
-        except KeyboardInterrupt:
-            print("interrupt: delivered", type(_serve.last_error()).__name__)
-        _serve._HANDLERS["cuInit"] = served
+        def signalled(label, sig, caught, said):
+            def during(flags):
+                signal.raise_signal(sig)
+                for _ in range(1000):
+                    pass
+                raise AssertionError("the signal did not arrive")
+            _serve._HANDLERS["cuInit"] = during
+            try:
+                r = driver.cuInit(0)
+                for _ in range(1000):
+                    pass
+                print(label + ": lost", r)
+            except caught as e:
+                print(label + ": delivered", said(e))
+            _serve._HANDLERS["cuInit"] = served
+        signalled("interrupt", signal.SIGINT, KeyboardInterrupt,
+                  lambda e: type(_serve.last_error()).__name__)
         print("after:", driver.cuInit(0)[0].value)
 
-        # 2b. so does another handler's exception (a test runner's time limit)
         class TimeLimit(Exception):
             pass
         def expire(sig, frame):
             raise TimeLimit("ran past its time")
         signal.signal(signal.SIGALRM, expire)
-        def timed_out(flags):
-            signal.raise_signal(signal.SIGALRM)
-            for _ in range(1000):
-                pass
-            raise AssertionError("the signal did not arrive")
-        _serve._HANDLERS["cuInit"] = timed_out
-        try:
-            r = driver.cuInit(0)
-            for _ in range(1000):
-                pass
-            print("time limit: lost", r)
-        except TimeLimit as e:
-            print("time limit: delivered", e, _serve.last_error() is e)
-        _serve._HANDLERS["cuInit"] = served
+        signalled("time limit", signal.SIGALRM, TimeLimit,
+                  lambda e: str(e) + " " + str(_serve.last_error() is e))
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         print("after time limit:", driver.cuInit(0)[0].value)
 
