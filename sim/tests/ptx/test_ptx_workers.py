@@ -10,6 +10,7 @@ so a seeded run replays exactly.
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -322,7 +323,10 @@ def test_under_xdist_a_launch_takes_the_cores_idle_now(monkeypatch):
     # the reading itself: this thread is running, so at least one runnable thread
     monkeypatch.setattr(_hostrt, "_runnable", [-10.0, 0])
     idle = _hostrt._idle_now(64)
-    assert idle is None or 0 <= idle <= 63
+    if os.path.exists("/proc/loadavg"):
+        assert idle is not None and 0 <= idle <= 63, idle
+    else:
+        assert idle is None  # not known here: the static share
 
 
 def _memcheck_report(mode: str, capsys) -> str:
