@@ -317,6 +317,9 @@ def _make_precompiled(cc: Compiler, key: str, text: str, opt: str | None) -> str
     if not _cache.disk_cache_enabled():
         return None
     base = _cache.cache_dir()
+    # made here as a cache write makes it: the first build of a process on a fresh
+    # machine comes before any write, and a missing folder is never trusted
+    os.makedirs(base, mode=0o700, exist_ok=True)
     if not _cache._trusted(base):
         return None
     d = base / "pch"
