@@ -505,18 +505,20 @@ _ATOM_OPS_ALL = frozenset({"add", "and", "or", "xor", "exch", "cas", "inc", "dec
 
 
 def _types_version(m: PtxModule) -> list[tuple[int, str]]:
-    """Declarations of type .b128 (registers, variables, parameters) in a module older than
-    PTX ISA 8.3."""
+    """Declarations of type .b128 (registers, scalar variables, parameters) in a module older
+    than PTX ISA 8.3.  (ptxas 13.0 takes an array of .b128 there -- ``.global .b128 g[2]``,
+    ``.local .b128 l[2]`` -- and refuses a scalar one: so does this.)"""
     if m.version >= _B128_VERSION:
         return []
     why = (f"type .b128 needs PTX ISA .version 8.3 or newer (the module's is "
            f"{m.version[0]}.{m.version[1]})")
-    out = [(g.line, f"{g.name}: {why}") for g in m.globals.values() if g.type == "b128"]
+    out = [(g.line, f"{g.name}: {why}") for g in m.globals.values()
+           if g.type == "b128" and not g.array]
     for fn in m.functions.values():
         out += [(fn.line, f"parameter {p.name} of {fn.name}: {why}")
                 for p in fn.params + fn.rets if p.type == "b128"]
         out += [(d.line, f"{d.name}: {why}") for d in fn.body or []
-                if isinstance(d, Decl) and d.type == "b128"]
+                if isinstance(d, Decl) and d.type == "b128" and not d.dims]
     return out
 
 
