@@ -482,13 +482,16 @@ def _b128(it: Instr, regs: dict[str, str | None], m: PtxModule) -> str | None:
 
 
 def _b128_mov(it: Instr, regs: dict[str, str | None]) -> str | None:
-    """mov and .b128 vectors: mov.b128 packs and unpacks two 64-bit or four 32-bit registers;
-    a .b128 register is no element of another type's vector."""
-    for a in it.args:
+    """mov and .b128 vectors: mov.b128 packs and unpacks two 64-bit or four 32-bit registers
+    (an unpack may discard an element into the sink ``_``, a pack may not read one); a .b128
+    register is no element of another type's vector."""
+    for k, a in enumerate(it.args):
         if not isinstance(a, Vec):
             continue
-        sizes = [_SIZE.get(regs.get(x.name) or "", 0) if isinstance(x, Reg) else 0
-                 for x in a.items]
+        if k > 0 and None in a.items and "b128" in it.mods:
+            return f"{it.opcode}: the sink '_' as a source of a pack (sink not allowed as a source)"
+        sizes = [_SIZE.get(regs.get(x.name) or "", 0) if isinstance(x, Reg)
+                 else (16 // len(a.items) if x is None else 0) for x in a.items]
         if "b128" not in it.mods:
             if any(isinstance(x, Reg) and regs.get(x.name) == "b128" for x in a.items):
                 return (f"{it.opcode}: a .b128 register as an element of a vector "

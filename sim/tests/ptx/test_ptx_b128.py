@@ -63,15 +63,18 @@ MOVES = HEAD83 + """
   mov.b128 {%fd0, %fd1}, %q0;
   mov.b128 %q3, {%fd1, %fd0};
   st.global.b128 [%rd0+96], %q3;
+  mov.b128 {_, %rd5}, %q0;
+  mov.b128 {%rd6, _}, %q0;
+  st.global.v2.u64 [%rd0+112], {%rd5, %rd6};
   ret;
 }
 """
 
 
 def test_mov_pack_unpack_copy_and_literals(b):
-    out = upload(b, np.zeros(14, np.uint64))
+    out = upload(b, np.zeros(16, np.uint64))
     launch(b, MOVES, "moves", [u64(out), u64(LO), u64(HI)])
-    got = [int(x) for x in download(b, out, 14, np.uint64)]
+    got = [int(x) for x in download(b, out, 16, np.uint64)]
     assert got[0:2] == [LO, HI]  # {lo, hi}: lo the low 64 bits, stored first
     assert got[2:4] == [HI, LO]  # unpacked to (lo, hi), stored swapped
     words = [int(w) for w in np.array([LO, HI], np.uint64).view(np.uint32)]
@@ -80,6 +83,7 @@ def test_mov_pack_unpack_copy_and_literals(b):
     assert got[8:10] == [2**64 - 1] * 2  # -1 extends to all 128 bits
     assert got[10:12] == [5, 0]
     assert got[12:14] == [HI, LO]  # through two .f64 registers, bit for bit
+    assert got[14:16] == [HI, LO]  # an unpack with the sink '_' keeps the other half
 
 
 LDST = HEAD83 + """
@@ -391,6 +395,8 @@ def test_b128_body_variables_and_parameters_before_version_8_3(body, line, refus
     ("st.relaxed.sys.global.b128 [%rd0], %q0;", "needs PTX ISA .version 8.4"),
     ("atom.sys.global.cas.b128 %q0, [%rd0], %q1, %q2;", "needs PTX ISA .version 8.4"),
     ("ld.global.b128 %rd1, [%rd0];", "ld.global.b128"),
+    # "Sink '_' not allowed as a source operand"
+    ("mov.b128 %q0, {%rd0, _};", "the sink '_' as a source"),
 ])
 def test_what_ptxas_refuses_is_refused_at_load(body, what):
     why = _refusal(_kernel(body))
