@@ -181,6 +181,8 @@ class GlobalVar:
     extern: bool = False
     relocs: list[tuple[int, str, int]] = field(default_factory=list)
     type: str = "b8"
+    #: declared with dimensions (``g[4]``, ``g[]``): an array, not a scalar
+    array: bool = False
 
 
 @dataclass

@@ -64,7 +64,7 @@ _TYPES = set(CTYPE)
 _SIZE = {"pred": 0, "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2,
          "bf16": 2, "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4,
          "b64": 8, "u64": 8, "s64": 8, "f64": 8, "s16x2": 4, "u16x2": 4, "e4m3x2": 2,
-         "e5m2x2": 2}
+         "e5m2x2": 2, "b128": 16}
 #: Register types PTX declares (ptxas refuses ``.reg .bf16``, ``.reg .bf16x2``, the
 #: packed integer and fp8 types).
 REG_TYPES = set(_SIZE) - {"bf16", "bf16x2", "s16x2", "u16x2", "e4m3x2", "e5m2x2"}
@@ -344,7 +344,7 @@ def _operands(it: Instr, regs: dict[str, str | None], syms: dict[str, str] | Non
     for a in it.args:  # an address operand's register is an integer or bit register
         if isinstance(a, Addr) and isinstance(a.base, Reg):
             rt = regs.get(a.base.name)
-            if rt is not None and (rt == "pred" or rt[0] == "f"):
+            if rt is not None and (rt in ("pred", "b128") or rt[0] == "f"):
                 return (f"{it.opcode}: register {a.base.name} of type .{rt} as an address "
                         "(integer or bit registers only)")
     for (op, k2), (lo, hi) in _IMM_RANGE.items():
@@ -419,6 +419,112 @@ def _mbarrier_version(it: Instr, version: tuple[int, int]) -> str | None:
             f"module's is {version[0]}.{version[1]})")
 
 
+#: .b128 (PTX ISA 8.3): the oldest .version of the type, of a .b128 access with scope .sys
+#: (8.4), the oldest target of its atomics, and those atomics' operations and state spaces --
+#: ptxas 13.0's verdicts (sim/tests/ptx/test_ptx_b128.py names each).
+_B128_VERSION, _B128_SYS_VERSION, _B128_ATOM_SM = (8, 3), (8, 4), 90
+_B128_ATOM_OPS = frozenset({"cas", "exch"})
+_B128_ATOM_SPACES = frozenset({"global", "shared", "shared::cta", "shared::cluster"})
+
+
+def _sm(target: str) -> int:
+    """The number of ``sm_90a`` (0 for a target that names none)."""
+    digits = re.match(r"sm_(\d+)", target)
+    return int(digits.group(1)) if digits else 0
+
+
+def _b128(it: Instr, regs: dict[str, str | None], m: PtxModule) -> str | None:
+    """Why ptxas refuses ``it`` for its .b128 type or registers (None: it does not): the type
+    before .version 8.3, with .sys before 8.4; an atomic other than atom.cas/atom.exch, in
+    another state space, as a vector, before sm_90, or with operands that are not .b128
+    registers (exch's value may be a literal); a .b128 register as a value of an atomic or
+    red of another type (instructions with typed operands refuse it by size)."""
+    b128 = "b128" in it.mods
+    if b128 and m.version < _B128_VERSION:
+        return (f"{it.opcode}: type .b128 needs PTX ISA .version 8.3 or newer (the module's is "
+                f"{m.version[0]}.{m.version[1]})")
+    if b128 and "sys" in it.mods and m.version < _B128_SYS_VERSION:
+        return (f"{it.opcode}: .b128 with .sys needs PTX ISA .version 8.4 or newer (the "
+                f"module's is {m.version[0]}.{m.version[1]})")
+    if it.base == "mov":
+        return _b128_mov(it, regs)
+    if b128 and it.base in ("ld", "st", "ldu") and not any(x in ("v2", "v4") for x in it.mods):
+        if any(isinstance(a, Vec) for a in it.args):
+            return f"{it.opcode}: a vector operand of a scalar .b128 access (vector size mismatch)"
+    if it.base not in ("atom", "red"):
+        return None
+    values = [it.args[0], *it.args[2:]] if it.base == "atom" else it.args[1:]
+    if not b128:
+        for a in values:
+            if isinstance(a, Reg) and regs.get(a.name) == "b128":
+                return (f"{it.opcode}: register {a.name} is a .b128 one, which the operand's "
+                        "type does not take (arguments mismatch)")
+        return None
+    op = next((x for x in it.mods if x in _ATOM_OPS_ALL), None)
+    if it.base == "red" or op not in _B128_ATOM_OPS:
+        return f"{it.opcode}: .b128 atomics are atom.cas and atom.exch only"
+    spaces = [x for x in it.mods if x.split("::")[0] in _LDST_SPACES]
+    if spaces and spaces[0] not in _B128_ATOM_SPACES:
+        return f"{it.opcode}: atom.b128 in .{spaces[0]} (global, shared or generic only)"
+    if any(x in ("v2", "v4", "v8") for x in it.mods):
+        return f"{it.opcode}: a vector atom of .b128"
+    if _sm(m.target) < _B128_ATOM_SM:
+        return f"{it.opcode}: atom.{op}.b128 needs .target sm_90 or newer (the module's is {m.target})"
+    for k, a in enumerate(it.args):
+        if k == 1:
+            continue  # the address
+        if isinstance(a, Reg) and regs.get(a.name, "b128") != "b128":
+            return (f"{it.opcode}: operand {k + 1} is register {a.name} of type "
+                    f".{regs[a.name]}, not .b128 (arguments mismatch)")
+        if not isinstance(a, Reg) and not (k >= 2 and isinstance(a, Imm)):
+            return f"{it.opcode}: operand {k + 1} is not a .b128 register or a literal"
+    return None
+
+
+def _b128_mov(it: Instr, regs: dict[str, str | None]) -> str | None:
+    """mov and .b128 vectors: mov.b128 packs and unpacks two 64-bit or four 32-bit registers
+    (an unpack may discard an element into the sink ``_``, a pack may not read one); a .b128
+    register is no element of another type's vector."""
+    for k, a in enumerate(it.args):
+        if not isinstance(a, Vec):
+            continue
+        if k > 0 and None in a.items and "b128" in it.mods:
+            return f"{it.opcode}: the sink '_' as a source of a pack (sink not allowed as a source)"
+        sizes = [_SIZE.get(regs.get(x.name) or "", 0) if isinstance(x, Reg)
+                 else (16 // len(a.items) if x is None else 0) for x in a.items]
+        if "b128" not in it.mods:
+            if any(isinstance(x, Reg) and regs.get(x.name) == "b128" for x in a.items):
+                return (f"{it.opcode}: a .b128 register as an element of a vector "
+                        "(arguments mismatch)")
+            continue
+        n = len(a.items)
+        if n not in (2, 4) or any(z not in (0, 16 // n) for z in sizes) or not all(sizes):
+            return (f"{it.opcode}: mov.b128 packs or unpacks two 64-bit or four 32-bit "
+                    f"registers, not {{{', '.join(str(getattr(x, 'name', x)) for x in a.items)}}}")
+    return None
+
+
+_ATOM_OPS_ALL = frozenset({"add", "and", "or", "xor", "exch", "cas", "inc", "dec", "min", "max"})
+
+
+def _types_version(m: PtxModule) -> list[tuple[int, str]]:
+    """Declarations of type .b128 (registers, scalar variables, parameters) in a module older
+    than PTX ISA 8.3.  (ptxas 13.0 takes an array of .b128 there -- ``.global .b128 g[2]``,
+    ``.local .b128 l[2]`` -- and refuses a scalar one: so does this.)"""
+    if m.version >= _B128_VERSION:
+        return []
+    why = (f"type .b128 needs PTX ISA .version 8.3 or newer (the module's is "
+           f"{m.version[0]}.{m.version[1]})")
+    out = [(g.line, f"{g.name}: {why}") for g in m.globals.values()
+           if g.type == "b128" and not g.array]
+    for fn in m.functions.values():
+        out += [(fn.line, f"parameter {p.name} of {fn.name}: {why}")
+                for p in fn.params + fn.rets if p.type == "b128"]
+        out += [(d.line, f"{d.name}: {why}") for d in fn.body or []
+                if isinstance(d, Decl) and d.type == "b128" and not d.dims]
+    return out
+
+
 def _indirect(it: Instr, fn: Function, m: PtxModule, psizes: dict[str, int]) -> str | None:
     """Why ptxas refuses an indirect ``call`` (None: it does not): a prototype label that is no
     ``.callprototype``/``.calltargets`` of the function, or results and arguments that are not
@@ -458,7 +564,7 @@ def _indirect(it: Instr, fn: Function, m: PtxModule, psizes: dict[str, int]) -> 
 
 def problems(m: PtxModule) -> list[tuple[int, str]]:
     """Every ``(PTX line, reason)`` a driver's JIT refuses in module ``m``."""
-    out: list[tuple[int, str]] = []
+    out: list[tuple[int, str]] = _types_version(m)
     least = MINVER.get(m.target)
     if least is not None and m.version < least:
         out.append((1, f".version {m.version[0]}.{m.version[1]} does not support .target "
@@ -485,8 +591,9 @@ def problems(m: PtxModule) -> list[tuple[int, str]]:
                 out.append((it.line, f"register {it.name} of type .{it.type}: PTX declares no "
                                      "such register"))
             elif isinstance(it, Instr):
-                why = (_undeclared(it, regs, families, syms) or _instr(it, regs, syms)
-                       or _mbarrier_version(it, m.version) or _indirect(it, fn, m, psizes))
+                why = (_undeclared(it, regs, families, syms) or _b128(it, regs, m)
+                       or _instr(it, regs, syms) or _mbarrier_version(it, m.version)
+                       or _indirect(it, fn, m, psizes))
                 if why is not None:
                     out.append((it.line, why))
     return out

@@ -105,6 +105,8 @@ class FuncCtx:
             if ct in FLOATS:
                 return f"(({ct}){op.value})"
             bits = op.value % (1 << (8 * SIZE[ct]))
+            if SIZE[ct] == 16:  # .b128: no C++ literal is that wide (a negative one extends)
+                return f"((({ct}){bits >> 64:#x}ull << 64) | ({ct}){bits & (2**64 - 1):#x}ull)"
             return f"(({ct}){bits:#x}ull)"
         if isinstance(op, FImm):
             if ct == "float":

@@ -159,7 +159,7 @@ def _function(tr: ModuleLayout, fn: Function, index: dict[str, int]
             return DecodedFunction(fn.name, [], 1, [], 0, fn.kind == "entry"), e.message
         steps.append(step)
     steps.append(Step(RET, fn.line))  # the end of the body: return
-    return DecodedFunction(fn.name, steps, len(ctx.slots) + 1, frames, pbytes,
+    return DecodedFunction(fn.name, steps, ctx.nslots, frames, pbytes,
                            fn.kind == "entry"), None
 
 

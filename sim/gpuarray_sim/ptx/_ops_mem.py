@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._ast import Addr, Instr, Vec
 from ._context import FuncCtx, operand_vec
 from ._opbase import check_mods, nargs, type_of
-from ._types import CTYPE, FLOATS, SIZE
+from ._types import CTYPE, FLOATS, SIZE, U128
 
 
 # ------------------------------------------------------------------ moves
@@ -17,11 +17,12 @@ def _mov(ctx: FuncCtx, it: Instr) -> str:
     nargs(ctx, it, 2)
     t = type_of(ctx, it)
     d, a = it.args
-    if isinstance(d, Vec):  # unpack: mov.b64 {%r1, %r2}, %rd1
+    # unpack: mov.b64 {%r1, %r2}, %rd1 (the first the low bits; mov.b128 {%lo, %hi}, %q)
+    if isinstance(d, Vec):
         parts = operand_vec(d)
         w = SIZE[CTYPE[t]] // len(parts)
-        u = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t"}[w]
-        src = ctx.value(a, {2: "b16", 4: "b32", 8: "b64"}[SIZE[CTYPE[t]]])
+        u = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}[w]
+        src = ctx.value(a, {2: "b16", 4: "b32", 8: "b64", 16: "b128"}[SIZE[CTYPE[t]]])
         out = [f"{{ const auto v_ = {src};"]
         for i, p in enumerate(parts):
             if p is not None:
@@ -30,8 +31,8 @@ def _mov(ctx: FuncCtx, it: Instr) -> str:
     if isinstance(a, Vec):  # pack
         parts = operand_vec(a)
         w = SIZE[CTYPE[t]] // len(parts)
-        wt = {1: "b8", 2: "b16", 4: "b32"}[w]
-        big = {2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}[SIZE[CTYPE[t]]]
+        wt = {1: "b8", 2: "b16", 4: "b32", 8: "b64"}[w]
+        big = {2: "uint16_t", 4: "uint32_t", 8: "uint64_t", 16: U128}[SIZE[CTYPE[t]]]
         expr = " | ".join(f"(({big}){ctx.value(p, wt)} << {8 * w * i})"
                           for i, p in enumerate(parts))
         return ctx.assign(d, f"({big})({expr})", big)
@@ -167,6 +168,8 @@ def _atom(ctx: FuncCtx, it: Instr) -> str:
     ct = CTYPE[t]
     d, a = args[0], args[1]
     b = ctx.value(args[2], t)
+    if ct == U128 and op not in ("cas", "exch"):
+        raise ctx.error(f"{it.opcode}: .b128 atomics are cas and exch only")
     p = _ptr(ctx, it, a, SIZE[ct], True)
     if op == "cas":
         c = ctx.value(args[3], t)
@@ -181,7 +184,8 @@ def _atom(ctx: FuncCtx, it: Instr) -> str:
         }[op]
         if op in ("and", "or", "xor") and ct in FLOATS:
             raise ctx.error(f"{it.opcode}: bit operation on a float")
-        call = f"ptx::atom_rmw<{ct}>(p_, [&]({ct} o) {{ return {body}; }})"
+        rmw = "ptx::atom_rmw_u128" if ct == U128 else f"ptx::atom_rmw<{ct}>"  # (ptx_num.h)
+        call = f"{rmw}(p_, [&]({ct} o) {{ return {body}; }})"
     out = f"{{ char* p_ = {p}; const {ct} b_ = {b}; (void)b_; "
     if d is None or red:
         return out + f"(void){call}; }}"

@@ -548,7 +548,8 @@ def parse(text: str) -> PtxModule:
                 d.dims = d.dims[:-1] + (n,)
                 init, relocs = _initial(d, st.line)
             gvars[d.name] = GlobalVar(d.name, d.space, d.size if d.dims[-1:] != (None,) else 0,
-                                      d.alignment, init, st.line, extern, relocs, d.type)
+                                      d.alignment, init, st.line, extern, relocs, d.type,
+                                      bool(d.dims))
             continue
         raise _err(st.line, f"unknown statement {' '.join(w[:4])!r} at module scope")
     if version is None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ._ast import Addr, FImm, Imm, Instr, Reg, Sym
 from ._context import FuncCtx
-from ._types import CTYPE, FLOATS, STORAGE
+from ._types import CTYPE, FLOATS, STORAGE, U128
 
 __all__ = ["SlotCtx", "LINE"]
 
@@ -77,6 +77,7 @@ class SlotCtx(FuncCtx):
     def __init__(self, tr, fn) -> None:
         super().__init__(tr, fn)
         self.slots: dict[str, int] = {}
+        self.nslots = 1  # the register file's size: the next free slot
         self.param_offsets: dict[str, tuple[int, int]] = {}
         self._k: list[int] | None = None
 
@@ -102,8 +103,9 @@ class SlotCtx(FuncCtx):
 
     def slot(self, name: str) -> int:
         s = self.slots.get(name)
-        if s is None:
-            s = self.slots[name] = len(self.slots) + 1  # R[0] is the carry flag
+        if s is None:  # R[0] is the carry flag; a .b128 register takes two slots
+            s = self.slots[name] = self.nslots
+            self.nslots += 2 if STORAGE.get(self.regs.get(name, ""), "") == U128 else 1
         return s
 
     # ------------------------------------------------------------ operands
@@ -111,6 +113,8 @@ class SlotCtx(FuncCtx):
         if self._k is None:  # declarations (_emit._declare): no form is written
             return super().reg(name)
         st = STORAGE[self.regs[name]]
+        if st == U128:  # two slots, 8-byte aligned (ptxrt.h's u128s)
+            st = "ptx::u128s"
         return f"(*({st}*)(R + {self.k(self.slot(name))}))"
 
     def value(self, op, ptype: str) -> str:
@@ -123,6 +127,8 @@ class SlotCtx(FuncCtx):
                 return f"({k} != 0)"
             if ct in FLOATS:
                 return f"(({ct})(long long){k})"
+            if ct == U128:  # .b128: the high 64 bits a second constant (a negative one extends)
+                return f"((({ct}){self.k(op.value >> 64)} << 64) | ({ct}){k})"
             return f"(({ct}){k})"
         if isinstance(op, FImm):
             k = self.k(op.bits)

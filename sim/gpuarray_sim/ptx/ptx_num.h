@@ -40,6 +40,54 @@ template <class V, class F> inline V atom_rmw(char* p, F op) {
     }
 }
 
+// 16-byte atomics (atom.cas.b128, atom.exch.b128, ld/st.b128 with a memory order): one
+// `lock cmpxchg16b` on x86-64, lock-free, so the translated build and every library of the
+// interpreter's handlers are atomic with each other with no shared lock table (the
+// compiler's own 16-byte __atomic builtins are calls into libatomic, which no build links).
+// p is 16-byte aligned (the access checks fault 716 otherwise).  expected: the old value.
+inline bool cas16(char* p, u128& expected, u128 desired) {
+#if defined(__x86_64__)
+    uint64_t lo = (uint64_t)expected, hi = (uint64_t)(expected >> 64);
+    bool ok;
+    __asm__ __volatile__("lock cmpxchg16b %1"
+                         : "=@ccz"(ok), "+m"(*reinterpret_cast<u128*>(p)), "+a"(lo), "+d"(hi)
+                         : "b"((uint64_t)desired), "c"((uint64_t)(desired >> 64))
+                         : "memory");
+    expected = ((u128)hi << 64) | lo;
+    return ok;
+#else
+    return __atomic_compare_exchange(reinterpret_cast<u128*>(p), &expected, &desired, false,
+                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+#endif
+}
+template <> inline u128 atom_cas<u128>(char* p, u128 cmp, u128 val) {
+    u128 expected = cmp;
+    cas16(p, expected, val);
+    return expected;
+}
+template <> inline u128 load_at<u128, __ATOMIC_RELAXED>(const char* p) {
+    u128 v = 0;  // a CAS of 0 for 0: the value, read atomically (memory is left as it was)
+    cas16(const_cast<char*>(p), v, v);
+    return v;
+}
+template <> inline u128 load_at<u128, __ATOMIC_ACQUIRE>(const char* p) {
+    return load_at<u128, __ATOMIC_RELAXED>(p);  // a locked instruction: a full barrier
+}
+template <> inline void store_at<u128, __ATOMIC_RELAXED>(char* p, u128 v) {
+    u128 old = load<u128>(p);
+    while (!cas16(p, old, v)) {
+    }
+}
+template <> inline void store_at<u128, __ATOMIC_RELEASE>(char* p, u128 v) {
+    store_at<u128, __ATOMIC_RELAXED>(p, v);
+}
+template <class F> inline u128 atom_rmw_u128(char* p, F op) {
+    u128 old = load<u128>(p);
+    while (!cas16(p, old, op(old))) {
+    }
+    return old;
+}
+
 // ------------------------------------------------------------ integers
 template <class V> inline V sat_add(V a, V b) {
     V r;

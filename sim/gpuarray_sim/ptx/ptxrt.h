@@ -68,6 +68,12 @@
 
 namespace ptx {
 
+// PTX's .b128 (ISA 8.3): a register, ld/st/atom of 16 bytes; 16-byte aligned in memory (the
+// access checks below fault 716 otherwise).  u128s is its type in an interpreter's register
+// file (ptx_interp.cpp), whose slots are 8-byte aligned: the same value, read as 8-aligned.
+typedef unsigned __int128 u128;
+typedef unsigned __int128 u128s __attribute__((aligned(8)));
+
 const uint64_t kShared = 0x0001000000000000ull;
 const uint64_t kLocal = 0x0002000000000000ull;
 const uint64_t kParam = 0x0003000000000000ull;

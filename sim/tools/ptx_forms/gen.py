@@ -27,7 +27,7 @@ import tempfile
 
 HEAD = ".version 9.0\n.target sm_90\n.address_size 64\n"
 REGTYPES = ("pred", "b16", "u16", "s16", "f16", "b32", "u32", "s32", "f32", "b64", "u64",
-            "s64", "f64", "u8", "s8", "b8", "f16x2")
+            "s64", "f64", "u8", "s8", "b8", "f16x2", "b128")
 PREAMBLE = "".join(f"  .reg .{t} %{t}_<4>;\n" for t in REGTYPES) + "  .local .u32 l_var;\n"
 #: A variable of each state space for the address probes (``l_var`` is in the preamble, the
 #: kernel parameter ``k_p`` in the entry's list).
@@ -198,6 +198,7 @@ def _forms() -> list[str]:
         for v in imms:
             add(tmpl.format(v))
     out += _new_forms()
+    out += _b128_forms()
     out += _collective_forms()
     out += _mbarrier_forms()
     return list(dict.fromkeys(out))
@@ -407,6 +408,87 @@ def _new_forms() -> list[str]:
     return out
 
 
+def _b128_forms() -> list[str]:
+    """Spellings of .b128 (PTX ISA 8.3): mov's copy, literal, pack and unpack (two .b64 or
+    .f64, four .b32 registers), and the arithmetic, logic, compare, select and convert
+    instructions ptxas refuses the type in."""
+    out: list[str] = []
+    add = out.append
+    add("mov.b128 %b128_0, %b128_1;")
+    for v in ("0", "-1", "5", "0x7fffffffffffffff", "0f3F800000"):
+        add(f"mov.b128 %b128_0, {v};")
+    for parts in (("%b64_1", "%b64_2"), ("%f64_1", "%f64_2"), ("%b32_1", "%b32_2", "%b32_3", "%b32_0"),
+                  ("%b32_1", "%b32_2"), ("%b64_1", "%b32_2"), ("%b64_1",),
+                  ("%b64_1", "%b64_2", "%b64_3"), ("%b16_1", "%b16_2", "%b16_3", "%b16_0")):
+        add(f"mov.b128 %b128_0, {{{', '.join(parts)}}};")
+        add(f"mov.b128 {{{', '.join(parts)}}}, %b128_1;")
+    add("mov.b64 %b64_0, {%b128_1};")
+    add("mov.b64 {%b32_0, %b32_1}, %b128_1;")
+    for op, n in (("add", 3), ("sub", 3), ("mul.lo", 3), ("and", 3), ("or", 3), ("xor", 3),
+                  ("not", 2), ("cnot", 2), ("popc", 2), ("brev", 2), ("min", 3), ("max", 3)):
+        add(f"{op}.b128 {', '.join(f'%b128_{i}' for i in range(n))};")
+    add("shl.b128 %b128_0, %b128_1, %u32_1;")
+    add("shr.b128 %b128_0, %b128_1, %u32_1;")
+    add("setp.eq.b128 %pred_0, %b128_1, %b128_2;")
+    add("selp.b128 %b128_0, %b128_1, %b128_2, %pred_1;")
+    for t in ("u64", "b64", "u32", "f64"):
+        add(f"cvt.{t}.b128 %{t}_0, %b128_1;")
+        add(f"cvt.b128.{t} %b128_0, %{t}_1;")
+    return out
+
+
+def _b128_access_forms() -> list[str]:
+    """.b128 accesses (PTX ISA 8.3): ld/st with each memory order, scope and cache operator,
+    a register narrower or wider than the type, and the atomics -- atom.cas and atom.exch
+    (sm_90) in each state space with each order and scope, and the operations, state spaces,
+    vectors and operands ptxas refuses them."""
+    out: list[str] = []
+    add = out.append
+    for sp in ("", ".global", ".shared"):
+        for sem in ("", ".weak", ".volatile", ".relaxed.cta", ".relaxed.gpu", ".relaxed.sys",
+                    ".relaxed.cluster", ".acquire.gpu", ".release.gpu", ".acquire.sys",
+                    ".release.sys"):
+            add(f"ld{sem}{sp}.b128 %b128_0, [%b64_1];")
+            add(f"st{sem}{sp}.b128 [%b64_1], %b128_0;")
+        for c in (".ca", ".cg", ".cs", ".lu", ".cv", ".wb", ".wt", ".nc"):
+            add(f"ld{sp}{c}.b128 %b128_0, [%b64_1];")
+            add(f"st{sp}{c}.b128 [%b64_1], %b128_0;")
+    for rt in REGTYPES:  # a .b128 ld/st with a register of every kind, and the reverse
+        add(f"ld.global.b128 %{rt}_0, [%b64_1];")
+        add(f"st.global.b128 [%b64_1], %{rt}_0;")
+    for t in ("b8", "u16", "b32", "u32", "s32", "f32", "b64", "u64", "f64"):
+        add(f"ld.global.{t} %b128_0, [%b64_1];")
+        add(f"st.global.{t} [%b64_1], %b128_0;")
+    add("ld.global.v2.b64 {%b128_0, %b128_1}, [%b64_1];")
+    add("ld.global.b128 {%b64_0, %b64_1}, [%b64_1];")
+    add("st.global.b128 [%b64_1], {%b64_0, %b64_1};")
+    add("st.global.b128 [%b64_1], 5;")
+    for op in ("cas", "exch", "add", "and", "or", "xor", "min", "max", "inc", "dec"):
+        ops = "%b128_0, [%b64_1], %b128_1, %b128_2" if op == "cas" else "%b128_0, [%b64_1], %b128_1"
+        for sp in ("", ".global", ".shared", ".shared::cta", ".shared::cluster", ".local",
+                   ".const", ".param"):
+            add(f"atom{sp}.{op}.b128 {ops};")
+        for sem in (".relaxed", ".acquire", ".release", ".acq_rel", ""):
+            for scope in ("", ".cta", ".cluster", ".gpu", ".sys"):
+                add(f"atom{sem}{scope}.global.{op}.b128 {ops};")
+        add(f"atom.global.v2.{op}.b128 {ops};")
+        add(f"red.global.{op}.b128 [%b64_1], %b128_1;")
+    for rt in REGTYPES:  # each operand of the atomics a register of every kind
+        add(f"atom.global.cas.b128 %{rt}_0, [%b64_1], %b128_1, %b128_2;")
+        add(f"atom.global.cas.b128 %b128_0, [%b64_1], %{rt}_1, %b128_2;")
+        add(f"atom.global.cas.b128 %b128_0, [%b64_1], %b128_1, %{rt}_2;")
+        add(f"atom.global.exch.b128 %b128_0, [%b64_1], %{rt}_1;")
+    for v in ("5", "-1"):
+        add(f"atom.global.exch.b128 %b128_0, [%b64_1], {v};")
+        add(f"atom.global.cas.b128 %b128_0, [%b64_1], {v}, %b128_2;")
+        add(f"atom.global.cas.b128 %b128_0, [%b64_1], %b128_1, {v};")
+    for t in ("b64", "u64", "b32"):  # a .b128 register in an atomic of another type
+        add(f"atom.global.cas.{t} %{t}_0, [%b64_1], %b128_1, %{t}_2;")
+        add(f"atom.global.exch.{t} %{t}_0, [%b64_1], %b128_1;")
+        add(f"atom.global.exch.{t} %b128_0, [%b64_1], %{t}_1;")
+    return out
+
+
 #: The state spaces, vector widths and types of the ld/st probes.
 LDST_SPACES = ("", ".global", ".shared", ".local", ".const", ".param")
 LDST_TYPES = ("b8", "u8", "s8", "b16", "u16", "s16", "f16", "b32", "u32", "s32", "f32", "b64",
@@ -426,9 +508,7 @@ def _operand_forms() -> list[str]:
         for sp in LDST_SPACES:
             for v in ("", ".v2", ".v4"):
                 for t in LDST_TYPES:
-                    r = f"%{NATURAL.get(t, t)}_0" if t not in ("b128", "bf16") else "%b64_0"
-                    if t == "bf16":
-                        r = "%b16_0"
+                    r = f"%{NATURAL.get(t, t)}_0" if t != "bf16" else "%b16_0"
                     val = r if not v else "{" + ", ".join([r] * int(v[2:])) + "}"
                     addr = "[%b64_1]" if sp != ".param" else "[%b64_1]"
                     add(f"{op}{sp}{v}.{t} {val}, {addr};" if op != "st" else
@@ -714,7 +794,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--legal", default="sim/gpuarray_sim/ptx/legal_forms.txt")
     a = ap.parse_args(argv)
     spell = _forms()
-    forms = list(dict.fromkeys(spell + _operand_forms() + _memory_forms()))
+    forms = list(dict.fromkeys(spell + _operand_forms() + _memory_forms() + _b128_access_forms()))
     verdicts = ptxas_verdicts(forms, a.ptxas)
     extra = [f for f in _arity_forms(_firsts(forms, verdicts)) if f not in set(forms)]
     verdicts += ptxas_verdicts(extra, a.ptxas)
