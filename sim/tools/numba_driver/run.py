@@ -53,16 +53,18 @@ VERSION = "0.30.4"
 PACKAGES = ("numba.cuda.tests.cudadrv", "numba.cuda.tests.cudapy.test_multiprocessing")
 
 #: "module::Class::test" -> the kernel it needs executed that the simulator cannot execute.
-NEEDS_KERNEL: dict[str, str] = {}
+NEEDS_KERNEL: dict[str, str] = {
+    "test_cuda_driver::TestAcceleratedArchitecture::test_device_arch_specific":
+        "CUDA C for sm_90a that uses tensormap.replace (a tensor-map instruction): the PTX "
+        "executor implements no tensor maps, so the launch is refused "
+        "(CUDA_ERROR_INVALID_IMAGE naming the instruction)",
+}
 
 #: Failures for another reason than a kernel launch, with that reason.
 OTHER_EXPECTED: dict[str, str] = {
     "test_linker::TestLinker::test_set_registers_no_max":
         "needs the register count ptxas allocates for its kernel (> 57): the simulator "
         "compiles no machine code and reports 32 registers for every kernel",
-    "test_cuda_driver::TestAcceleratedArchitecture::test_device_arch_specific":
-        "links CUDA C that uses tensormap.replace (an sm_90a tensor-map instruction): the PTX "
-        "executor implements no tensor maps, so the load is refused (CUDA_ERROR_INVALID_PTX)",
 }
 #: What a NEEDS_KERNEL failure's message says (anything else is unexpected).
 _KERNEL_MARKS = ("CUDA_ERROR_INVALID_IMAGE", "1 != 2")
