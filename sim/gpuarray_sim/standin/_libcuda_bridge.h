@@ -4,7 +4,7 @@
  * builder, sim/gpuarray_sim/standin/__init__.py, hashes every file it
  * includes): finding the running interpreter's C-API at run time and serving
  * a driver call by gpuarray_sim.standin._serve.serve(name, args).
- * Expects <dlfcn.h>, <pthread.h>, <stddef.h>, <stdio.h> and the CUresult
+ * Expects <dlfcn.h>, <pthread.h>, <stddef.h>, <stdio.h>, <string.h> and the CUresult
  * codes of _libcuda.c to be in scope.
  */
 #ifndef GPUARRAY_STANDIN_BRIDGE_H
@@ -81,6 +81,60 @@ static const PyApi *python(void)
     return py_ready ? &py_api : NULL;
 }
 
+/* Driver calls that only release something (base names: a served form's name is the base or
+ * the base and a suffix, cuMemFree_v2, cuMemFreeAsync_ptsz).  While the interpreter finalizes,
+ * destructors still make them (a buffer alive at exit) and the simulator -- Python -- can serve
+ * no call; the real driver, alive until the process exits, releases and answers CUDA_SUCCESS,
+ * and so does the stand-in: the simulated device goes with the process.  Any other call then
+ * answers CUDA_ERROR_NOT_INITIALIZED. */
+static const char *const release_calls[] = {
+    "cuMemFree", "cuMemFreeAsync", "cuMemFreeHost", "cuMemHostUnregister", "cuStreamDestroy",
+    "cuEventDestroy", "cuModuleUnload", "cuLibraryUnload", "cuLinkDestroy", "cuCtxDestroy",
+    "cuDevicePrimaryCtxRelease", "cuMemPoolDestroy", "cuGraphDestroy", "cuGraphExecDestroy",
+    "cuIpcCloseMemHandle", "cuMemRelease", "cuMemUnmap", "cuMemAddressFree",
+    "cuUserObjectRelease", "cuArrayDestroy", "cuTexObjectDestroy", "cuSurfObjectDestroy",
+};
+static int py_served; /* a call found the interpreter up: later, it is finalizing */
+/* The calling thread's current context as the simulator last answered or set it (cuCtxGetCurrent,
+ * cuCtxSetCurrent, cuCtxPushCurrent): what a destructor that saves and restores the current
+ * context around its release is answered while the interpreter finalizes. */
+static __thread unsigned long long cur_ctx;
+
+static int named(const char *name, const char *base)
+{
+    size_t n = strlen(base);
+    return strncmp(name, base, n) == 0 && (name[n] == '\0' || name[n] == '_');
+}
+
+/* While the interpreter finalizes: a release succeeds, and so do the context calls around it. */
+static CUresult finalizing_call(const char *name, const unsigned long long *a)
+{
+    for (size_t i = 0; i < sizeof(release_calls) / sizeof(release_calls[0]); i++)
+        if (named(name, release_calls[i]))
+            return CUDA_SUCCESS;
+    if (named(name, "cuCtxGetCurrent") || named(name, "cuCtxPopCurrent")) {
+        if (a[0] != 0)
+            *(unsigned long long *)(uintptr_t)a[0] = cur_ctx;
+        if (named(name, "cuCtxPopCurrent"))
+            cur_ctx = 0;
+        return a[0] != 0 || named(name, "cuCtxPopCurrent") ? CUDA_SUCCESS : 1; /* INVALID_VALUE */
+    }
+    if (named(name, "cuCtxSetCurrent") || named(name, "cuCtxPushCurrent")) {
+        cur_ctx = a[0];
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_NOT_INITIALIZED;
+}
+
+/* After a served call: the current context it answered or set. */
+static void note_context(const char *name, const unsigned long long *a)
+{
+    if (named(name, "cuCtxGetCurrent") && a[0] != 0)
+        cur_ctx = *(const unsigned long long *)(uintptr_t)a[0];
+    else if (named(name, "cuCtxSetCurrent") || named(name, "cuCtxPushCurrent"))
+        cur_ctx = a[0];
+}
+
 static PyObject *serve_fn; /* gpuarray_sim.standin._serve.serve, set under the GIL */
 static PyObject *reraise_fn; /* _serve.reraise_interruption, set with serve_fn */
 
@@ -117,7 +171,10 @@ static CUresult call(const char *name, int n, const unsigned long long *a)
 {
     const PyApi *py = python();
     if (py == NULL || !py->IsInitialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+        return py != NULL && __atomic_load_n(&py_served, __ATOMIC_RELAXED)
+                   ? finalizing_call(name, a)
+                   : CUDA_ERROR_NOT_INITIALIZED;
+    __atomic_store_n(&py_served, 1, __ATOMIC_RELAXED);
     PyGILState_STATE g = py->GILState_Ensure();
     PyObject *pending_type, *pending_value, *pending_tb;
     py->Err_Fetch(&pending_type, &pending_value, &pending_tb);
@@ -151,6 +208,8 @@ static CUresult call(const char *name, int n, const unsigned long long *a)
     rc = (CUresult)py->Long_AsLong(res);
     if (rc == -1 && py->Err_Occurred())
         goto fail;
+    if (rc == CUDA_SUCCESS)
+        note_context(name, a);
     if (rc == SERVE_INTERRUPTED) {
         /* The call failed; the interruption is raised again, in the caller,
          * as soon as Python code runs after this call returns. */

@@ -249,3 +249,40 @@ def test_a_signal_handlers_exception_during_a_served_call_is_delivered(scenarios
 
 def test_a_thread_without_python_state_is_served(scenarios):
     assert _line(scenarios, "c thread") == "0", scenarios.stderr
+
+
+def test_releases_while_the_interpreter_finalizes_succeed_as_the_drivers_do(folder):
+    """A destructor run at interpreter exit (a buffer a module still holds) frees through the
+    driver after the simulator -- Python -- can serve no call: the real driver, alive until the
+    process ends, answers CUDA_SUCCESS, and cuda.core printed "cuMemFreeAsync failed during
+    resource destruction (CUDA error 3)" for every buffer alive at exit over the stand-in.  Now
+    the releases succeed, the context calls around them too (the current context the simulator
+    last answered), and any other call answers CUDA_ERROR_NOT_INITIALIZED."""
+    code = textwrap.dedent("""
+        import os
+        from cuda.bindings import driver
+
+        driver.cuInit(0)
+        err, dev = driver.cuDeviceGet(0)
+        err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+        driver.cuCtxSetCurrent(ctx)
+        err, ptr = driver.cuMemAlloc(256)
+        assert err == driver.CUresult.CUDA_SUCCESS, err
+
+        class AtExit:
+            def __del__(self, drv=driver, write=os.write, ptr=ptr, ctx=ctx, dev=dev):
+                err, cur = drv.cuCtxGetCurrent()
+                said = [f"get {int(err)} {int(cur) == int(ctx)}",
+                        f"set {int(drv.cuCtxSetCurrent(ctx)[0])}",
+                        f"free {int(drv.cuMemFree(ptr)[0])}",
+                        f"release {int(drv.cuDevicePrimaryCtxRelease(dev)[0])}",
+                        f"alloc {int(drv.cuMemAlloc(256)[0])}"]
+                write(1, ("finalizing: " + ", ".join(said) + "\\n").encode())
+
+        KEEP = AtExit()  # destroyed when the module is torn down, the interpreter finalizing
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=_standin.environment(folder))
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    assert _line(res, "finalizing") == (
+        f"get 0 True, set 0, free 0, release 0, alloc {CUDA_ERROR_NOT_INITIALIZED}"), res.stdout
