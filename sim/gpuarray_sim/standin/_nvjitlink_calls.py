@@ -164,7 +164,7 @@ def nvJitLinkCreate(phandle: int, n: int, options: int) -> None:
     call = "nvJitLinkCreate"
     if not phandle or not options:
         raise NvJitLinkError(NULL_INPUT, call, "(NULL handle pointer or options)")
-    ptrs = (ctypes.c_char_p * n).from_address(options) if n else []
+    ptrs: list[bytes | None] = list((ctypes.c_char_p * n).from_address(options)) if n else []
     if any(p is None for p in ptrs):
         raise NvJitLinkError(NULL_INPUT, call, "(a NULL option)")
     link = _Link([p.decode("utf-8", "replace") for p in ptrs if p is not None])
