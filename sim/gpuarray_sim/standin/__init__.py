@@ -25,21 +25,38 @@ which tells tests that the cuda backend runs over the simulator, not a GPU.
 ``GPUARRAY_STANDIN_TRACE=1`` makes the library print each function request
 of the bindings (name, version, flags) and whether it is served.
 
-nvJitLink is hidden from the command: the simulator executes PTX, and a
-cubin that nvJitLink linked (from numba-cuda's LTO-IR, say) carries none.
-Hidden means absent, as on a machine without it: ``cuda.bindings.nvjitlink.version()``
+nvJitLink: the simulator executes PTX, and a cubin that the real nvJitLink
+linked (from numba-cuda's LTO-IR, say) carries none.  So where one is
+installed (its file found where cuda-pathfinder looks: :func:`nvjitlink_path`)
+the command is served the stand-in's (``GPUARRAY_STANDIN_NVJITLINK`` unset or
+``serve``): :func:`build` also makes ``nvjitlink/libnvJitLink.so.13`` from
+``_libnvjitlink.c`` (nvJitLink's C API over the same bridge to Python, served
+by ``_nvjitlink_calls.py``: it links into the simulator's image, as
+``cuLinkComplete`` does, answering the real library's codes and logs) and
+``libgpuarray_serve_nvjitlink.so`` (``_hide_nvjitlink.c`` built to serve),
+which :func:`environment` names in ``LD_AUDIT``: cuda-pathfinder finds the
+installed file, as on a GPU machine, and the loader maps the stand-in's in
+its place (the audit hook ``la_objsearch`` answers every name whose file name
+starts with ``libnvJitLink`` with it).  ``GPUARRAY_STANDIN_NVJITLINK_REAL``
+names the real file: LTO-IR is compiled to PTX by it, in the process
+(``_nvjitlink_lto.py``), and its version is the one reported.  numba-cuda and
+cuda.core's ``Linker`` then link through nvJitLink, numba-cuda with link-time
+optimisation, as on a GPU machine.  Where none is installed nothing is
+served: they link through the driver (``cuLinkCreate``/``cuLinkAddData``),
+which hands the simulator the PTX, as on a GPU machine without nvJitLink.
+
+``GPUARRAY_STANDIN_NVJITLINK=hide`` hides an installed nvJitLink instead (as
+where one is installed but only the loader's cache knows its file): hidden
+means absent, as on a machine without it: ``cuda.bindings.nvjitlink.version()``
 raises cuda-pathfinder's ``DynamicLibNotFoundError``, the error on which
 numba-cuda and cuda.core's ``Linker`` (1.1 and 1.2) link PTX through the
-driver (``cuLinkCreate``/``cuLinkAddData``), which hands the simulator the
-PTX.  Where no nvJitLink is installed (nothing cuda-pathfinder would find:
-:func:`nvjitlink_findable`) nothing needs hiding.  Where one is,
-:func:`build` also makes ``libgpuarray_hide_nvjitlink.so`` (``_hide_nvjitlink.c``)
-and :func:`environment` names it in ``LD_PRELOAD`` and ``LD_AUDIT``:
-cuda-pathfinder's file checks (``stat``) find no file whose name starts with
-``libnvJitLink``, and the dynamic loader refuses every such path (its audit
-hook ``la_objsearch``), so nothing of that name is found or loaded.
-``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves nvJitLink visible (its cubins then
-fail at launch, saying how to get PTX).
+driver.  :func:`build` makes ``libgpuarray_hide_nvjitlink.so``
+(``_hide_nvjitlink.c``) and :func:`environment` names it in ``LD_PRELOAD``
+and ``LD_AUDIT``: cuda-pathfinder's file checks (``stat``) find no file whose
+name starts with ``libnvJitLink``, and the dynamic loader refuses every such
+path (``la_objsearch``), so nothing of that name is found or loaded.
+``GPUARRAY_STANDIN_NVJITLINK=keep`` leaves the real nvJitLink (its cubins then
+fail at launch, saying how to get PTX).  Any other value is refused.
 """
 
 from __future__ import annotations
