@@ -44,6 +44,7 @@ host object or archive is kept unread, as the driver's linker keeps it.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -106,7 +107,7 @@ class _Link:
 
 
 _LINKS: dict[int, _Link] = {}
-_next = [0x6E00_0000]
+_handles = itertools.count(0x6E00_0010, 0x10)  # next() is atomic: two threads never share one
 _SIZE = ctypes.c_size_t
 
 
@@ -168,9 +169,9 @@ def nvJitLinkCreate(phandle: int, n: int, options: int) -> None:
     if any(p is None for p in ptrs):
         raise NvJitLinkError(NULL_INPUT, call, "(a NULL option)")
     link = _Link([p.decode("utf-8", "replace") for p in ptrs if p is not None])
-    _next[0] += 0x10
-    _LINKS[_next[0]] = link  # handed back even when the options fail: its log says why
-    ctypes.c_void_p.from_address(phandle).value = _next[0]
+    handle = next(_handles)
+    _LINKS[handle] = link  # handed back even when the options fail: its log says why
+    ctypes.c_void_p.from_address(phandle).value = handle
     _parse(link)
 
 
