@@ -97,7 +97,8 @@ test-numba-driver: $(PEERS_VENV)/.stamp
 	$(PEERS_VENV)/bin/python sim/tools/numba_driver/run.py
 	$(PEERS_VENV)/bin/python -m gpuarray standin -- $(PEERS_VENV)/bin/python -m pytest -q \
 	    -p no:cacheprovider tests/interop/test_peers_driver_api.py tests/interop/test_peers_capture.py \
-	    tests/interop/test_numba_kernels_page.py sim/tests/standin/test_standin_ptx_supply.py sim/tests/standin/test_standin_cuda_core_graphs.py $(PYTEST_ARGS)
+	    tests/interop/test_numba_kernels_page.py sim/tests/standin/test_standin_ptx_supply.py sim/tests/standin/test_standin_nvjitlink.py \
+	    sim/tests/standin/test_standin_cuda_core_graphs.py $(PYTEST_ARGS)
 
 # cuda.core 1.1.0's and cuda.bindings 13.5.0's own tests, unmodified, over the
 # stand-in (sim/tools/cuda_referee/run.py): the tests are not in the wheels, so

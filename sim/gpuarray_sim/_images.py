@@ -442,9 +442,10 @@ class ForeignKernel:
                                                   "no PTX: the simulator executes PTX. Load PTX "
                                                   "instead: cuModuleLoadData/cuLibraryLoadData/"
                                                   "cuLinkAddData with PTX text; cuda.core: "
-                                                  "Program.compile('ptx'); numba-cuda links PTX "
-                                                  "through the driver when nvJitLink is hidden, "
-                                                  "as `python -m gpuarray standin` does unless "
+                                                  "Program.compile('ptx'); numba-cuda links into "
+                                                  "an image the simulator runs through the "
+                                                  "stand-in's nvJitLink, which `python -m gpuarray "
+                                                  "standin` serves unless "
                                                   "GPUARRAY_STANDIN_NVJITLINK=keep)")
         return CudaError(INVALID_IMAGE, call,
                          f"(the simulator cannot execute foreign kernels: {self.name!r} is not one "

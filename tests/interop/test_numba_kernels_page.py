@@ -38,7 +38,7 @@ def _standin_env(**extra: str) -> dict[str, str]:
 
 
 def test_the_pages_example_runs_over_the_stand_in():
-    # nvJitLink (installed in .venv-peers) is hidden: numba-cuda links PTX through the driver
+    # nvJitLink (installed in .venv-peers) is the stand-in's: numba-cuda links through it
     # as a user runs it: the memcheck model's default (this suite's own is strict)
     res = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True,
                          timeout=600, env=_standin_env(GPUARRAY_SIM_MEMCHECK="report"))

@@ -185,7 +185,12 @@ class PtxKernel:
             *[int((globals or {})[n]) for n in names]) if names else (ctypes.c_uint64 * 1)()
         dyn_offset = int(meta["dyn_offset"])
         slots = max(1, int(slots))
-        shared_size = dyn_offset + int(shared_mem)
+        # The block's window: its static and dynamic bytes, rounded up to 16 -- a GPU allocates
+        # shared memory per block in far larger units (128 bytes and more), so a 16-byte vector
+        # access inside an aligned 16-byte granule of the window never faults there.  NVVM relies
+        # on it: after LTO it widens x[4], x[5], x[6] of a 28-byte dynamic array (.align 16) into
+        # one ld.shared.v4 at offset 16 (numba-cuda's test_sm::test_dynshared_slice_gaps).
+        shared_size = -(-(dyn_offset + int(shared_mem)) // 16) * 16
         # one window per slot; ptx::begin fills a block's with 0xff when it starts
         shared = np.empty(max(slots * (-(-shared_size // 16) * 16), 1), dtype=np.uint8)
         cap = PRINTF_BUFFER if self.program.uses_printf else 0

@@ -1,4 +1,18 @@
-/* nvJitLink hidden from a command over the stand-in driver, the way an absent library is.
+/* nvJitLink hidden from a command over the stand-in driver, the way an absent library is;
+ * or, built with -DGPUARRAY_SERVE_NVJITLINK, replaced by the stand-in nvJitLink.
+ *
+ * Serving (the default of `python -m gpuarray_sim standin` where an
+ * nvJitLink is installed; see the package's docstring): this library is
+ * named in LD_AUDIT only, and its la_objsearch answers every name whose file
+ * name starts with "libnvJitLink" -- the path cuda-pathfinder found in a
+ * wheel or toolkit, or a bare soname -- with the stand-in
+ * nvjitlink/libnvJitLink.so.13 next to this library (_libnvjitlink.c), so
+ * cuda-pathfinder finds the installed file, as on a GPU machine, and the
+ * loader maps ours.  A name that does not start so (/proc/self/fd/N: how
+ * _nvjitlink_lto.py loads the real one, for LTO-IR) is untouched.  The stat
+ * hooks below are not built into that variant.
+ *
+ * Hiding (GPUARRAY_STANDIN_NVJITLINK=hide):
  *
  * One concern: the simulator executes PTX, and a cubin that nvJitLink linked
  * carries none, so `python -m gpuarray_sim standin` hides an installed
@@ -52,6 +66,35 @@ EXPORT unsigned int la_version(unsigned int version) {
     return version < LAV_CURRENT ? version : LAV_CURRENT;
 }
 
+#ifdef GPUARRAY_SERVE_NVJITLINK
+#include <limits.h>
+#include <pthread.h>
+
+static char standin[PATH_MAX]; /* <this library's folder>/nvjitlink/libnvJitLink.so.13 */
+static pthread_once_t standin_once = PTHREAD_ONCE_INIT;
+
+static void find_standin(void) {
+    Dl_info info;
+    const char *leaf = "/nvjitlink/libnvJitLink.so.13";
+    if (dladdr((void *)find_standin, &info) == 0 || info.dli_fname == NULL)
+        return;
+    const char *slash = strrchr(info.dli_fname, '/');
+    size_t dir = slash != NULL ? (size_t)(slash - info.dli_fname) : 0;
+    if (slash != NULL && dir + strlen(leaf) < sizeof(standin)) {
+        memcpy(standin, info.dli_fname, dir);
+        memcpy(standin + dir, leaf, strlen(leaf) + 1);
+    }
+}
+
+EXPORT char *la_objsearch(const char *name, uintptr_t *cookie, unsigned int flag) {
+    (void)cookie;
+    (void)flag;
+    if (!hidden(name))
+        return (char *)name;
+    pthread_once(&standin_once, find_standin);
+    return standin[0] != 0 ? standin : NULL; /* NULL: refused, as when hiding */
+}
+#else
 EXPORT char *la_objsearch(const char *name, uintptr_t *cookie, unsigned int flag) {
     (void)cookie;
     (void)flag;
@@ -154,3 +197,4 @@ EXPORT int __fxstatat64(int ver, int dirfd, const char *path, void *buf, int fla
     (void)ver;
     return old_stat(dirfd, path, buf, flags);
 }
+#endif /* GPUARRAY_SERVE_NVJITLINK */

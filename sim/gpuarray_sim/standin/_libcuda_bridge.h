@@ -5,10 +5,20 @@
  * includes): finding the running interpreter's C-API at run time and serving
  * a driver call by gpuarray_sim.standin._serve.serve(name, args).
  * Expects <dlfcn.h>, <pthread.h>, <stddef.h>, <stdio.h>, <string.h> and the CUresult
- * codes of _libcuda.c to be in scope.
+ * codes of _libcuda.c to be in scope.  Also included by _libnvjitlink.c
+ * (the stand-in nvJitLink, its own library), which maps those names to
+ * nvJitLink's result codes and names itself in the messages below
+ * (BRIDGE_WHO, BRIDGE_UNKNOWN: defaults for the driver).
  */
 #ifndef GPUARRAY_STANDIN_BRIDGE_H
 #define GPUARRAY_STANDIN_BRIDGE_H
+
+#ifndef BRIDGE_WHO
+#define BRIDGE_WHO "gpuarray stand-in driver"
+#endif
+#ifndef BRIDGE_UNKNOWN
+#define BRIDGE_UNKNOWN "CUDA_ERROR_UNKNOWN"
+#endif
 
 /* ------------------------------------------------ Python C-API (stable ABI) */
 /* Resolved at run time in the process's global scope (dlsym(RTLD_DEFAULT)),
@@ -93,6 +103,7 @@ static const char *const release_calls[] = {
     "cuDevicePrimaryCtxRelease", "cuMemPoolDestroy", "cuGraphDestroy", "cuGraphExecDestroy",
     "cuIpcCloseMemHandle", "cuMemRelease", "cuMemUnmap", "cuMemAddressFree",
     "cuUserObjectRelease", "cuArrayDestroy", "cuTexObjectDestroy", "cuSurfObjectDestroy",
+    "nvJitLinkDestroy",
 };
 static int py_served; /* a call found the interpreter up: later, it is finalizing */
 /* The calling thread's current context as the simulator last answered or set it (cuCtxGetCurrent,
@@ -215,14 +226,14 @@ static CUresult call(const char *name, int n, const unsigned long long *a)
          * as soon as Python code runs after this call returns. */
         rc = CUDA_ERROR_UNKNOWN;
         if (py->AddPendingCall(reraise_interruption, NULL) != 0)
-            fprintf(stderr, "gpuarray stand-in driver: %s was interrupted by a signal "
+            fprintf(stderr, BRIDGE_WHO ": %s was interrupted by a signal "
                             "handler's exception, which could not be raised again "
-                            "(Py_AddPendingCall failed): CUDA_ERROR_UNKNOWN\n", name);
+                            "(Py_AddPendingCall failed): " BRIDGE_UNKNOWN "\n", name);
     }
     goto done;
 fail:
-    fprintf(stderr, "gpuarray stand-in driver: %s failed in the Python bridge "
-                    "(CUDA_ERROR_UNKNOWN):\n", name);
+    fprintf(stderr, BRIDGE_WHO ": %s failed in the Python bridge "
+                    "(" BRIDGE_UNKNOWN "):\n", name);
     if (py->Err_Occurred())
         py->Err_Print();
     rc = CUDA_ERROR_UNKNOWN;

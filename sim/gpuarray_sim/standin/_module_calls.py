@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 from typing import Any
 
 from gpuarray.errors import CudaError
@@ -46,6 +45,7 @@ from gpuarray.errors import CudaError
 from .. import _cubin, _images
 from .._codes import FILE_NOT_FOUND as _FILE_NOT_FOUND
 from .._codes import INVALID_HANDLE as _INVALID_HANDLE
+from . import _link_inputs
 from ._module_images import JitLog, image_at
 from ._support import (
     _I32,
@@ -279,23 +279,17 @@ def _add(call: str, state: int, kind: int, data: bytes, name: str) -> None:
     if what is None:
         raise CudaError(_INVALID_VALUE, call, f"input type {kind} (the simulator links CUBIN, "
                                               "PTX, FATBINARY, OBJECT and LIBRARY inputs)")
-    if (what == "object" and data.startswith(b"\x7fELF")
-            or what == "library" and data.startswith(b"!<arch>\n")):
+    if _link_inputs.unread_input(what, data):
         link[3] = True  # a host object or an archive: its kernels and symbols are not read
         return
     try:
-        found = _images.validate(data, cc=_cc())
-        if found == "fatbin":  # one member: the one chosen for the device, as a load takes it
-            data = _images.fatbin_member(data, _cc())
-            found = "elf" if data.startswith(_cubin.ELF_MAGIC) else "ptx"
+        found, data = _link_inputs.code_input(data, _cc())
     except _images.ImageError as e:
         err = CudaError(_images.code_for("cuLinkAddData", e.kind), call,
                         f"({name or 'input'}: {e.reason})")
         link[2].write(f"error   : {e.reason}", report_size=False)
         raise err from None
-    if found == "ptx":
-        data = data.split(b"\0", 1)[0] + b"\0"
-    link[0].append(("cubin" if found == "elf" else found, data))
+    link[0].append((found, data))
     link[4].append(name)
 
 
@@ -330,9 +324,10 @@ def cuLinkComplete(state: int, pcubin: int, psize: int) -> None:
     # An ELF cubin holding each input in a section of its own (sim/_cubin.py), so
     # the kernels of each input, and the PTX of each, are found in it.
     image = _cubin.link_image(link[0], _cc())
-    missing = [] if link[3] else _undefined(image, link[0])
+    missing = [] if link[3] else _link_inputs.undefined(image, link[0])
     if missing:  # the driver's linker's words: "error   : Undefined reference to 'f' in 'input'"
-        lines = [f"error   : Undefined reference to '{n}' in '{_user(link, n)}'" for n in missing]
+        lines = [f"error   : Undefined reference to '{n}' in "
+                 f"'{_link_inputs.user_of(link[0], link[4], n)}'" for n in missing]
         link[2].write("\n".join(lines), report_size=False)
         raise CudaError(_images.UNRESOLVED_CODE, call,
                         f"({'; '.join(ln[10:] for ln in lines)}: no input of the link defines it)")
@@ -340,37 +335,6 @@ def cuLinkComplete(state: int, pcubin: int, psize: int) -> None:
     link[1] = out
     ctypes.c_void_p.from_address(pcubin).value = ctypes.addressof(out)
     _SIZE.from_address(psize).value = len(image)
-
-
-def _user(link: list[Any], name: str) -> str:
-    """The name given to the first PTX input of ``link`` that uses function ``name``."""
-    word = re.compile(rb"(?<![\w$%])" + re.escape(name.encode()) + rb"(?![\w$])")
-    for (kind, data), label in zip(link[0], link[4], strict=True):
-        if kind == "ptx" and word.search(data):
-            return label
-    return ""
-
-
-def _undefined(image: bytes, inputs: list[tuple[str, bytes]]) -> list[str]:
-    """The functions the linked PTX uses that no input defines (not a PTX input, not a cubin's
-    symbol, not one the simulator provides): what the driver's linker refuses."""
-    texts = _images.ptx_texts(image)
-    if not texts:
-        return []
-    from .. import ptx
-
-    try:  # the program the output's load builds (the same texts: parsed once, cached)
-        program = ptx.load(texts[0]) if len(texts) == 1 else ptx.link(list[bytes | str](texts))
-    except ptx.PtxError:
-        return []  # refused when the output is loaded, saying why
-    missing = program.unresolved
-    for kind, data in inputs:
-        if missing and kind == "cubin":
-            try:
-                missing = [n for n in missing if n not in _cubin.read_elf(data).functions]
-            except _cubin.BinaryError:
-                return []
-    return missing
 
 
 def cuLinkDestroy(state: int) -> None:

@@ -45,6 +45,10 @@ Conventions
   CPython runs the handler on the main thread all the same.)
 - Before ``cuInit`` succeeds every call but the version and the error
   strings (``_support.BEFORE_INIT``) answers ``CUDA_ERROR_NOT_INITIALIZED``.
+- The stand-in nvJitLink (``_libnvjitlink.c``) is served here too: its
+  ``nvJitLink*`` calls go to ``_nvjitlink_calls.py``, need no ``cuInit``, and
+  answer nvJitLink's result codes (its ``NvJitLinkError``'s; anything else
+  is ``NVJITLINK_ERROR_INTERNAL``, the traceback printed).
 - The C wrapper runs on the caller's thread, so the simulator's per-thread
   current context is the caller's, as with a real driver.
 """
@@ -76,6 +80,7 @@ from . import (
     _managed_calls,
     _memory_calls,
     _module_calls,
+    _nvjitlink_calls,
     _pool_calls,
     _resource_calls,
     _stream_calls,
@@ -106,6 +111,8 @@ _MODULES = (_device_calls, _context_calls, _memory_calls, _pool_calls, _managed_
 _HANDLERS: dict[str, Callable[..., None]] = {
     k: v for m in _MODULES for k, v in vars(m).items() if k.startswith("cu") and callable(v)
 }
+_HANDLERS.update({k: getattr(_nvjitlink_calls, k) for k in _nvjitlink_calls.__all__
+                  if k.startswith("nvJitLink")})
 
 
 def _keep(e: BaseException) -> None:
@@ -203,7 +210,8 @@ def _serve(name: str, args: tuple[int, ...]) -> int:
     try:
         ptsz = name.endswith("_ptsz")
         base = name[:-5] if ptsz else name
-        if not _support.initialized and base not in BEFORE_INIT:
+        nvjitlink = base.startswith("nvJitLink")
+        if not _support.initialized and base not in BEFORE_INIT and not nvjitlink:
             # cuda.h (cuInit): "If cuInit() has not been called, any function from the
             # driver API will return CUDA_ERROR_NOT_INITIALIZED".
             _keep(CudaError(_NOT_INITIALIZED, base, "(cuInit has not been called)"))
@@ -214,6 +222,11 @@ def _serve(name: str, args: tuple[int, ...]) -> int:
         else:
             handler(*args)
         return 0
+    except _nvjitlink_calls.NvJitLinkError as e:
+        _keep(e)
+        if _TRACE_ERRORS:
+            print(f"gpuarray stand-in nvJitLink: {e}", file=sys.stderr)
+        return e.code
     except CudaError as e:
         _keep(e)
         if _TRACE_ERRORS:
@@ -230,7 +243,9 @@ def _serve(name: str, args: tuple[int, ...]) -> int:
         if interrupted:
             _interruption = e  # raised again in the caller (see the module)
             return INTERRUPTED
-        print(f"gpuarray stand-in driver: {name} failed (CUDA_ERROR_UNKNOWN):",
+        nvjitlink = name.startswith("nvJitLink")
+        print(f"gpuarray stand-in {'nvJitLink' if nvjitlink else 'driver'}: {name} failed "
+              f"({'NVJITLINK_ERROR_INTERNAL' if nvjitlink else 'CUDA_ERROR_UNKNOWN'}):",
               file=sys.stderr)
         traceback.print_exception(e, file=sys.stderr)
-        return _UNKNOWN
+        return _nvjitlink_calls.INTERNAL if nvjitlink else _UNKNOWN

@@ -13,8 +13,9 @@ dynamic), local and constant memory, barriers, reductions, recursion,
 cooperative launches with grid.sync, a whole program (Black-Scholes) -- under ``python -m gpuarray standin --``, with numba-cuda's
 pytest settings and conftest plugin (``sim/tools/numba_driver``) and a per-test
 time limit (``timeout_plugin.py``: ``--per-test-timeout``, 120 s here).  The
-simulator executes the PTX numba-cuda compiles (nvJitLink is hidden under the
-stand-in, so numba-cuda links PTX through the driver).
+simulator executes the PTX numba-cuda compiles (under the stand-in an
+installed nvJitLink is replaced by the stand-in's, which links into the
+simulator's image: ``sim/gpuarray_sim/standin/__init__.py``).
 
 As ``sim/tools/numba_driver/run.py``: every failure must be listed with its
 reason (:data:`NEEDS_KERNEL`: a kernel the simulator cannot execute;

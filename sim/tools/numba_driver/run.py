@@ -17,8 +17,9 @@ real cuda-bindings, which load the stand-in ``libcuda.so.1`` over the
 simulator.
 
 The simulator executes the PTX of numba-cuda's kernels (its PTX executor,
-``sim/gpuarray_sim/ptx``; nvJitLink is hidden under the stand-in, so
-numba-cuda links PTX through the driver).  :data:`NEEDS_KERNEL` lists each
+``sim/gpuarray_sim/ptx``; under the stand-in an installed nvJitLink is
+replaced by the stand-in's, which links numba-cuda's kernels -- LTO-IR,
+compiled to PTX by the real library -- into the simulator's image).  :data:`NEEDS_KERNEL` lists each
 test that still fails because a kernel cannot be executed, with what it
 launches; :data:`OTHER_EXPECTED` lists the failures with another reason,
 each stated.  The exit status is 0
