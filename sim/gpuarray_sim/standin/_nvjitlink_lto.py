@@ -62,10 +62,19 @@ def _load() -> Any:
             raise RealNvJitLinkError(f"the real nvJitLink {path} does not load: {e}") from None
         finally:
             os.close(fd)  # the mapping stays
-        for name in ("nvJitLinkCreate", "nvJitLinkAddData", "nvJitLinkComplete",
-                     "nvJitLinkGetLinkedPtxSize", "nvJitLinkGetLinkedPtx",
-                     "nvJitLinkGetErrorLogSize", "nvJitLinkGetErrorLog", "nvJitLinkDestroy"):
-            getattr(lib, name).restype = ctypes.c_int
+        vp, sz = ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)
+        for name, args in (  # nvJitLink.h's prototypes (a handle is a pointer)
+                ("nvJitLinkCreate", [ctypes.POINTER(vp), ctypes.c_uint32,
+                                     ctypes.POINTER(ctypes.c_char_p)]),
+                ("nvJitLinkAddData", [vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+                                      ctypes.c_char_p]),
+                ("nvJitLinkComplete", [vp]),
+                ("nvJitLinkGetLinkedPtxSize", [vp, sz]), ("nvJitLinkGetLinkedPtx", [vp, vp]),
+                ("nvJitLinkGetErrorLogSize", [vp, sz]), ("nvJitLinkGetErrorLog", [vp, vp]),
+                ("nvJitLinkDestroy", [ctypes.POINTER(vp)]),
+                ("nvJitLinkVersion", [ctypes.POINTER(ctypes.c_uint)] * 2)):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
         _lib.append(lib)
         return lib
 
