@@ -107,7 +107,7 @@ NVJITLINK_SOURCE = Path(__file__).with_name("_libnvjitlink.c")
 #: ``LD_LIBRARY_PATH`` -- a machine without nvJitLink must not find one by its soname.
 NVJITLINK = "nvjitlink/libnvJitLink.so.13"
 #: The audit library that sends every ``libnvJitLink*`` the loader is asked for to
-#: :data:`NVJITLINK` (``_hide_nvjitlink.c`` built with ``-DGPUARRAY_SERVE_NVJITLINK``).
+#: :data:`NVJITLINK` (``_hide_nvjitlink.c`` built with ``-DGA_SERVE_NVJITLINK``).
 SERVE = "libgpuarray_serve_nvjitlink.so"
 #: Names the real nvJitLink's file in a command that is served the stand-in's
 #: (``_nvjitlink_lto.py`` loads it for LTO-IR and its version).
@@ -197,7 +197,7 @@ def build(verbose: bool = False) -> Path:
         script.write_text(_VERSION_SCRIPT)
         for name, src, extra in (
                 (PTX_RECORD, PTX_RECORD_SOURCE, []), (HIDE, HIDE_SOURCE, []),
-                (SERVE, HIDE_SOURCE, ["-DGPUARRAY_SERVE_NVJITLINK"]),
+                (SERVE, HIDE_SOURCE, ["-DGA_SERVE_NVJITLINK"]),
                 (NVJITLINK, NVJITLINK_SOURCE, [f"-Wl,--version-script={script}"])):
             part = out / Path(name).parent / f".{Path(name).name}.{os.getpid()}.tmp"
             try:

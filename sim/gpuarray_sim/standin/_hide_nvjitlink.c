@@ -1,5 +1,5 @@
 /* nvJitLink hidden from a command over the stand-in driver, the way an absent library is;
- * or, built with -DGPUARRAY_SERVE_NVJITLINK, replaced by the stand-in nvJitLink.
+ * or, built with -DGA_SERVE_NVJITLINK, replaced by the stand-in nvJitLink.
  *
  * Serving (the default of `python -m gpuarray_sim standin` where an
  * nvJitLink is installed; see the package's docstring): this library is
@@ -66,7 +66,7 @@ EXPORT unsigned int la_version(unsigned int version) {
     return version < LAV_CURRENT ? version : LAV_CURRENT;
 }
 
-#ifdef GPUARRAY_SERVE_NVJITLINK
+#ifdef GA_SERVE_NVJITLINK
 #include <limits.h>
 #include <pthread.h>
 
@@ -197,4 +197,4 @@ EXPORT int __fxstatat64(int ver, int dirfd, const char *path, void *buf, int fla
     (void)ver;
     return old_stat(dirfd, path, buf, flags);
 }
-#endif /* GPUARRAY_SERVE_NVJITLINK */
+#endif /* GA_SERVE_NVJITLINK */
