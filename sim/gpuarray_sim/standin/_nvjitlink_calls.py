@@ -318,9 +318,14 @@ def _size_out(call: str, handle: int, p: int) -> _Link:
     return link
 
 
-def _write(call: str, buf: int, data: bytes) -> None:
-    if not buf:
+def _buffer_out(call: str, handle: int, buf: int) -> _Link:
+    link = _state(call, handle)
+    if not buf:  # before whether there is anything to write, as the real library answers
         raise NvJitLinkError(NULL_INPUT, call, "(NULL buffer)")
+    return link
+
+
+def _write(buf: int, data: bytes) -> None:
     ctypes.memmove(buf, data, len(data))
 
 
@@ -338,10 +343,7 @@ def nvJitLinkGetLinkedCubinSize(handle: int, p: int) -> None:
 
 def nvJitLinkGetLinkedCubin(handle: int, buf: int) -> None:
     call = "nvJitLinkGetLinkedCubin"
-    link = _state(call, handle)
-    if not buf:
-        raise NvJitLinkError(NULL_INPUT, call, "(NULL buffer)")
-    _write(call, buf, _cubin_of(call, link))
+    _write(buf, _cubin_of(call, _buffer_out(call, handle, buf)))
 
 
 def _ptx_of(call: str, link: _Link) -> bytes:
@@ -359,10 +361,7 @@ def nvJitLinkGetLinkedPtxSize(handle: int, p: int) -> None:
 
 def nvJitLinkGetLinkedPtx(handle: int, buf: int) -> None:
     call = "nvJitLinkGetLinkedPtx"
-    link = _state(call, handle)
-    if not buf:
-        raise NvJitLinkError(NULL_INPUT, call, "(NULL buffer)")
-    _write(call, buf, _ptx_of(call, link))
+    _write(buf, _ptx_of(call, _buffer_out(call, handle, buf)))
 
 
 def _no_ltoir(call: str, link: _Link) -> NvJitLinkError:
@@ -377,10 +376,7 @@ def nvJitLinkGetLinkedLTOIRSize(handle: int, p: int) -> None:
 
 def nvJitLinkGetLinkedLTOIR(handle: int, buf: int) -> None:
     call = "nvJitLinkGetLinkedLTOIR"
-    link = _state(call, handle)
-    if not buf:
-        raise NvJitLinkError(NULL_INPUT, call, "(NULL buffer)")
-    raise _no_ltoir(call, link)
+    raise _no_ltoir(call, _buffer_out(call, handle, buf))
 
 
 def _log_bytes(text: str) -> bytes:
@@ -394,7 +390,7 @@ def nvJitLinkGetErrorLogSize(handle: int, p: int) -> None:
 
 def nvJitLinkGetErrorLog(handle: int, buf: int) -> None:
     call = "nvJitLinkGetErrorLog"
-    _write(call, buf, _log_bytes(_state(call, handle).error_log))
+    _write(buf, _log_bytes(_buffer_out(call, handle, buf).error_log))
 
 
 def nvJitLinkGetInfoLogSize(handle: int, p: int) -> None:
@@ -404,9 +400,7 @@ def nvJitLinkGetInfoLogSize(handle: int, p: int) -> None:
 
 
 def nvJitLinkGetInfoLog(handle: int, buf: int) -> None:
-    call = "nvJitLinkGetInfoLog"
-    _state(call, handle)
-    _write(call, buf, b"")
+    _buffer_out("nvJitLinkGetInfoLog", handle, buf)  # the simulator's link reports nothing
 
 
 def nvJitLinkVersion(pmajor: int, pminor: int) -> None:
