@@ -140,6 +140,8 @@ static CUresult finalizing_call(const char *name, const unsigned long long *a)
 /* After a served call: the current context it answered or set. */
 static void note_context(const char *name, const unsigned long long *a)
 {
+    if (strncmp(name, "cuCtx", 5) != 0)
+        return; /* every other call: one compare */
     if (named(name, "cuCtxGetCurrent") && a[0] != 0)
         cur_ctx = *(const unsigned long long *)(uintptr_t)a[0];
     else if (named(name, "cuCtxSetCurrent") || named(name, "cuCtxPushCurrent"))
